@@ -21,7 +21,10 @@ constexpr unsigned RingFlags(Producers producers) {
 
 template <Producers kProducers>
 absl::StatusOr<std::unique_ptr<Ring>> RteRing<kProducers>::Create(size_t capacity) {
-  const ssize_t bytes = rte_ring_get_memsize_elem(sizeof(void*), static_cast<unsigned>(capacity));
+  // With RING_F_EXACT_SZ, rte_ring_init lays out the next power of two above the capacity (one
+  // slot stays empty to tell full from empty), so the memory is sized for that many slots.
+  const unsigned slots = rte_align32pow2(static_cast<unsigned>(capacity) + 1);
+  const ssize_t bytes = rte_ring_get_memsize_elem(sizeof(void*), slots);
   if (bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("rte_ring_get_memsize: capacity ", capacity, " is not supported"));

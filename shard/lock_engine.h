@@ -1,0 +1,55 @@
+// LockEngine: the lock-based baseline of the report, for side-by-side runs with RingEngine.
+// There are `maps` Shards, a key's map chosen by the same Router as the ring engine. Every caller
+// runs its own requests directly: it takes the key's stripe lock (one of `key_locks` mutexes,
+// chosen by hash), then the map's std::shared_mutex, exclusively to write and shared to read.
+// Requests are not prefetched: probing a map outside its lock would race with its writers.
+//
+// Threads: Execute from any thread; shard(i) only while no thread executes.
+//
+//   LockEngine engine(/*maps=*/2, /*reserve_per_map=*/1000);
+//   Request r; r.op = Op::kPut; r.key = "k"; r.value = "v";
+//   engine.Execute(r);
+#ifndef RINGKV_SHARD_LOCK_ENGINE_H_
+#define RINGKV_SHARD_LOCK_ENGINE_H_
+
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "shard/request.h"
+#include "shard/router.h"
+#include "shard/shard.h"
+
+namespace ringkv {
+
+class LockEngine {
+ public:
+  static constexpr size_t kDefaultKeyLocks = 100'000;
+
+  LockEngine(uint32_t maps, size_t reserve_per_map, size_t key_locks = kDefaultKeyLocks);
+
+  // Hashes the key, runs the request on its map under the locks, sets r.result.
+  void Execute(Request& r);
+
+  const Shard& shard(uint32_t i) const { return maps_[i]->shard; }
+  const Router& router() const { return router_; }
+
+ private:
+  // One map and its lock on cache lines of their own, so two maps' locks never share a line.
+  struct alignas(64) LockedShard {
+    explicit LockedShard(size_t reserve) : shard(reserve) {}
+    std::shared_mutex mu;
+    Shard shard ABSL_GUARDED_BY(mu);
+  };
+
+  // Constant after construction; the locks and maps inside are shared, guarded as marked.
+  const Router router_;
+  std::vector<std::unique_ptr<LockedShard>> maps_;
+  std::vector<std::mutex> key_locks_;
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SHARD_LOCK_ENGINE_H_

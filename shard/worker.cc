@@ -1,0 +1,187 @@
+#include "shard/worker.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/base/internal/raw_logging.h"
+#include "shard/internal/tsc.h"
+
+namespace ringkv {
+
+using internal::Rdtscp;
+
+Worker::Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, bool profile,
+               std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters)
+    : id_(id),
+      router_(router),
+      burst_(burst),
+      profile_(profile),
+      outbound_(std::move(outbound)),
+      inbound_(std::move(inbound)),
+      counters_(counters),
+      shard_(reserve),
+      outboxes_(outbound_.size()) {
+  ABSL_RAW_CHECK(burst_ >= 1 && burst_ <= kMaxBurst, "burst out of range");
+  ABSL_RAW_CHECK(outbound_.size() == router_.shards(), "one outbound ring per worker");
+}
+
+size_t Worker::RunOnce(RequestSource& source) {
+  size_t handled = 0;
+  if (backlog_ < kMaxBacklog) {
+    Request* batch[kMaxBurst];
+    const size_t n = source.Poll(batch, burst_);
+    if (n > 0) {
+      Admit(batch, n, source);
+      handled += n;
+    }
+  }
+  handled += DrainInbound(source);
+  if (backlog_ > 0) Flush();
+  return handled;
+}
+
+namespace {
+// Spins with the pause hint; after a long idle stretch gives the core away, so that with more
+// workers than cores the one that has work gets to run.
+void Idle(size_t& idle_turns) {
+  CpuRelax();
+  if (++idle_turns % 256 == 0) std::this_thread::yield();
+}
+}  // namespace
+
+void Worker::RunToCompletion(RequestSource& source, std::atomic<uint32_t>& finished_workers,
+                             uint32_t total_workers) {
+  size_t idle_turns = 0;
+  while (!source.Finished()) {
+    if (RunOnce(source) == 0) Idle(idle_turns);
+  }
+  // Release pairs with the acquire below in the other workers: whoever sees the count reach the
+  // total also sees that every worker's requests were completed, so no more traffic can come.
+  finished_workers.fetch_add(1, std::memory_order_release);
+  while (finished_workers.load(std::memory_order_acquire) < total_workers) {
+    if (RunOnce(source) == 0) Idle(idle_turns);
+  }
+}
+
+void Worker::Admit(Request** batch, size_t n, RequestSource& source) {
+  const uint64_t t0 = profile_ ? Rdtscp() : 0;
+  for (size_t i = 0; i < n; ++i) {
+    Request* r = batch[i];
+    r->hash = Router::Hash(r->key);
+    r->owner = static_cast<uint16_t>(router_.ShardOf(r->hash));
+    r->origin = id_;
+    r->result = Result::kPending;
+  }
+  if (profile_) {
+    WorkerCounters::Add(counters_.hash_cycles, Rdtscp() - t0);
+    WorkerCounters::Add(counters_.hash_ops, n);
+  }
+  size_t local = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (batch[i]->owner == id_) {
+      batch[local++] = batch[i];
+    } else {
+      Push(batch[i]->owner, batch[i]);
+    }
+  }
+  Execute(batch, local);
+  for (size_t i = 0; i < local; ++i) source.Complete(batch[i]);
+}
+
+size_t Worker::DrainInbound(RequestSource& source) {
+  size_t handled = 0;
+  Request* batch[kMaxBurst];
+  Request* answers[kMaxBurst];
+  for (Ring* ring : inbound_) {
+    const uint64_t t0 = profile_ ? Rdtscp() : 0;
+    const size_t n = ring->DequeueBurst(reinterpret_cast<void**>(batch), burst_);
+    if (profile_) {
+      WorkerCounters::Add(counters_.ring_cycles, Rdtscp() - t0);
+      WorkerCounters::Add(counters_.ring_ops, std::max<size_t>(n, 1));
+    }
+    if (n == 0) continue;
+    WorkerCounters::Add(counters_.received, n);
+    // A request that comes back to its origin is an answer; any other is work for this shard.
+    size_t work = 0;
+    size_t done = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (batch[i]->origin == id_) {
+        answers[done++] = batch[i];
+      } else {
+        batch[work++] = batch[i];
+      }
+    }
+    Execute(batch, work);
+    for (size_t i = 0; i < work; ++i) Push(batch[i]->origin, batch[i]);
+    for (size_t i = 0; i < done; ++i) source.Complete(answers[i]);
+    handled += n;
+  }
+  return handled;
+}
+
+void Worker::Execute(Request** batch, size_t n) {
+  if (n == 0) return;
+  const uint64_t t0 = profile_ ? Rdtscp() : 0;
+  // Start every slot's DRAM fetch before touching any: a burst's misses then overlap instead of
+  // queueing one behind another.
+  for (size_t i = 0; i < n; ++i) shard_.Prefetch({batch[i]->key, batch[i]->hash});
+  for (size_t i = 0; i < n; ++i) {
+    Request* r = batch[i];
+    const HashedKey key{r->key, r->hash};
+    switch (r->op) {
+      case Op::kGet:
+        r->result = shard_.Get(key, &r->out) ? Result::kOk : Result::kNotFound;
+        break;
+      case Op::kPut:
+        shard_.Put(key, r->value);
+        r->result = Result::kOk;
+        break;
+      case Op::kDelete:
+        r->result = shard_.Delete(key) ? Result::kOk : Result::kNotFound;
+        break;
+    }
+  }
+  if (profile_) {
+    WorkerCounters::Add(counters_.map_cycles, Rdtscp() - t0);
+    WorkerCounters::Add(counters_.map_ops, n);
+  }
+  WorkerCounters::Add(counters_.executed, n);
+}
+
+void Worker::Push(uint16_t to, Request* request) {
+  outboxes_[to].items.push_back(request);
+  ++backlog_;
+}
+
+void Worker::Flush() {
+  for (size_t to = 0; to < outboxes_.size(); ++to) {
+    Outbox& box = outboxes_[to];
+    const size_t pending = box.items.size() - box.head;
+    if (pending == 0) continue;
+    const uint64_t t0 = profile_ ? Rdtscp() : 0;
+    const size_t sent = outbound_[to]->EnqueueBurst(
+        reinterpret_cast<void* const*>(box.items.data() + box.head), pending);
+    if (profile_) {
+      WorkerCounters::Add(counters_.ring_cycles, Rdtscp() - t0);
+      WorkerCounters::Add(counters_.ring_ops, std::max<size_t>(sent, 1));
+    }
+    WorkerCounters::Add(counters_.sent, sent);
+    backlog_ -= sent;
+    if (sent == pending) {
+      box.items.clear();
+      box.head = 0;
+    } else {
+      box.head += sent;
+      WorkerCounters::Add(counters_.full_waits, 1);
+      // Under lasting back-pressure, drop the sent prefix now and then so the vector stays the
+      // size of what is actually waiting.
+      if (box.head >= 1024 && box.head * 2 >= box.items.size()) {
+        box.items.erase(box.items.begin(), box.items.begin() + static_cast<ptrdiff_t>(box.head));
+        box.head = 0;
+      }
+    }
+  }
+}
+
+}  // namespace ringkv

@@ -1,0 +1,129 @@
+// Worker: the loop of one shard-owning thread. It takes requests from its RequestSource (the
+// bench's generator, the daemon's front end), runs the ones its own shard owns, sends the rest
+// through rings to their owners, runs what other workers send it, and sends those back to their
+// origin, which completes them. A request therefore crosses at most two rings, and is completed
+// (and freed) by the thread that made it.
+//
+// One turn (RunOnce):
+//   1. unless its outboxes are backed up, Poll a burst from the source; hash each key once;
+//      run the burst's own-shard requests (prefetching their slots first), queue the others
+//      in the outbox of their owner;
+//   2. dequeue a burst from each inbound ring: answers to its own requests are completed,
+//      requests from others are run (prefetched as a batch) and queued back to their origin;
+//   3. flush each outbox with one EnqueueBurst; what does not fit stays for the next turn.
+// Nothing blocks and nothing is dropped: a full ring is back-pressure on the source (step 1 is
+// skipped while the outboxes hold more than kMaxBacklog requests), and the worker keeps draining
+// its inbound rings meanwhile, so two workers full towards each other cannot deadlock.
+//
+// Threads: every method is for the worker's own thread, except counters(), which any thread may
+// read. Constructed by RingEngine.
+#ifndef RINGKV_SHARD_WORKER_H_
+#define RINGKV_SHARD_WORKER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "ring/ring.h"
+#include "shard/request.h"
+#include "shard/router.h"
+#include "shard/shard.h"
+
+namespace ringkv {
+
+// Where a worker's own requests come from and where they go back to. Worker thread only.
+class RequestSource {
+ public:
+  virtual ~RequestSource() = default;
+  // Hands over up to `max` requests; each stays the source's until Complete() gives it back.
+  virtual size_t Poll(Request** out, size_t max) = 0;
+  // Called once for every request Poll handed over, after its shard ran it.
+  virtual void Complete(Request* request) = 0;
+  // True once every request the source will ever make has been completed.
+  virtual bool Finished() const { return false; }
+};
+
+// Written by one worker only (a relaxed load and store, no read-modify-write), read by any thread
+// for progress and stats: relaxed is enough, readers want a recent figure, not a synchronisation
+// point. Each worker's block sits on its own cache lines.
+struct alignas(64) WorkerCounters {
+  std::atomic<uint64_t> executed{0};    // Requests this shard ran.
+  std::atomic<uint64_t> sent{0};        // Pointers enqueued towards other workers.
+  std::atomic<uint64_t> received{0};    // Pointers dequeued from other workers.
+  std::atomic<uint64_t> full_waits{0};  // Outbox flushes that a full ring cut short.
+  // RDTSCP cycle accounting, kept only when EngineOptions::profile is set. Ring polls count as
+  // the report counted them: a poll that moves n counts n, an empty poll counts 1.
+  std::atomic<uint64_t> hash_cycles{0};
+  std::atomic<uint64_t> hash_ops{0};
+  std::atomic<uint64_t> map_cycles{0};
+  std::atomic<uint64_t> map_ops{0};
+  std::atomic<uint64_t> ring_cycles{0};
+  std::atomic<uint64_t> ring_ops{0};
+
+  static void Add(std::atomic<uint64_t>& counter, uint64_t n) {
+    counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  static uint64_t Read(const std::atomic<uint64_t>& counter) {
+    return counter.load(std::memory_order_relaxed);
+  }
+};
+static_assert(sizeof(WorkerCounters) % 64 == 0 && alignof(WorkerCounters) == 64);
+
+class Worker {
+ public:
+  static constexpr size_t kMaxBurst = 256;
+  static constexpr size_t kMaxBacklog = 4096;
+
+  // `outbound[d]` carries requests and answers to worker d (null for this worker), `inbound` are
+  // the rings this worker consumes. Rings, router and counters outlive the worker.
+  Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, bool profile,
+         std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters);
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // One turn of the loop; returns how many requests it admitted, ran or completed (0: idle).
+  size_t RunOnce(RequestSource& source);
+
+  // Runs turns until `source` is Finished, then keeps serving the others until all
+  // `total_workers` have done the same; `finished_workers` is shared by them.
+  void RunToCompletion(RequestSource& source, std::atomic<uint32_t>& finished_workers,
+                       uint32_t total_workers);
+
+  // Nothing waits in this worker's outboxes.
+  bool Drained() const { return backlog_ == 0; }
+
+  uint16_t id() const { return id_; }
+  // The shard, for its owning thread, or for anyone once the workers have stopped.
+  const Shard& shard() const { return shard_; }
+  const WorkerCounters& counters() const { return counters_; }
+
+ private:
+  struct Outbox {
+    std::vector<Request*> items;
+    size_t head = 0;  // items[head..] are still to be sent.
+  };
+
+  void Admit(Request** batch, size_t n, RequestSource& source);
+  size_t DrainInbound(RequestSource& source);
+  void Execute(Request** batch, size_t n);
+  void Push(uint16_t to, Request* request);
+  void Flush();
+
+  // Constant after construction.
+  const uint16_t id_;
+  const Router& router_;
+  const size_t burst_;
+  const bool profile_;
+  const std::vector<Ring*> outbound_;
+  const std::vector<Ring*> inbound_;
+  WorkerCounters& counters_;
+
+  // Worker thread only.
+  Shard shard_;
+  std::vector<Outbox> outboxes_;
+  size_t backlog_ = 0;  // Requests waiting in outboxes_, all destinations.
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SHARD_WORKER_H_
