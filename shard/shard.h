@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
+#include "shard/internal/huge_page_allocator.h"
 #include "shard/internal/inline_bytes.h"
 #include "shard/router.h"
 
@@ -66,8 +67,11 @@ class Shard {
     bool operator()(const HashedKey& a, const Key& b) const { return a.bytes == b.view(); }
   };
 
-  absl::flat_hash_map<Key, Value, KeyHash, KeyEq> map_;  // Owning thread only.
-  uint64_t payload_bytes_ = 0;                           // Owning thread only.
+  // Owning thread only.
+  absl::flat_hash_map<Key, Value, KeyHash, KeyEq,
+                      internal::HugePageAllocator<std::pair<const Key, Value>>>
+      map_;
+  uint64_t payload_bytes_ = 0;  // Owning thread only.
 };
 
 }  // namespace ringkv

@@ -1,0 +1,71 @@
+// HugePageAllocator: the shard map's allocator. Blocks of 2 MiB and more (a big table's slot
+// array) are mapped on their own, 2 MiB-aligned, and marked MADV_HUGEPAGE, so the kernel backs
+// them with transparent huge pages where it can: a first touch faults in 2 MiB instead of 4 KiB
+// (512 times fewer page faults while a table fills) and a random probe misses the TLB far less.
+// Smaller blocks go to malloc (jemalloc). Nothing is pre-faulted: the first touch still pays.
+// Stateless; any thread.
+#ifndef RINGKV_SHARD_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
+#define RINGKV_SHARD_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
+
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+namespace ringkv::internal {
+
+inline constexpr size_t kHugePage = size_t{2} << 20;
+
+inline void* AllocateHuge(size_t bytes) {
+  const size_t length = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  // Map one huge page more than needed and trim, so the block starts on a 2 MiB boundary.
+  void* raw = mmap(nullptr, length + kHugePage, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > start) munmap(raw, aligned - start);
+  const uintptr_t end = start + length + kHugePage;
+  if (end > aligned + length) munmap(reinterpret_cast<void*>(aligned + length), end - aligned - length);
+  madvise(reinterpret_cast<void*>(aligned), length, MADV_HUGEPAGE);  // Advice: failure is fine.
+  return reinterpret_cast<void*>(aligned);
+}
+
+inline void FreeHuge(void* p, size_t bytes) {
+  munmap(p, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+}
+
+template <typename T>
+struct HugePageAllocator {
+  using value_type = T;
+
+  HugePageAllocator() = default;
+  template <typename U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}  // NOLINT: allocators convert implicitly.
+
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes >= kHugePage) return static_cast<T*>(AllocateHuge(bytes));
+    void* p = std::malloc(bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes >= kHugePage) {
+      FreeHuge(p, bytes);
+    } else {
+      std::free(p);
+    }
+  }
+  template <typename U>
+  bool operator==(const HugePageAllocator<U>&) const {
+    return true;
+  }
+};
+
+}  // namespace ringkv::internal
+
+#endif  // RINGKV_SHARD_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
