@@ -27,6 +27,6 @@ fi
 build_dir=${1:-build}
 shift || true
 if [ ! -f "$build_dir/build.ninja" ]; then
-  meson setup "$build_dir" --buildtype=release "$@"
+  meson setup "$build_dir" "$@"
 fi
 ninja -C "$build_dir" -j"${RINGKV_JOBS:-2}"
