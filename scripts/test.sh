@@ -8,11 +8,12 @@ scripts/setup.sh build || { echo "0 passed, 1 failed"; exit 1; }
 
 passed=0
 failed=0
-run_suite() {  # run_suite BUILD_DIR LABEL
-  local log
+run_suite() {  # run_suite BUILD_DIR LABEL [meson test options...]
+  local log dir=$1 label=$2
+  shift 2
   log=$(mktemp)
-  echo "== tests: $2"
-  meson test -C "$1" --print-errorlogs --num-processes 1 2>&1 | tee "$log"
+  echo "== tests: $label"
+  meson test -C "$dir" --print-errorlogs --num-processes 1 "$@" 2>&1 | tee "$log"
   local ok fail
   ok=$(awk '/^Ok:/ {print $2}' "$log")
   fail=$(awk '/^(Fail|Timeout|Unexpected Pass):/ {s += $2} END {print s + 0}' "$log")
@@ -35,7 +36,10 @@ if [ "${RINGKV_SANITIZERS:-1}" != 0 ]; then
   fi
   if scripts/setup.sh build-tsan -Dbuildtype=debugoptimized \
        -Db_sanitize=thread -Db_lundef=false; then
-    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_suite build-tsan TSan
+    # TSan cannot model moodycamel's standalone fences, so its backends' tests and the bench smoke
+    # run (which includes them) are left out here; they run in the other two builds.
+    GTEST_FILTER='-*moody*' TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+      run_suite build-tsan "TSan (without moodycamel)" --no-suite bench
   else
     failed=$((failed + 1))
   fi
