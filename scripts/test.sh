@@ -36,9 +36,12 @@ if [ "${RINGKV_SANITIZERS:-1}" != 0 ]; then
   fi
   if scripts/setup.sh build-tsan -Dbuildtype=debugoptimized \
        -Db_sanitize=thread -Db_lundef=false; then
-    # TSan cannot model moodycamel's standalone fences, so its backends' tests and the bench smoke
-    # run (which includes them) are left out here; they run in the other two builds.
-    GTEST_FILTER='-*moody*' TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    # Left out under TSan, run in the other two builds: moodycamel's queues (TSan does not model
+    # their standalone fences) and DPDK's multi-producer ring (a producer waits for the ones
+    # before it with a relaxed load, so TSan sees no happens-before between two producers' slot
+    # writes: formally racy inside DPDK's header, ordered by x86 in practice); and the bench smoke
+    # run, which runs every method.
+    GTEST_FILTER='-*moody*:*mpsc_rte*' TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
       run_suite build-tsan "TSan (without moodycamel)" --no-suite bench
   else
     failed=$((failed + 1))
