@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job: set up (packages, build), then the bench table at the machine's core count.
-# Extra arguments go to ringkv-bench, e.g. scripts/run.sh --threads=2 --ops=1000000
+# The main job: set up (packages, tools, build), then run the daemon in the foreground on
+# 127.0.0.1:50051. Extra arguments go to ringkv-server, e.g. scripts/run.sh --threads=4
+# (the lock-vs-ring bench table: build/bench/ringkv-bench --all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
-exec build/bench/ringkv-bench --all "$@"
+exec build/server/ringkv-server "$@"

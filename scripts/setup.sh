@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages ringkv builds with, then configures and builds it.
-# Idempotent: packages already present are skipped and `apt-get update` runs at most once.
+# Installs the Debian packages ringkv builds with, the interop-test tools (grpcurl from the Go
+# module proxy, grpcio from PyPI, both pinned, under .tools/), then configures and builds.
+# Idempotent: what is already present is skipped and `apt-get update` runs at most once.
 # Usage: scripts/setup.sh [BUILD_DIR] [extra meson options...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,11 @@ packages=(
   libdpdk-dev libjemalloc-dev libwyhash-dev libabsl-dev libgtest-dev libgmock-dev
   libconcurrentqueue-dev libreaderwriterqueue-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  python3 python3-venv ca-certificates
 )
+# Go builds grpcurl; a machine without a Go toolchain gets Debian's.
+export PATH="$PATH:/usr/local/go/bin"
+command -v go >/dev/null || packages+=(golang-go)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -22,6 +27,18 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Interop-test tools, pinned: grpcurl (reflection client) and Python's grpcio/grpcio-tools.
+tools=$PWD/.tools
+if [ ! -x "$tools/bin/grpcurl" ]; then
+  echo "setup: installing grpcurl v1.9.4 into .tools/bin" >&2
+  GOBIN="$tools/bin" GOFLAGS=-mod=mod go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
+fi
+if ! "$tools/venv/bin/python3" -c 'import grpc, grpc_tools' 2>/dev/null; then
+  echo "setup: installing grpcio and grpcio-tools into .tools/venv" >&2
+  python3 -m venv "$tools/venv"
+  "$tools/venv/bin/pip" install -q --disable-pip-version-check grpcio==1.66.1 grpcio-tools==1.66.1
 fi
 
 build_dir=${1:-build}

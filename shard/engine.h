@@ -40,6 +40,7 @@ struct EngineOptions {
   size_t burst = 32;              // Requests per Poll and per ring dequeue (1 .. 256).
   size_t reserve_per_shard = 0;   // Keys each shard's map is sized for up front.
   bool profile = false;           // RDTSCP cycle accounting in WorkerCounters.
+  WorkerWaker* waker = nullptr;   // Wakes parked workers (the daemon); outlives the engine.
 };
 
 class RingEngine {
@@ -54,6 +55,8 @@ class RingEngine {
   Worker& worker(uint32_t i) { return *workers_[i]; }
   const Worker& worker(uint32_t i) const { return *workers_[i]; }
   const Router& router() const { return router_; }
+  // Any thread.
+  const WorkerCounters& counters(uint32_t i) const { return counters_[i]; }
   const EngineOptions& options() const { return options_; }
 
  private:

@@ -34,4 +34,9 @@ void LockEngine::Execute(Request& r) {
   }
 }
 
+LockEngine::MapStats LockEngine::Stats(uint32_t i) const {
+  std::shared_lock lock(maps_[i]->mu);
+  return {maps_[i]->shard.size(), maps_[i]->shard.payload_bytes()};
+}
+
 }  // namespace ringkv

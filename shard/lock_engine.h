@@ -34,13 +34,21 @@ class LockEngine {
   void Execute(Request& r);
 
   const Shard& shard(uint32_t i) const { return maps_[i]->shard; }
+  uint32_t maps() const { return static_cast<uint32_t>(maps_.size()); }
+
+  // Any thread: a map's size and payload, read under its shared lock.
+  struct MapStats {
+    uint64_t keys = 0;
+    uint64_t payload_bytes = 0;
+  };
+  MapStats Stats(uint32_t i) const;
   const Router& router() const { return router_; }
 
  private:
   // One map and its lock on cache lines of their own, so two maps' locks never share a line.
   struct alignas(64) LockedShard {
     explicit LockedShard(size_t reserve) : shard(reserve) {}
-    std::shared_mutex mu;
+    mutable std::shared_mutex mu;
     Shard shard ABSL_GUARDED_BY(mu);
   };
 

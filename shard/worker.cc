@@ -12,7 +12,8 @@ namespace ringkv {
 using internal::Rdtscp;
 
 Worker::Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, bool profile,
-               std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters)
+               std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters,
+               WorkerWaker* waker)
     : id_(id),
       router_(router),
       burst_(burst),
@@ -20,6 +21,7 @@ Worker::Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, 
       outbound_(std::move(outbound)),
       inbound_(std::move(inbound)),
       counters_(counters),
+      waker_(waker),
       shard_(reserve),
       outboxes_(outbound_.size()) {
   ABSL_RAW_CHECK(burst_ >= 1 && burst_ <= kMaxBurst, "burst out of range");
@@ -147,6 +149,8 @@ void Worker::Execute(Request** batch, size_t n) {
     WorkerCounters::Add(counters_.map_ops, n);
   }
   WorkerCounters::Add(counters_.executed, n);
+  counters_.keys.store(shard_.size(), std::memory_order_relaxed);
+  counters_.payload_bytes.store(shard_.payload_bytes(), std::memory_order_relaxed);
 }
 
 void Worker::Push(uint16_t to, Request* request) {
@@ -168,6 +172,7 @@ void Worker::Flush() {
     }
     WorkerCounters::Add(counters_.sent, sent);
     backlog_ -= sent;
+    if (sent > 0 && waker_ != nullptr) waker_->Wake(static_cast<uint16_t>(to));
     if (sent == pending) {
       box.items.clear();
       box.head = 0;

@@ -43,6 +43,16 @@ class RequestSource {
   virtual bool Finished() const { return false; }
 };
 
+// Told after a worker put requests on the ring towards worker `to`, so that a `to` that parks
+// when idle (the daemon's workers) can be woken. Called on the sending worker's thread, after
+// the enqueue; an implementation must order its read of the parked flag after the enqueue (a
+// seq_cst fence) to pair with the parking side. The bench, whose workers never park, has none.
+class WorkerWaker {
+ public:
+  virtual ~WorkerWaker() = default;
+  virtual void Wake(uint16_t to) = 0;
+};
+
 // Written by one worker only (a relaxed load and store, no read-modify-write), read by any thread
 // for progress and stats: relaxed is enough, readers want a recent figure, not a synchronisation
 // point. Each worker's block sits on its own cache lines.
@@ -51,6 +61,8 @@ struct alignas(64) WorkerCounters {
   std::atomic<uint64_t> sent{0};        // Pointers enqueued towards other workers.
   std::atomic<uint64_t> received{0};    // Pointers dequeued from other workers.
   std::atomic<uint64_t> full_waits{0};  // Outbox flushes that a full ring cut short.
+  std::atomic<uint64_t> keys{0};        // The shard's size and payload after the last batch.
+  std::atomic<uint64_t> payload_bytes{0};
   // RDTSCP cycle accounting, kept only when EngineOptions::profile is set. Ring polls count as
   // the report counted them: a poll that moves n counts n, an empty poll counts 1.
   std::atomic<uint64_t> hash_cycles{0};
@@ -76,8 +88,10 @@ class Worker {
 
   // `outbound[d]` carries requests and answers to worker d (null for this worker), `inbound` are
   // the rings this worker consumes. Rings, router and counters outlive the worker.
+  // `waker` may be null.
   Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, bool profile,
-         std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters);
+         std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters,
+         WorkerWaker* waker = nullptr);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -117,6 +131,7 @@ class Worker {
   const std::vector<Ring*> outbound_;
   const std::vector<Ring*> inbound_;
   WorkerCounters& counters_;
+  WorkerWaker* const waker_;
 
   // Worker thread only.
   Shard shard_;

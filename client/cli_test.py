@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""End-to-end test of the `ringkv` CLI against a real ringkv-server on a free loopback port.
+
+Usage: cli_test.py SERVER_BINARY CLI_BINARY
+Each command's output and exit code is checked: 0 ok, 1 not found, 2 usage, 3 server error.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+SERVER = CLI = None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = subprocess.Popen([SERVER, "--listen=127.0.0.1:0", "--threads=2"],
+                                      stderr=subprocess.PIPE, text=True)
+        cls.addClassCleanup(cls.stop_server)
+        deadline = time.time() + 20
+        cls.addr = None
+        while time.time() < deadline:
+            line = cls.server.stderr.readline()
+            m = re.search(r"listening on (\S+):(\d+)", line)
+            if m:
+                cls.addr = f"127.0.0.1:{m.group(2)}"
+                break
+        assert cls.addr, "the server printed no port"
+
+    @classmethod
+    def stop_server(cls):
+        cls.server.send_signal(signal.SIGTERM)
+        assert cls.server.wait(timeout=10) == 0
+
+    def cli(self, *args, stdin=None, addr=None):
+        return subprocess.run([CLI, f"--addr={addr or self.addr}", *args], input=stdin,
+                              capture_output=True, timeout=30)
+
+    def test_put_get_del(self):
+        r = self.cli("put", "cli:k", "hello")
+        self.assertEqual((r.returncode, r.stdout), (0, b"OK\n"), r.stderr)
+        r = self.cli("get", "cli:k")
+        self.assertEqual((r.returncode, r.stdout), (0, b"hello"))
+        r = self.cli("--json", "get", "cli:k")
+        self.assertEqual(json.loads(r.stdout), {"key": "cli:k", "value": "hello"})
+        self.assertEqual(self.cli("del", "cli:k").returncode, 0)
+        r = self.cli("get", "cli:k")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"key not found: cli:k", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1)
+        self.assertEqual(self.cli("del", "cli:k").returncode, 1)
+
+    def test_binary_value_through_stdin(self):
+        value = bytes(range(256)) * 64 + b"\x00\n\xff"
+        r = self.cli("put", "cli:bin", "-", stdin=value)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.cli("get", "cli:bin")
+        self.assertEqual(r.stdout, value)
+        r = self.cli("--json", "get", "cli:bin")
+        decoded = json.loads(r.stdout)["value"].encode("latin-1")
+        self.assertEqual(decoded, value)
+
+    def test_mput_mget(self):
+        r = self.cli("mput", "m1=a", "m2=b=c", "m3=")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, b"m1\tOK\nm2\tOK\nm3\tOK\n")
+        r = self.cli("mget", "m1", "m2", "m3", "missing")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stdout, b"m1\ta\nm2\tb=c\nm3\t\nmissing\t(not found)\n")
+        r = self.cli("--json", "mget", "m1", "missing")
+        self.assertEqual(json.loads(r.stdout)[0], {"key": "m1", "value": "a"})
+        self.assertIn("error", json.loads(r.stdout)[1])
+        r = self.cli("mput", "ok=1", "=empty-key")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"(error: key is empty", r.stdout)
+
+    def test_stats(self):
+        self.cli("put", "stats:k", "v")
+        r = self.cli("stats")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"engine ring (spsc rings)", r.stdout)
+        stats = json.loads(self.cli("--json", "stats").stdout)
+        self.assertEqual(len(stats["shards"]), 2)
+        self.assertGreaterEqual(sum(int(s["keys"]) for s in stats["shards"]), 1)
+
+    def test_usage_errors_exit_2(self):
+        for args in (["get"], ["put", "k"], ["frobnicate"], [], ["--bogus", "get", "k"],
+                     ["--timeout=-1", "get", "k"], ["mput", "novalue"]):
+            r = self.cli(*args)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, (args, r.stderr))
+        r = self.cli("put", "", "v")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"key is empty", r.stderr)
+        r = self.cli("put", "k" * 5000, "v")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"--max-key-bytes=4096", r.stderr)
+
+    def test_unreachable_server_exits_3_and_names_the_address(self):
+        addr = f"127.0.0.1:{free_port()}"
+        r = self.cli("--timeout=2", "get", "k", addr=addr)
+        self.assertEqual(r.returncode, 3)
+        self.assertIn(addr.encode(), r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+
+if __name__ == "__main__":
+    SERVER, CLI = sys.argv[1], sys.argv[2]
+    unittest.main(argv=sys.argv[:1], verbosity=2)

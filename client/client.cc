@@ -1,0 +1,119 @@
+#include "client/client.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace ringkv {
+
+namespace pb = ::ringkv::v1;
+
+grpc::ChannelArguments Client::ChannelArgs() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  return args;
+}
+
+Client::Client(std::string address, absl::Duration timeout)
+    : address_(std::move(address)),
+      timeout_(timeout),
+      channel_(grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(),
+                                         ChannelArgs())),
+      stub_(pb::KV::NewStub(channel_)) {}
+
+std::unique_ptr<grpc::ClientContext> Client::NewContext() const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::microseconds(absl::ToInt64Microseconds(timeout_)));
+  return context;
+}
+
+absl::Status Client::ToStatus(const grpc::Status& status) const {
+  if (status.ok()) return absl::OkStatus();
+  const auto code = static_cast<absl::StatusCode>(status.error_code());
+  if (code == absl::StatusCode::kUnavailable) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach ringkv-server at ", address_, ": ", status.error_message()));
+  }
+  if (code == absl::StatusCode::kDeadlineExceeded) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no answer from ", address_, " within ", absl::FormatDuration(timeout_)));
+  }
+  return absl::Status(code, status.error_message());
+}
+
+absl::StatusOr<std::string> Client::Get(std::string_view key) {
+  pb::GetRequest request;
+  request.set_key(std::string(key));
+  pb::GetResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->Get(context.get(), request, &response);
+  if (!status.ok()) return ToStatus(status);
+  return std::move(*response.mutable_value());
+}
+
+absl::Status Client::Put(std::string_view key, std::string_view value) {
+  pb::PutRequest request;
+  request.set_key(std::string(key));
+  request.set_value(std::string(value));
+  pb::PutResponse response;
+  auto context = NewContext();
+  return ToStatus(stub_->Put(context.get(), request, &response));
+}
+
+absl::Status Client::Delete(std::string_view key) {
+  pb::DeleteRequest request;
+  request.set_key(std::string(key));
+  pb::DeleteResponse response;
+  auto context = NewContext();
+  return ToStatus(stub_->Delete(context.get(), request, &response));
+}
+
+namespace {
+std::vector<Client::Item> ToItems(google::protobuf::RepeatedPtrField<pb::ItemResult>* results) {
+  std::vector<Client::Item> items;
+  items.reserve(static_cast<size_t>(results->size()));
+  for (pb::ItemResult& r : *results) {
+    items.push_back({absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()),
+                     std::move(*r.mutable_value())});
+  }
+  return items;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<Client::Item>> Client::MultiGet(const std::vector<std::string>& keys) {
+  pb::MultiGetRequest request;
+  for (const std::string& key : keys) request.add_keys(key);
+  pb::MultiGetResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->MultiGet(context.get(), request, &response);
+  if (!status.ok()) return ToStatus(status);
+  return ToItems(response.mutable_results());
+}
+
+absl::StatusOr<std::vector<Client::Item>> Client::MultiPut(
+    const std::vector<std::pair<std::string, std::string>>& items) {
+  pb::MultiPutRequest request;
+  for (const auto& [key, value] : items) {
+    pb::KeyValue* item = request.add_items();
+    item->set_key(key);
+    item->set_value(value);
+  }
+  pb::MultiPutResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->MultiPut(context.get(), request, &response);
+  if (!status.ok()) return ToStatus(status);
+  return ToItems(response.mutable_results());
+}
+
+absl::StatusOr<pb::StatsResponse> Client::Stats() {
+  pb::StatsRequest request;
+  pb::StatsResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->Stats(context.get(), request, &response);
+  if (!status.ok()) return ToStatus(status);
+  return response;
+}
+
+}  // namespace ringkv

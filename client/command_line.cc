@@ -1,0 +1,83 @@
+#include "client/command_line.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+
+namespace ringkv {
+namespace {
+
+[[noreturn]] void UsageError(const char* program, const std::string& message) {
+  std::string name = program;
+  if (size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+  std::fprintf(stderr, "%s: %s (see --help)\n", name.c_str(), message.c_str());
+  std::exit(2);
+}
+
+bool IsAbseilBuiltin(std::string_view name) {
+  return name == "help" || name == "helpfull" || name == "helpshort" || name == "helppackage" ||
+         name == "version" || name == "only_check_args" || name == "helpon" ||
+         name == "helpmatch" || name == "flagfile" || name == "fromenv" || name == "tryfromenv" ||
+         name == "undefok";
+}
+
+}  // namespace
+
+std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
+  // Normalised copies of the arguments live as long as the program: Abseil keeps the pointers
+  // it returns for positional arguments.
+  static std::vector<std::string> storage;
+  static std::vector<char*> args;
+  storage.assign(argv, argv + argc);
+  bool positional_only = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string& arg = storage[static_cast<size_t>(i)];
+    if (positional_only || arg.size() < 2 || arg[0] != '-') continue;
+    if (arg == "--") {
+      positional_only = true;
+      continue;
+    }
+    const size_t dashes = arg[1] == '-' ? 2 : 1;
+    const size_t eq = arg.find('=');
+    std::string name = arg.substr(dashes, eq == std::string::npos ? std::string::npos : eq - dashes);
+    for (char& c : name) {
+      if (c == '-') c = '_';
+    }
+    arg = "--" + name + (eq == std::string::npos ? "" : arg.substr(eq));
+    if (IsAbseilBuiltin(name)) continue;
+
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && name.rfind("no", 0) == 0) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>() && eq == std::string::npos) continue;
+    }
+    if (flag == nullptr) UsageError(argv[0], "unknown flag --" + name);
+
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(arg.find('=') + 1);
+    } else if (flag->IsOfType<bool>()) {
+      value = "true";
+    } else if (i + 1 < argc) {
+      value = storage[static_cast<size_t>(i + 1)];  // "--flag value" form; Abseil takes it too.
+      ++i;
+    } else {
+      UsageError(argv[0], "flag --" + name + " needs a value");
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      UsageError(argv[0], "bad value '" + value + "' for --" + name + ": " + error);
+    }
+  }
+  args.clear();
+  for (std::string& arg : storage) args.push_back(arg.data());
+  std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
+  return rest;
+}
+
+}  // namespace ringkv

@@ -1,0 +1,19 @@
+// ParseCommandLineOrExit: Abseil flag parsing with the conventions every ringkv program shares.
+// Flag names may be written with dashes or underscores (--max-key-bytes is --max_key_bytes),
+// and any usage error (an unknown flag, a value that does not parse) prints one line naming
+// the flag and exits with status 2, where Abseil alone would exit with 1. --help and friends
+// are Abseil's. Returns the positional arguments, argv[0] first. Call once, from main.
+//
+//   std::vector<char*> args = ParseCommandLineOrExit(argc, argv);
+#ifndef RINGKV_CLIENT_COMMAND_LINE_H_
+#define RINGKV_CLIENT_COMMAND_LINE_H_
+
+#include <vector>
+
+namespace ringkv {
+
+std::vector<char*> ParseCommandLineOrExit(int argc, char** argv);
+
+}  // namespace ringkv
+
+#endif  // RINGKV_CLIENT_COMMAND_LINE_H_

@@ -1,0 +1,133 @@
+// ringkv-server: the ringkv daemon. Serves ringkv.v1.KV, grpc.health.v1.Health and server
+// reflection on --listen until SIGTERM or SIGINT, then drains (server/server.h) and exits 0.
+// Exit status 2: a usage error, or the address cannot be listened on.
+#include <grpc/support/log.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "client/command_line.h"
+#include "server/log.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "address to listen on, HOST:PORT; loopback unless told otherwise (port 0: any free)");
+ABSL_FLAG(uint32_t, threads, std::thread::hardware_concurrency(),
+          "worker threads, each owning one shard and one completion queue (default: cores)");
+ABSL_FLAG(std::string, ring, "spsc", "ring between workers: spsc (one per pair) or mpsc (one per "
+                                     "worker)");
+ABSL_FLAG(std::string, engine, "ring", "ring (shards joined by rings) or lock (the lock baseline)");
+ABSL_FLAG(uint64_t, ring_size, 16384, "capacity of each ring, in requests");
+ABSL_FLAG(uint64_t, max_key_bytes, 4096, "longest key accepted");
+ABSL_FLAG(uint64_t, max_value_bytes, 4 << 20, "largest value accepted");
+ABSL_FLAG(bool, poll_mode, false,
+          "busy-poll instead of parking idle workers (dedicated machines only: each worker "
+          "keeps a core busy)");
+ABSL_FLAG(double, shutdown_grace, 4.0,
+          "seconds the calls in flight get to finish on SIGTERM/SIGINT before they are cancelled");
+ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
+
+namespace ringkv {
+namespace {
+
+bool ParseLogLevel(std::string_view text, LogLevel* level) {
+  if (text == "error") *level = LogLevel::kError;
+  else if (text == "warning") *level = LogLevel::kWarning;
+  else if (text == "info") *level = LogLevel::kInfo;
+  else if (text == "debug") *level = LogLevel::kDebug;
+  else return false;
+  return true;
+}
+
+// gRPC's own log lines are shown at --log-level=debug only: its messages are for debugging
+// gRPC, and a failed start is reported in one line of ours.
+void GrpcLog(gpr_log_func_args* args) {
+  if (LogEnabled(LogLevel::kDebug)) Log(LogLevel::kDebug, "grpc: %s", args->message);
+}
+
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "ringkv-server: %s (see --help)\n", message.c_str());
+  return 2;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "the ringkv daemon: a sharded in-memory key-value store served over gRPC.\n"
+      "  ringkv-server [--listen=127.0.0.1:50051] [--threads=N] [--ring=spsc|mpsc] "
+      "[--engine=ring|lock]\n"
+      "Flags may be written with - or _ (--max-key-bytes). Stops cleanly on SIGTERM/SIGINT.\n"
+      "Exit status: 0 after a clean stop, 2 on a usage error or an address it cannot listen "
+      "on, 1 on any other failure.");
+  std::vector<char*> rest = ParseCommandLineOrExit(argc, argv);
+  if (rest.size() > 1) return Usage(absl::StrCat("unexpected argument '", rest[1], "'"));
+
+  LogLevel level;
+  if (!ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    return Usage("--log-level must be error, warning, info or debug");
+  }
+  SetLogLevel(level);
+  gpr_set_log_function(GrpcLog);
+  gpr_set_log_verbosity(level == LogLevel::kDebug ? GPR_LOG_SEVERITY_DEBUG
+                                                  : GPR_LOG_SEVERITY_ERROR);
+
+  ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  const std::string ring = absl::GetFlag(FLAGS_ring);
+  if (ring == "spsc") {
+    options.ring = RingKind::kRteSpsc;
+  } else if (ring == "mpsc") {
+    options.ring = RingKind::kRteMpsc;
+  } else {
+    return Usage("--ring must be spsc or mpsc, got '" + ring + "'");
+  }
+  const std::string engine = absl::GetFlag(FLAGS_engine);
+  if (engine != "ring" && engine != "lock") {
+    return Usage("--engine must be ring or lock, got '" + engine + "'");
+  }
+  options.lock_engine = engine == "lock";
+  options.ring_capacity = absl::GetFlag(FLAGS_ring_size);
+  options.limits.max_key_bytes = absl::GetFlag(FLAGS_max_key_bytes);
+  options.limits.max_value_bytes = absl::GetFlag(FLAGS_max_value_bytes);
+  options.poll_mode = absl::GetFlag(FLAGS_poll_mode);
+  const double grace = absl::GetFlag(FLAGS_shutdown_grace);
+  if (!(grace >= 0 && grace <= 3600)) return Usage("--shutdown-grace must be 0 .. 3600 seconds");
+  options.shutdown_grace = absl::Seconds(grace);
+
+  // Every thread, gRPC's included, inherits this mask, so the signals reach sigwait below only.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto server = Server::Start(options);
+  if (!server.ok()) {
+    const bool usage = server.status().code() == absl::StatusCode::kInvalidArgument ||
+                       server.status().code() == absl::StatusCode::kUnavailable;
+    std::fprintf(stderr, "ringkv-server: %s\n", std::string(server.status().message()).c_str());
+    return usage ? 2 : 1;
+  }
+  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  Log(LogLevel::kInfo, "listening on %s:%d (%u workers, %s engine%s)", host, (*server)->port(),
+      options.threads, engine, options.lock_engine ? "" : ", " + ring + " rings");
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  Log(LogLevel::kInfo, "%s: draining", signal == SIGINT ? "SIGINT" : "SIGTERM");
+  (*server)->Shutdown();
+  server->reset();
+  Log(LogLevel::kInfo, "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringkv
+
+int main(int argc, char** argv) { return ringkv::Main(argc, argv); }

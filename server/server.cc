@@ -1,0 +1,190 @@
+#include "server/server.h"
+
+#include <grpc/grpc.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <cstring>
+#include <limits>
+
+#ifdef RINGKV_HAVE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+
+#include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.pb.h"
+#include "server/log.h"
+
+namespace ringkv {
+namespace {
+
+constexpr char kServiceName[] = "ringkv.v1.KV";
+
+// jemalloc's own figures, refreshed; zeros where jemalloc is not the allocator (sanitizers).
+void ReadMemory(uint64_t* allocated, uint64_t* resident) {
+  *allocated = 0;
+  *resident = 0;
+#ifdef RINGKV_HAVE_JEMALLOC
+  uint64_t epoch = 1;
+  size_t len = sizeof(epoch);
+  mallctl("epoch", &epoch, &len, &epoch, len);
+  size_t value = 0;
+  len = sizeof(value);
+  if (mallctl("stats.allocated", &value, &len, nullptr, 0) == 0) *allocated = value;
+  len = sizeof(value);
+  if (mallctl("stats.resident", &value, &len, nullptr, 0) == 0) *resident = value;
+#endif
+}
+
+}  // namespace
+
+Server::Server(const ServerOptions& options) : options_(options), started_(absl::Now()) {}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  if (options.threads == 0 || options.threads > RingEngine::kMaxWorkers) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads must be 1 .. ",
+                                                   RingEngine::kMaxWorkers, ", got ",
+                                                   options.threads));
+  }
+  if (options.limits.max_key_bytes == 0 || options.limits.max_key_bytes > (size_t{1} << 20)) {
+    return absl::InvalidArgumentError("--max-key-bytes must be 1 .. 1048576");
+  }
+  if (options.limits.max_value_bytes > (size_t{1} << 30)) {
+    return absl::InvalidArgumentError("--max-value-bytes must be at most 1073741824 (1 GiB)");
+  }
+  std::unique_ptr<Server> server(new Server(options));
+  const uint32_t n = options.threads;
+  if (options.lock_engine) {
+    server->lock_engine_ = std::make_unique<LockEngine>(n, /*reserve_per_map=*/0);
+  } else {
+    auto engine = RingEngine::Create({.workers = n,
+                                      .ring = options.ring,
+                                      .ring_capacity = options.ring_capacity,
+                                      .waker = server.get()});
+    if (!engine.ok()) return engine.status();
+    server->ring_engine_ = std::move(*engine);
+  }
+
+  // gRPC's own health service answers grpc.health.v1.Health; referencing the shipped
+  // health.proto's messages links their descriptors in, so reflection can describe it too.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  // Without this, gRPC binds with SO_REUSEPORT and a second daemon on the same port would
+  // silently share it instead of failing.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(&server->service_);
+  // Room for a value at the limit plus its key and framing; a bigger message is refused by
+  // gRPC itself (RESOURCE_EXHAUSTED) before it is read.
+  const size_t max_message = 2 * options.limits.max_value_bytes +
+                             options.limits.max_key_bytes + (size_t{1} << 20);
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<size_t>(max_message, std::numeric_limits<int>::max())));
+  for (uint32_t i = 0; i < n; ++i) server->queues_.push_back(builder.AddCompletionQueue());
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr || server->port_ == 0) {
+    // Nothing listens and no loop runs; drain the queues gRPC handed out so they can go.
+    for (auto& queue : server->queues_) {
+      queue->Shutdown();
+      void* tag;
+      bool ok;
+      while (queue->Next(&tag, &ok)) {
+      }
+    }
+    server->stopped_ = true;
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.listen,
+        ": the port is in use, or the address is not one of this machine's"));
+  }
+
+  for (uint32_t i = 0; i < n; ++i) {
+    Worker* worker = server->ring_engine_ ? &server->ring_engine_->worker(i) : nullptr;
+    server->loops_.push_back(std::make_unique<ShardLoop>(static_cast<uint16_t>(i), *server,
+                                                         server->queues_[i].get(), worker,
+                                                         server->lock_engine_.get()));
+  }
+  for (auto& loop : server->loops_) {
+    server->threads_.emplace_back([loop = loop.get()] { loop->Run(); });
+  }
+  grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
+  health->SetServingStatus(kServiceName, true);
+  health->SetServingStatus(true);
+  return server;
+}
+
+void Server::Shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  shutting_down_.store(true, std::memory_order_release);
+  if (grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService()) {
+    health->SetServingStatus(false);
+  }
+  // New calls are refused from now on (calls.cc); the ones in flight get the grace period.
+  const absl::Time deadline = absl::Now() + options_.shutdown_grace;
+  while (active_calls_.load(std::memory_order_acquire) > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  Log(LogLevel::kDebug, "%d calls still in flight; stopping the gRPC server",
+      active_calls_.load(std::memory_order_acquire));
+  // Cancels whatever is left and closes the connections.
+  grpc_server_->Shutdown(gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                      gpr_time_from_millis(100, GPR_TIMESPAN)));
+  Log(LogLevel::kDebug, "gRPC server stopped; shutting down the completion queues");
+  for (size_t i = 0; i < loops_.size(); ++i) {
+    loops_[i]->BlockWakeups();
+    queues_[i]->Shutdown();
+  }
+  for (std::thread& thread : threads_) thread.join();
+  threads_.clear();
+  Log(LogLevel::kDebug, "every loop has stopped");
+}
+
+Server::~Server() {
+  Shutdown();
+  // The loops hold calls' last references to nothing now; the gRPC server goes before the
+  // queues it posted to, and the engine (rings, shards) last.
+  loops_.clear();
+  grpc_server_.reset();
+  queues_.clear();
+}
+
+void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
+  const uint32_t n = static_cast<uint32_t>(loops_.size());
+  uint64_t sent = 0;
+  uint64_t received = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    ringkv::v1::ShardStats* shard = stats->add_shards();
+    shard->set_shard(i);
+    if (ring_engine_) {
+      const WorkerCounters& c = ring_engine_->counters(i);
+      shard->set_keys(WorkerCounters::Read(c.keys));
+      shard->set_payload_bytes(WorkerCounters::Read(c.payload_bytes));
+      shard->set_ops(WorkerCounters::Read(c.executed));
+      shard->set_ring_sent(WorkerCounters::Read(c.sent));
+      shard->set_ring_received(WorkerCounters::Read(c.received));
+      shard->set_ring_full_waits(WorkerCounters::Read(c.full_waits));
+      sent += shard->ring_sent();
+      received += shard->ring_received();
+    } else {
+      const LockEngine::MapStats map = lock_engine_->Stats(i);
+      shard->set_keys(map.keys);
+      shard->set_payload_bytes(map.payload_bytes);
+      shard->set_ops(loops_[i]->lock_ops());
+    }
+  }
+  // Counters are read one after another, not as one snapshot: a received count read later can
+  // pass a sent count read earlier, so the difference is clamped.
+  stats->set_ring_in_flight(sent > received ? sent - received : 0);
+  uint64_t allocated;
+  uint64_t resident;
+  ReadMemory(&allocated, &resident);
+  stats->set_memory_allocated_bytes(allocated);
+  stats->set_memory_resident_bytes(resident);
+  stats->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
+  stats->set_engine(options_.lock_engine ? "lock" : "ring");
+  stats->set_ring(options_.lock_engine ? "" : (IsMultiProducer(options_.ring) ? "mpsc" : "spsc"));
+}
+
+}  // namespace ringkv

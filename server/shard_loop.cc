@@ -1,0 +1,159 @@
+#include "server/shard_loop.h"
+
+#include <chrono>
+#include <thread>
+
+#include "ring/ring.h"
+#include "server/calls.h"
+#include "server/server.h"
+
+namespace ringkv {
+namespace {
+
+// Calls of each method kept armed per loop: enough that a burst of new calls rarely waits for
+// the loop to re-arm one.
+constexpr int kArmedPerMethod = 8;
+// Completion-queue events taken per turn before the engine gets its turn.
+constexpr int kQueueBurst = 64;
+// A parked loop wakes at least this often even if nobody rings: a bound on the cost of a lost
+// wake-up, and cheap enough (a few microseconds) to leave the idle daemon under 1% of a core.
+constexpr auto kParkTimeout = std::chrono::milliseconds(100);
+
+gpr_timespec Deadline(std::chrono::nanoseconds from_now) {
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                      gpr_time_from_nanos(from_now.count(), GPR_TIMESPAN));
+}
+
+}  // namespace
+
+ShardLoop::ShardLoop(uint16_t id, Server& server, grpc::ServerCompletionQueue* cq,
+                     Worker* worker, LockEngine* lock_engine)
+    : id_(id), server_(server), cq_(cq), worker_(worker), lock_engine_(lock_engine) {}
+
+size_t ShardLoop::Poll(Request** out, size_t max) {
+  size_t n = 0;
+  while (n < max && !pending_.empty()) {
+    out[n++] = pending_.front();
+    pending_.pop_front();
+  }
+  return n;
+}
+
+void ShardLoop::Complete(Request* request) {
+  --in_flight_;
+  static_cast<Call*>(request->tag)->OnRequestDone(request);
+}
+
+void ShardLoop::Dispatch(void* tag, bool ok) {
+  auto* event = static_cast<CallEvent*>(tag);
+  if (event->call == nullptr) {
+    // Our wake-up alarm fired: the next one may be set. Its only job was ending the wait.
+    wake_pending_.store(false, std::memory_order_release);
+    return;
+  }
+  event->call->OnEvent(event->kind, ok);
+}
+
+size_t ShardLoop::PollQueue() {
+  if (queue_drained_) return 0;
+  size_t events = 0;
+  void* tag;
+  bool ok;
+  while (events < kQueueBurst) {
+    const auto status = cq_->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+    if (status == grpc::CompletionQueue::SHUTDOWN) {
+      queue_drained_ = true;
+      break;
+    }
+    if (status == grpc::CompletionQueue::TIMEOUT) break;
+    Dispatch(tag, ok);
+    ++events;
+  }
+  return events;
+}
+
+size_t ShardLoop::RunEngine() {
+  if (worker_ != nullptr) return worker_->RunOnce(*this);
+  // Lock engine: this thread runs its own requests under the engine's locks.
+  size_t n = 0;
+  while (!pending_.empty()) {
+    Request* request = pending_.front();
+    pending_.pop_front();
+    lock_engine_->Execute(*request);
+    Complete(request);
+    ++n;
+  }
+  if (n > 0) lock_ops_.store(lock_ops_.load(std::memory_order_relaxed) + n,
+                             std::memory_order_relaxed);
+  return n;
+}
+
+void ShardLoop::WakeIfParked() {
+  // Pairs with the seq_cst store of parked_ in Park(): either that loop's last engine turn sees
+  // what we enqueued, or we see parked_ and ring.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!parked_.load(std::memory_order_relaxed)) return;
+  if (wake_pending_.exchange(true, std::memory_order_acq_rel)) return;  // Already rung.
+  wake_alarm_.Set(cq_, gpr_time_0(GPR_CLOCK_MONOTONIC), &wake_event_);
+}
+
+void ShardLoop::BlockWakeups() {
+  while (wake_pending_.exchange(true, std::memory_order_acq_rel)) std::this_thread::yield();
+}
+
+bool ShardLoop::Park() {
+  parked_.store(true, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  bool woken = RunEngine() > 0;
+  if (!woken) {
+    void* tag;
+    bool ok;
+    const auto status = cq_->AsyncNext(&tag, &ok, Deadline(kParkTimeout));
+    if (status == grpc::CompletionQueue::GOT_EVENT) {
+      Dispatch(tag, ok);
+      woken = true;
+    } else if (status == grpc::CompletionQueue::SHUTDOWN) {
+      queue_drained_ = true;
+      woken = true;
+    }
+  }
+  parked_.store(false, std::memory_order_relaxed);
+  return woken;
+}
+
+void ShardLoop::Run() {
+  Call::AcceptAll(*this, kArmedPerMethod);
+  int idle_turns = 0;
+  for (;;) {
+    const size_t work = PollQueue() + RunEngine();
+    if (queue_drained_ && in_flight_ == 0 && (worker_ == nullptr || worker_->Drained())) {
+      if (!counted_finished_) {
+        counted_finished_ = true;
+        server_.MarkLoopFinished();
+      }
+      if (server_.AllLoopsFinished()) return;
+    }
+    if (work > 0) {
+      idle_turns = 0;
+      continue;
+    }
+    if (++idle_turns < kSpinTurns) {
+      CpuRelax();
+      continue;
+    }
+    idle_turns = 0;
+    const bool backlogged = worker_ != nullptr && !worker_->Drained();
+    if (server_.options().poll_mode || backlogged) {
+      std::this_thread::yield();  // Full rings: let the consumer run.
+    } else if (queue_drained_) {
+      // Only the other loops' last Requests can still come; the queue can no longer be waited on.
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    } else if (!Park()) {
+      // Timed out with nothing to do: park again after one turn instead of spinning again
+      // (each spin turn's non-blocking poll costs gRPC a futex call).
+      idle_turns = kSpinTurns - 1;
+    }
+  }
+}
+
+}  // namespace ringkv
