@@ -4,6 +4,8 @@
 //   --method=M   one method: the report's PUT phase then GET phase, per-thread and total Mops,
 //                peak RSS; --rdtsc adds the per-thread RDTSCP cycle breakdown.
 //   --all        every method, each in a fresh child process (so peak RSS is its own), one table.
+//   queue        the queue benchmark (seeds 000 and 003, bench/queue_bench.h): producers post
+//                tasks to one consumer loop through each candidate cross-thread path.
 // Exit status: 0 when every GET found the value last written, 1 when one did not (or a child
 // run failed), 2 on a usage error.
 #include <spawn.h>
@@ -25,6 +27,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bench/kv_bench.h"
+#include "bench/queue_command.h"
+#include "client/command_line.h"
 
 ABSL_FLAG(uint32_t, threads, std::max(1u, std::thread::hardware_concurrency()),
           "worker threads (and shards); default: the machine's cores");
@@ -223,8 +227,13 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "reproduces the report's lock-vs-ring key-value benchmark.\n"
       "  ringkv-bench [--threads=N] [--method=M | --all] [--ops=N] [--rdtsc] [--json=FILE]\n"
+      "  ringkv-bench queue [--producers=1,2,4] [--tasks=N] [--rounds=N] [--backends=...] "
+      "[--forms=...] [--runs=3]\n"
       "Exit status: 0 ok, 1 a GET did not find the value last written, 2 usage error.");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> rest = ringkv::ParseCommandLineOrExit(argc, argv);
+  if (rest.size() == 2 && std::string(rest[1]) == "queue") {
+    return ringkv::bench::RunQueueCommand(absl::GetFlag(FLAGS_json));
+  }
   if (rest.size() > 1) {
     std::fprintf(stderr, "ringkv-bench: unexpected argument '%s' (see --help)\n", rest[1]);
     return 2;

@@ -6,13 +6,13 @@ Each command's output and exit code is checked: 0 ok, 1 not found, 2 usage, 3 se
 """
 import json
 import os
-import re
-import signal
 import socket
 import subprocess
 import sys
-import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server", "testing"))
+from ringkv_server import RingkvServer  # noqa: E402
 
 SERVER = CLI = None
 
@@ -26,23 +26,9 @@ def free_port():
 class CliTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = subprocess.Popen([SERVER, "--listen=127.0.0.1:0", "--threads=2"],
-                                      stderr=subprocess.PIPE, text=True)
-        cls.addClassCleanup(cls.stop_server)
-        deadline = time.time() + 20
-        cls.addr = None
-        while time.time() < deadline:
-            line = cls.server.stderr.readline()
-            m = re.search(r"listening on (\S+):(\d+)", line)
-            if m:
-                cls.addr = f"127.0.0.1:{m.group(2)}"
-                break
-        assert cls.addr, "the server printed no port"
-
-    @classmethod
-    def stop_server(cls):
-        cls.server.send_signal(signal.SIGTERM)
-        assert cls.server.wait(timeout=10) == 0
+        cls.server = RingkvServer(SERVER, "--threads=2")
+        cls.addClassCleanup(cls.server.stop)
+        cls.addr = cls.server.address
 
     def cli(self, *args, stdin=None, addr=None):
         return subprocess.run([CLI, f"--addr={addr or self.addr}", *args], input=stdin,

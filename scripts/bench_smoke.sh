@@ -34,4 +34,24 @@ set +e
 "$bench" --threads=0 --ops=10 2>"$out/err.txt"; rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q "1 .. 1024" "$out/err.txt" || fail "--threads=0: rc $rc"
+set +e
+"$bench" --no-such-flag 2>"$out/err.txt"; rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "unknown flag --no_such_flag" "$out/err.txt" || fail "bad flag: rc $rc"
+
+# The queue benchmark: every backend and form, 1 and 3 producers, a small count. Each run
+# checks that every task ran exactly once (count and checksum) or exits 1.
+"$bench" queue --producers=1,3 --tasks=20000 --rounds=2 --runs=1 --json="$out/queue.json" \
+  >"$out/queue.txt" 2>/dev/null || fail "queue exited $?: $(cat "$out/queue.txt")"
+for b in mutex boost moody mpsc-rte spsc-rte; do
+  for f in callable visitor; do
+    grep -Eq "^\| $b/$f \|( [0-9.]+ \([0-9.]+ \.\. [0-9.]+\) \|){4}$" "$out/queue.txt" \
+      || fail "no queue row for $b/$f: $(cat "$out/queue.txt")"
+  done
+done
+[ "$(grep -o '"seconds"' "$out/queue.json" | wc -l)" -eq 40 ] || fail "queue.json lacks runs"
+set +e
+"$bench" queue --backends=bogus --tasks=10 2>"$out/err.txt"; rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "unknown queue backend 'bogus'" "$out/err.txt" || fail "queue backend: rc $rc"
 echo "bench smoke: ok"

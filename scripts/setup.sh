@@ -12,6 +12,7 @@ packages=(
   libconcurrentqueue-dev libreaderwriterqueue-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   python3 python3-venv ca-certificates
+  libboost-dev python3-matplotlib
 )
 # Go builds grpcurl; a machine without a Go toolchain gets Debian's.
 export PATH="$PATH:/usr/local/go/bin"

@@ -24,6 +24,8 @@ constexpr size_t kMaxStreamInFlight = 4096;
 // A Stream reply message stops taking results at about this size; more go in the next one.
 constexpr size_t kStreamReplyBytes = size_t{1} << 20;
 
+grpc::Status NotFound() { return grpc::Status(grpc::StatusCode::NOT_FOUND, "key not found"); }
+
 grpc::Status ShuttingDown() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "ringkv-server is shutting down");
 }
@@ -45,7 +47,7 @@ void SetItem(pb::ItemResult* item, Request& request) {
     if (request.op == Op::kGet) item->set_value(std::move(request.out));
   } else {
     item->set_code(grpc::StatusCode::NOT_FOUND);
-    item->set_message("key not found");
+    item->set_message(NotFound().error_message());
   }
 }
 
@@ -112,73 +114,62 @@ class UnaryCall : public Call {
 
 const RequestLimits& LimitsOf(ShardLoop& loop) { return loop.server().options().limits; }
 
-class GetCall
-    : public UnaryCall<GetCall, pb::GetRequest, pb::GetResponse, &Service::RequestGet> {
+// Get, Put and Delete: one key, one Request.
+template <typename Derived, typename RequestPb, typename ResponsePb, auto kArm>
+class SingleKeyCall : public UnaryCall<Derived, RequestPb, ResponsePb, kArm> {
  public:
-  using UnaryCall::UnaryCall;
-  void Begin() {
-    if (absl::Status s = LimitsOf(loop_).CheckKey(request_.key()); !s.ok()) {
-      Reply(ToGrpc(s));
+  using UnaryCall<Derived, RequestPb, ResponsePb, kArm>::UnaryCall;
+
+ protected:
+  // Checks the limits (a PUT's value too) and submits, or replies INVALID_ARGUMENT.
+  void Start(Op op, const std::string& key, const std::string* value = nullptr) {
+    const RequestLimits& limits = LimitsOf(this->loop_);
+    absl::Status status = value == nullptr ? limits.CheckKey(key) : limits.CheckPut(key, *value);
+    if (!status.ok()) {
+      this->Reply(ToGrpc(status));
       return;
     }
-    op_.op = Op::kGet;
-    op_.key = request_.key();
-    Submit(op_);
+    op_.op = op;
+    op_.key = key;
+    if (value != nullptr) op_.value = *value;
+    this->Submit(op_);
   }
+
+ private:
+  Request op_;
+};
+
+class GetCall
+    : public SingleKeyCall<GetCall, pb::GetRequest, pb::GetResponse, &Service::RequestGet> {
+ public:
+  using SingleKeyCall::SingleKeyCall;
+  void Begin() { Start(Op::kGet, request_.key()); }
   void OnRequestDone(Request* request) override {
     if (request->result != Result::kOk) {
-      Reply(grpc::Status(grpc::StatusCode::NOT_FOUND, "key not found"));
+      Reply(NotFound());
       return;
     }
     response_.set_value(std::move(request->out));
     Reply(grpc::Status::OK);
   }
-
- private:
-  Request op_;
 };
 
 class PutCall
-    : public UnaryCall<PutCall, pb::PutRequest, pb::PutResponse, &Service::RequestPut> {
+    : public SingleKeyCall<PutCall, pb::PutRequest, pb::PutResponse, &Service::RequestPut> {
  public:
-  using UnaryCall::UnaryCall;
-  void Begin() {
-    if (absl::Status s = LimitsOf(loop_).CheckPut(request_.key(), request_.value()); !s.ok()) {
-      Reply(ToGrpc(s));
-      return;
-    }
-    op_.op = Op::kPut;
-    op_.key = request_.key();
-    op_.value = request_.value();
-    Submit(op_);
-  }
+  using SingleKeyCall::SingleKeyCall;
+  void Begin() { Start(Op::kPut, request_.key(), &request_.value()); }
   void OnRequestDone(Request*) override { Reply(grpc::Status::OK); }
-
- private:
-  Request op_;
 };
 
-class DeleteCall : public UnaryCall<DeleteCall, pb::DeleteRequest, pb::DeleteResponse,
-                                    &Service::RequestDelete> {
+class DeleteCall : public SingleKeyCall<DeleteCall, pb::DeleteRequest, pb::DeleteResponse,
+                                        &Service::RequestDelete> {
  public:
-  using UnaryCall::UnaryCall;
-  void Begin() {
-    if (absl::Status s = LimitsOf(loop_).CheckKey(request_.key()); !s.ok()) {
-      Reply(ToGrpc(s));
-      return;
-    }
-    op_.op = Op::kDelete;
-    op_.key = request_.key();
-    Submit(op_);
-  }
+  using SingleKeyCall::SingleKeyCall;
+  void Begin() { Start(Op::kDelete, request_.key()); }
   void OnRequestDone(Request* request) override {
-    Reply(request->result == Result::kOk
-              ? grpc::Status::OK
-              : grpc::Status(grpc::StatusCode::NOT_FOUND, "key not found"));
+    Reply(request->result == Result::kOk ? grpc::Status::OK : NotFound());
   }
-
- private:
-  Request op_;
 };
 
 // MultiGet and MultiPut: one Request per item, answered per item; a bad item is answered at

@@ -13,13 +13,13 @@ This script re-runs itself under the venv's Python.
 import base64
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server", "testing"))
+from ringkv_server import RingkvServer  # noqa: E402
 
 SERVER, PROTO_DIR, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None, None, None)
 
@@ -27,16 +27,9 @@ SERVER, PROTO_DIR, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None, None,
 class InteropTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = subprocess.Popen([SERVER, "--listen=127.0.0.1:0", "--threads=2"],
-                                      stderr=subprocess.PIPE, text=True)
-        cls.addClassCleanup(cls.stop_server)
-        deadline = time.time() + 20
-        cls.addr = None
-        while time.time() < deadline and cls.addr is None:
-            m = re.search(r"listening on \S+:(\d+)", cls.server.stderr.readline())
-            if m:
-                cls.addr = f"127.0.0.1:{m.group(1)}"
-        assert cls.addr, "the server printed no port"
+        cls.server = RingkvServer(SERVER, "--threads=2")
+        cls.addClassCleanup(cls.server.stop)
+        cls.addr = cls.server.address
 
         # Generate the Python stubs from the shipped protos.
         cls.gen = tempfile.mkdtemp(prefix="ringkv-pb-")
@@ -49,11 +42,6 @@ class InteropTest(unittest.TestCase):
                               f"--grpc_python_out={cls.gen}", os.path.join(include, proto)])
             assert rc == 0, f"protoc failed on {proto}"
         sys.path.insert(0, cls.gen)
-
-    @classmethod
-    def stop_server(cls):
-        cls.server.send_signal(signal.SIGTERM)
-        assert cls.server.wait(timeout=10) == 0
 
     def test_server_stops_cleanly(self):
         pass  # The class clean-up asserts the exit status 0 after SIGTERM.

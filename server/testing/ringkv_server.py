@@ -1,0 +1,33 @@
+"""A real ringkv-server child process on a free loopback port, for the Python tests.
+
+    server = RingkvServer(binary, "--threads=2")   # waits for its "listening on" line
+    server.address                                 # "127.0.0.1:PORT"
+    server.stop()                                  # SIGTERM; asserts exit status 0
+"""
+import re
+import signal
+import subprocess
+import time
+
+
+class RingkvServer:
+    def __init__(self, binary, *args):
+        self.process = subprocess.Popen([binary, "--listen=127.0.0.1:0", *args],
+                                        stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 20
+        self.address = None
+        while time.time() < deadline and self.address is None:
+            line = self.process.stderr.readline()
+            if not line and self.process.poll() is not None:
+                break
+            m = re.search(r"listening on \S+:(\d+)", line)
+            if m:
+                self.address = f"127.0.0.1:{m.group(1)}"
+        if self.address is None:
+            self.process.kill()
+            raise RuntimeError("ringkv-server printed no port")
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        status = self.process.wait(timeout=10)
+        assert status == 0, f"ringkv-server exited {status} after SIGTERM"
