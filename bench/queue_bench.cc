@@ -130,17 +130,22 @@ struct VisitorForm {
   static void RunItem(Item item, ConsumerState* state) { std::visit(Visitor{state}, *item); }
 };
 
-// Backends. Post returns false when full (the producer retries); Drain runs what it takes and
-// returns how many.
+// What a Post did: refused (full: the producer retries), kept in the producer's own batch, or
+// made visible to the consumer (then the producer checks whether to wake it).
+enum class Posted { kFull, kBuffered, kPublished };
+
+// Backends. Post hands over one task; Flush publishes what a batching backend still holds
+// (returns false while it cannot); Drain runs what it takes and returns how many.
 template <typename Form>
 class MutexBackend {
  public:
   explicit MutexBackend(uint32_t) {}
-  bool Post(uint32_t, ConsumerState* state, uint64_t value, VisitorTask*) {
+  Posted Post(uint32_t, ConsumerState* state, uint64_t value, VisitorTask*) {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.push_back(Form::MakeValue(state, value));
-    return true;
+    return Posted::kPublished;
   }
+  bool Flush(uint32_t) { return true; }
   size_t Drain(ConsumerState* state) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -163,9 +168,11 @@ template <typename Form>
 class BoostBackend {
  public:
   explicit BoostBackend(uint32_t) : queue_(kRingCapacity) {}
-  bool Post(uint32_t, ConsumerState* state, uint64_t value, VisitorTask* slot) {
-    return queue_.push(Form::MakeItem(state, value, slot));
+  Posted Post(uint32_t, ConsumerState* state, uint64_t value, VisitorTask* slot) {
+    // boost::lockfree::queue grows its node pool rather than refuse, so push never fails here.
+    return queue_.push(Form::MakeItem(state, value, slot)) ? Posted::kPublished : Posted::kFull;
   }
+  bool Flush(uint32_t) { return true; }
   size_t Drain(ConsumerState* state) {
     size_t n = 0;
     typename Form::Item item;
@@ -186,9 +193,12 @@ class MoodyBackend {
   explicit MoodyBackend(uint32_t producers) : queue_(kRingCapacity, producers, 0) {
     for (uint32_t i = 0; i < producers; ++i) tokens_.emplace_back(queue_);
   }
-  bool Post(uint32_t producer, ConsumerState* state, uint64_t value, VisitorTask* slot) {
-    return queue_.enqueue(tokens_[producer], Form::MakeItem(state, value, slot));
+  Posted Post(uint32_t producer, ConsumerState* state, uint64_t value, VisitorTask* slot) {
+    return queue_.enqueue(tokens_[producer], Form::MakeItem(state, value, slot))
+               ? Posted::kPublished
+               : Posted::kFull;
   }
+  bool Flush(uint32_t) { return true; }
   size_t Drain(ConsumerState* state) {
     typename Form::Item items[kBurst];
     const size_t n = queue_.try_dequeue_bulk(items, kBurst);
@@ -201,32 +211,51 @@ class MoodyBackend {
   std::vector<moodycamel::ProducerToken> tokens_;  // tokens_[i]: producer i's only.
 };
 
-// The rte_ring backends keep an item whose post failed (full ring) for the retry, so a
-// callable is not allocated twice.
-template <typename Form, bool kPerProducer>
+// The rte_ring backends. Unbatched, a producer enqueues each task as it is posted and keeps one
+// that did not fit (full ring) for the retry, so a callable is not allocated twice. Batched
+// (`spsc-rte-batch`), a producer collects up to kBurst tasks and enqueues them with one
+// EnqueueBurst, as ringkv's workers flush their outboxes once per loop turn: one ring update
+// and one wake-up check per batch instead of per task.
+template <typename Form, RingKind kKind, bool kBatch = false>
 class RteBackend {
  public:
+  static constexpr bool kPerProducer = kKind == RingKind::kRteSpsc;
   explicit RteBackend(uint32_t producers) {
     const uint32_t rings = kPerProducer ? producers : 1;
-    for (uint32_t i = 0; i < rings; ++i) {
-      rings_.push_back(
-          MakeRing(kPerProducer ? RingKind::kRteSpsc : RingKind::kRteMpsc, kRingCapacity)
-              .value());
-    }
+    for (uint32_t i = 0; i < rings; ++i) rings_.push_back(MakeRing(kKind, kRingCapacity).value());
     held_.resize(producers);
   }
   ~RteBackend() {
-    for (Held& held : held_) {
-      if (held.item != nullptr) Form::RunItem(held.item, &discard_);  // Frees a callable.
+    for (Held& held : held_) {  // Only after a failed run; frees the callables.
+      for (size_t i = held.head; i < held.count; ++i) {
+        Form::RunItem(static_cast<typename Form::Item>(held.items[i]), &discard_);
+      }
     }
   }
-  bool Post(uint32_t producer, ConsumerState* state, uint64_t value, VisitorTask* slot) {
-    auto& item = held_[producer].item;
-    if (item == nullptr) item = Form::MakeItem(state, value, slot);
+  Posted Post(uint32_t producer, ConsumerState* state, uint64_t value, VisitorTask* slot) {
+    Held& held = held_[producer];
+    if constexpr (kBatch) {
+      if (held.count == kBurst && !Flush(producer)) return Posted::kFull;
+      held.items[held.count++] = Form::MakeItem(state, value, slot);
+      if (held.count < kBurst) return Posted::kBuffered;
+      return Flush(producer) ? Posted::kPublished : Posted::kBuffered;
+    } else {
+      if (held.count == 0) {
+        held.items[0] = Form::MakeItem(state, value, slot);
+        held.count = 1;
+      }
+      if (!Flush(producer)) return Posted::kFull;
+      return Posted::kPublished;
+    }
+  }
+  // Enqueues what the producer holds; true once nothing is left.
+  bool Flush(uint32_t producer) {
+    Held& held = held_[producer];
+    if (held.head == held.count) return true;
     Ring& ring = *rings_[kPerProducer ? producer : 0];
-    void* p = item;
-    if (ring.EnqueueBurst(&p, 1) == 0) return false;
-    item = nullptr;
+    held.head += ring.EnqueueBurst(held.items + held.head, held.count - held.head);
+    if (held.head < held.count) return false;
+    held.head = held.count = 0;
     return true;
   }
   size_t Drain(ConsumerState* state) {
@@ -243,8 +272,10 @@ class RteBackend {
   }
 
  private:
-  struct alignas(64) Held {  // Producer i's item that did not fit yet; producer i only.
-    typename Form::Item item = nullptr;
+  struct alignas(64) Held {  // Producer i's tasks not yet enqueued: items[head..count).
+    void* items[kBurst];
+    size_t head = 0;
+    size_t count = 0;
   };
   std::vector<std::unique_ptr<Ring>> rings_;
   std::vector<Held> held_;
@@ -271,12 +302,18 @@ absl::StatusOr<QueueBenchResult> Run(const QueueBenchOptions& options) {
       for (uint64_t i = 0; i < options.tasks; ++i) {
         VisitorTask* slot = my_slots == nullptr ? nullptr : my_slots + i;
         int spins = 0;
-        while (!backend.Post(p, &state, TaskValue(p, i), slot)) {
+        Posted posted;
+        while ((posted = backend.Post(p, &state, TaskValue(p, i), slot)) == Posted::kFull) {
           CpuRelax();
           if (++spins % 64 == 0) std::this_thread::yield();  // Full: let the consumer run.
         }
-        waker.AfterPost();
+        if (posted == Posted::kPublished) waker.AfterPost();
       }
+      for (int spins = 1; !backend.Flush(p); ++spins) {  // A batching backend's last tasks.
+        CpuRelax();
+        if (spins % 64 == 0) std::this_thread::yield();
+      }
+      waker.AfterPost();
     });
   }
 
@@ -320,10 +357,15 @@ absl::StatusOr<QueueBenchResult> RunForm(const QueueBenchOptions& options) {
   if (b == "mutex") return Run<MutexBackend<Form>, Form>(options);
   if (b == "boost") return Run<BoostBackend<Form>, Form>(options);
   if (b == "moody") return Run<MoodyBackend<Form>, Form>(options);
-  if (b == "mpsc-rte") return Run<RteBackend<Form, false>, Form>(options);
-  if (b == "spsc-rte") return Run<RteBackend<Form, true>, Form>(options);
+  if (b == "mpsc-rte") return Run<RteBackend<Form, RingKind::kRteMpsc>, Form>(options);
+  if (b == "mpsc-rts") return Run<RteBackend<Form, RingKind::kRteMpscRts>, Form>(options);
+  if (b == "spsc-rte") return Run<RteBackend<Form, RingKind::kRteSpsc>, Form>(options);
+  if (b == "spsc-rte-batch") {
+    return Run<RteBackend<Form, RingKind::kRteSpsc, /*kBatch=*/true>, Form>(options);
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown queue backend '", b, "'; use mutex, boost, moody, mpsc-rte or spsc-rte"));
+      "unknown queue backend '", b,
+      "'; use mutex, boost, moody, mpsc-rte, mpsc-rts, spsc-rte or spsc-rte-batch"));
 }
 
 }  // namespace

@@ -9,7 +9,10 @@
 //   boost     boost::lockfree::queue of task pointers;
 //   moody     moodycamel::ConcurrentQueue of task pointers, a producer token each, bulk dequeue;
 //   mpsc-rte  one DPDK rte_ring, multi-producer, burst dequeue;
-//   spsc-rte  one single-producer rte_ring per producer, the consumer bursts from each.
+//   mpsc-rts  the same in RTS mode (producers do not wait for each other; see ring/ring.h);
+//   spsc-rte  one single-producer rte_ring per producer, the consumer bursts from each;
+//   spsc-rte-batch  the same, but each producer enqueues its tasks 32 at a time (and the rest
+//             when it is done), as ringkv's workers flush their outboxes once per loop turn.
 // Task forms:
 //   callable  a type-erased std::function<void()> (the report's QueueInLoop);
 //   visitor   a plain std::variant of two task structs, run by std::visit (eventpp's direct
@@ -26,16 +29,6 @@
 #include "absl/status/statusor.h"
 
 namespace ringkv::bench {
-
-inline const std::vector<std::string>& QueueBackends() {
-  static const std::vector<std::string> kBackends = {"mutex", "boost", "moody", "mpsc-rte",
-                                                     "spsc-rte"};
-  return kBackends;
-}
-inline const std::vector<std::string>& TaskForms() {
-  static const std::vector<std::string> kForms = {"callable", "visitor"};
-  return kForms;
-}
 
 struct QueueBenchOptions {
   std::string backend = "mpsc-rte";

@@ -1,7 +1,7 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Charts of `ringkv-bench queue --json` results, in the report's form (seed 000): total time
 against round (1 producer) or against producer count, one line per backend/form, median of the
-runs. Needs matplotlib (Debian's python3-matplotlib, installed by scripts/setup.sh).
+runs. Runs under Debian's /usr/bin/python3 with python3-matplotlib (scripts/setup.sh installs it).
 
 Usage: bench/queue_chart.py RESULTS.json OUT.png [--title TITLE]
 """
@@ -30,9 +30,13 @@ def main():
         series.setdefault(f'{r["backend"]}/{r["form"]}', {}).setdefault(r[x_key], []).append(
             r["seconds"])
     fig, ax = plt.subplots(figsize=(9, 5.5))
+    # One colour per backend, solid for callable tasks and dashed for visitor tasks.
+    backends = list(dict.fromkeys(name.split("/")[0] for name in series))
+    colours = plt.get_cmap("tab10")
     for name, points in series.items():
         xs = sorted(points)
         ax.plot(xs, [statistics.median(points[x]) for x in xs], marker="o",
+                color=colours(backends.index(name.split("/")[0]) % 10),
                 linestyle="--" if name.endswith("/visitor") else "-", label=name)
     ax.set_xlabel("round (1 producer)" if by_rounds else "producer threads")
     ax.set_ylabel("total seconds (median)")

@@ -20,7 +20,7 @@ ABSL_FLAG(std::string, producers, "1",
           "2,4,6,8,12,16,20)");
 ABSL_FLAG(uint64_t, tasks, 1'000'000, "queue: tasks each producer posts");
 ABSL_FLAG(uint32_t, rounds, 1, "queue: rounds per producer count (fresh queue each round)");
-ABSL_FLAG(std::string, backends, "mutex,boost,moody,mpsc-rte,spsc-rte",
+ABSL_FLAG(std::string, backends, "mutex,boost,moody,mpsc-rts,spsc-rte,spsc-rte-batch",
           "queue: backends, comma-separated");
 ABSL_FLAG(std::string, forms, "callable,visitor", "queue: task forms, comma-separated");
 ABSL_FLAG(uint32_t, runs, 3, "queue: runs of each cell; the table shows median (min .. max)");

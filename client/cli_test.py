@@ -94,6 +94,17 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn(b"--max-key-bytes=4096", r.stderr)
 
+    def test_help_lists_the_flags_and_exits_0(self):
+        r = subprocess.run([CLI, "--help"], capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for flag in (b"--addr", b"--json", b"--timeout"):
+            self.assertIn(flag, r.stdout)
+        r = subprocess.run([SERVER, "--help"], capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for flag in (b"--listen", b"--threads", b"--ring", b"--engine", b"--max_key_bytes",
+                     b"--max_value_bytes", b"--poll_mode", b"--log_level"):
+            self.assertIn(flag, r.stdout)
+
     def test_unreachable_server_exits_3_and_names_the_address(self):
         addr = f"127.0.0.1:{free_port()}"
         r = self.cli("--timeout=2", "get", "k", addr=addr)

@@ -1,5 +1,6 @@
 #include "client/command_line.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -8,6 +9,7 @@
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
 
 namespace ringkv {
 namespace {
@@ -24,6 +26,25 @@ bool IsAbseilBuiltin(std::string_view name) {
          name == "version" || name == "only_check_args" || name == "helpon" ||
          name == "helpmatch" || name == "flagfile" || name == "fromenv" || name == "tryfromenv" ||
          name == "undefok";
+}
+
+// --help: the usage message and the program's own flags (not Abseil's), sorted, then exit 0.
+[[noreturn]] void PrintHelp(const char* program) {
+  std::string name = program;
+  if (size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+  std::printf("%s: %s\n\nFlags (write - or _ in names):\n", name.c_str(),
+              std::string(absl::ProgramUsageMessage()).c_str());
+  std::vector<std::pair<std::string, absl::CommandLineFlag*>> flags;
+  for (const auto& [flag_name, flag] : absl::GetAllFlags()) {
+    if (flag->Filename().find("absl/") != std::string::npos) continue;
+    flags.emplace_back(std::string(flag_name), flag);
+  }
+  std::sort(flags.begin(), flags.end());
+  for (const auto& [flag_name, flag] : flags) {
+    std::printf("  --%s  %s\n      default: %s\n", flag_name.c_str(), flag->Help().c_str(),
+                flag->DefaultValue().empty() ? "\"\"" : flag->DefaultValue().c_str());
+  }
+  std::exit(0);
 }
 
 }  // namespace
@@ -49,6 +70,7 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
       if (c == '-') c = '_';
     }
     arg = "--" + name + (eq == std::string::npos ? "" : arg.substr(eq));
+    if (name == "help" || name == "h") PrintHelp(argv[0]);
     if (IsAbseilBuiltin(name)) continue;
 
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);

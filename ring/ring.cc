@@ -21,6 +21,8 @@ std::string_view RingKindName(RingKind kind) {
       return "spsc-rte";
     case RingKind::kRteMpsc:
       return "mpsc-rte";
+    case RingKind::kRteMpscRts:
+      return "mpsc-rts";
     case RingKind::kMoodySpsc:
       return "spsc-moody";
     case RingKind::kMoodyMpsc:
@@ -37,7 +39,7 @@ absl::StatusOr<RingKind> ParseRingKind(std::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown ring kind '", absl::string_view(name.data(), name.size()),
-      "': expected spsc-rte, mpsc-rte, spsc-moody, mpsc-moody or mutex"));
+      "': expected spsc-rte, mpsc-rte, mpsc-rts, spsc-moody, mpsc-moody or mutex"));
 }
 
 bool IsMultiProducer(RingKind kind) {
@@ -61,6 +63,8 @@ absl::StatusOr<std::unique_ptr<Ring>> MakeRing(RingKind kind, size_t capacity) {
       return internal::RteRing<internal::Producers::kSingle>::Create(capacity);
     case RingKind::kRteMpsc:
       return internal::RteRing<internal::Producers::kMulti>::Create(capacity);
+    case RingKind::kRteMpscRts:
+      return internal::RteRing<internal::Producers::kMultiRts>::Create(capacity);
     case RingKind::kMoodySpsc:
       return std::unique_ptr<Ring>(new internal::MoodySpscRing(capacity));
     case RingKind::kMoodyMpsc:

@@ -30,17 +30,23 @@ namespace ringkv {
 enum class RingKind {
   kRteSpsc,    // DPDK rte_ring, single producer, single consumer.
   kRteMpsc,    // DPDK rte_ring, multi producer, single consumer.
+  // DPDK rte_ring, multi producer in RTS (relaxed tail sync) mode, single consumer. A classic
+  // MP producer that reserved slots waits for the ones before it to publish theirs; if one of
+  // them is preempted, every later producer spins until it runs again. With more threads than
+  // cores that stalls for whole scheduler slices; in RTS mode producers do not wait on each
+  // other (the last one out moves the tail).
+  kRteMpscRts,
   kMoodySpsc,  // moodycamel::ReaderWriterQueue.
   kMoodyMpsc,  // moodycamel::ConcurrentQueue, bulk dequeue.
   kMutex,      // std::mutex around a vector that the consumer swaps out: the baseline.
 };
 
 // Every kind, in the order tables list them.
-inline constexpr RingKind kAllRingKinds[] = {RingKind::kRteSpsc, RingKind::kRteMpsc,
-                                             RingKind::kMoodySpsc, RingKind::kMoodyMpsc,
-                                             RingKind::kMutex};
+inline constexpr RingKind kAllRingKinds[] = {RingKind::kRteSpsc,   RingKind::kRteMpsc,
+                                             RingKind::kRteMpscRts, RingKind::kMoodySpsc,
+                                             RingKind::kMoodyMpsc,  RingKind::kMutex};
 
-// "spsc-rte", "mpsc-rte", "spsc-moody", "mpsc-moody", "mutex".
+// "spsc-rte", "mpsc-rte", "mpsc-rts", "spsc-moody", "mpsc-moody", "mutex".
 std::string_view RingKindName(RingKind kind);
 absl::StatusOr<RingKind> ParseRingKind(std::string_view name);
 bool IsMultiProducer(RingKind kind);

@@ -101,7 +101,7 @@ TEST_P(RingTest, FullRingRefusesAndRecovers) {
   auto ring = Make(kCapacity);
   ASSERT_GE(ring->capacity(), kCapacity);
   const bool exact = GetParam() == RingKind::kRteSpsc || GetParam() == RingKind::kRteMpsc ||
-                     GetParam() == RingKind::kMutex;
+                     GetParam() == RingKind::kRteMpscRts || GetParam() == RingKind::kMutex;
   // moodycamel's ConcurrentQueue keeps spare blocks for its producers (MoodyMpscRing).
   const size_t internal_slack = 64 * 2 * 256;
   std::vector<void*> items;

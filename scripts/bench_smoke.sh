@@ -43,13 +43,13 @@ set -e
 # checks that every task ran exactly once (count and checksum) or exits 1.
 "$bench" queue --producers=1,3 --tasks=20000 --rounds=2 --runs=1 --json="$out/queue.json" \
   >"$out/queue.txt" 2>/dev/null || fail "queue exited $?: $(cat "$out/queue.txt")"
-for b in mutex boost moody mpsc-rte spsc-rte; do
+for b in mutex boost moody mpsc-rts spsc-rte spsc-rte-batch; do
   for f in callable visitor; do
     grep -Eq "^\| $b/$f \|( [0-9.]+ \([0-9.]+ \.\. [0-9.]+\) \|){4}$" "$out/queue.txt" \
       || fail "no queue row for $b/$f: $(cat "$out/queue.txt")"
   done
 done
-[ "$(grep -o '"seconds"' "$out/queue.json" | wc -l)" -eq 40 ] || fail "queue.json lacks runs"
+[ "$(grep -o '"seconds"' "$out/queue.json" | wc -l)" -eq 48 ] || fail "queue.json lacks runs"
 set +e
 "$bench" queue --backends=bogus --tasks=10 2>"$out/err.txt"; rc=$?
 set -e

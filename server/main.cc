@@ -82,7 +82,7 @@ int Main(int argc, char** argv) {
   if (ring == "spsc") {
     options.ring = RingKind::kRteSpsc;
   } else if (ring == "mpsc") {
-    options.ring = RingKind::kRteMpsc;
+    options.ring = RingKind::kRteMpscRts;  // The daemon shares its cores with gRPC's threads.
   } else {
     return Usage("--ring must be spsc or mpsc, got '" + ring + "'");
   }

@@ -15,6 +15,7 @@ constexpr unsigned RingFlags(Producers producers) {
   // EXACT_SZ: the ring holds exactly the capacity asked for, not a power of two minus one.
   unsigned flags = RING_F_SC_DEQ | RING_F_EXACT_SZ;
   if (producers == Producers::kSingle) flags |= RING_F_SP_ENQ;
+  if (producers == Producers::kMultiRts) flags |= RING_F_MP_RTS_ENQ;
   return flags;
 }
 }  // namespace
@@ -52,8 +53,10 @@ template <Producers kProducers>
 size_t RteRing<kProducers>::EnqueueBurst(void* const* objs, size_t n) {
   if constexpr (kProducers == Producers::kSingle) {
     return rte_ring_sp_enqueue_burst(ring_, objs, static_cast<unsigned>(n), nullptr);
-  } else {
+  } else if constexpr (kProducers == Producers::kMulti) {
     return rte_ring_mp_enqueue_burst(ring_, objs, static_cast<unsigned>(n), nullptr);
+  } else {
+    return rte_ring_mp_rts_enqueue_burst(ring_, objs, static_cast<unsigned>(n), nullptr);
   }
 }
 
@@ -61,8 +64,10 @@ template <Producers kProducers>
 size_t RteRing<kProducers>::EnqueueBulk(void* const* objs, size_t n) {
   if constexpr (kProducers == Producers::kSingle) {
     return rte_ring_sp_enqueue_bulk(ring_, objs, static_cast<unsigned>(n), nullptr);
-  } else {
+  } else if constexpr (kProducers == Producers::kMulti) {
     return rte_ring_mp_enqueue_bulk(ring_, objs, static_cast<unsigned>(n), nullptr);
+  } else {
+    return rte_ring_mp_rts_enqueue_bulk(ring_, objs, static_cast<unsigned>(n), nullptr);
   }
 }
 
@@ -88,5 +93,6 @@ size_t RteRing<kProducers>::SizeApprox() const {
 
 template class RteRing<Producers::kSingle>;
 template class RteRing<Producers::kMulti>;
+template class RteRing<Producers::kMultiRts>;
 
 }  // namespace ringkv::internal

@@ -13,7 +13,7 @@ struct rte_ring;
 
 namespace ringkv::internal {
 
-enum class Producers { kSingle, kMulti };
+enum class Producers { kSingle, kMulti, kMultiRts };
 
 template <Producers kProducers>
 class RteRing final : public Ring {
