@@ -326,6 +326,14 @@ class StreamCall : public Call {
     free_.push_back(&op);
     --in_flight_;
     ReadNext();
+    if (!flush_requested_) {  // Write once this engine turn is over, with whatever it answered.
+      flush_requested_ = true;
+      loop_.RequestFlush(this);
+    }
+  }
+
+  void Flush() override {
+    flush_requested_ = false;
     Progress();
   }
 
@@ -436,6 +444,7 @@ class StreamCall : public Call {
   bool broken_ = false;  // A Write failed: the client is gone; answers are dropped.
   bool finishing_ = false;
   bool counted_ = false;  // In the server's count of calls being served.
+  bool flush_requested_ = false;
   CallEvent accepted_{this, kAccepted};
   CallEvent read_{this, kRead};
   CallEvent written_{this, kWritten};

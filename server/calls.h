@@ -26,6 +26,8 @@ class Call {
   virtual void OnEvent(int kind, bool ok) = 0;
   // One of this call's Requests is back from its shard.
   virtual void OnRequestDone(Request* request) = 0;
+  // The end of the engine turn in which this call asked for it (ShardLoop::RequestFlush).
+  virtual void Flush() {}
 
   // Arms `per_method` calls of every method on the loop's completion queue.
   static void AcceptAll(ShardLoop& loop, int per_method);

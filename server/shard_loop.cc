@@ -73,6 +73,15 @@ size_t ShardLoop::PollQueue() {
 }
 
 size_t ShardLoop::RunEngine() {
+  const size_t n = RunEngineTurn();
+  // A call in flush_ cannot have been deleted: it has answers to write, so it has not
+  // finished, and its completion-queue events are only taken outside the engine turn.
+  for (Call* call : flush_) call->Flush();
+  flush_.clear();
+  return n;
+}
+
+size_t ShardLoop::RunEngineTurn() {
   if (worker_ != nullptr) return worker_->RunOnce(*this);
   // Lock engine: this thread runs its own requests under the engine's locks.
   size_t n = 0;

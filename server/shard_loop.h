@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <vector>
 
 #include "server/request_limits.h"
 #include "shard/lock_engine.h"
@@ -69,6 +70,10 @@ class ShardLoop : public RequestSource {
     ++in_flight_;
   }
 
+  // Loop thread only: `call` is flushed once the current engine turn is over, so the answers
+  // that turn completes go out together (one Write for a Stream, not one per answer).
+  void RequestFlush(Call* call) { flush_.push_back(call); }
+
   // Any thread, after putting work on a ring towards this loop.
   void WakeIfParked();
   // Control thread, before the completion queue is shut down: no alarm may be set on it after.
@@ -90,7 +95,9 @@ class ShardLoop : public RequestSource {
   void Dispatch(void* tag, bool ok);
   // Drains up to a burst of ready completion-queue events without waiting.
   size_t PollQueue();
+  // One engine turn, then the flushes it asked for.
   size_t RunEngine();
+  size_t RunEngineTurn();
   // Waits for work; true if something arrived (false: the wait timed out).
   bool Park();
 
@@ -103,6 +110,7 @@ class ShardLoop : public RequestSource {
 
   // Loop thread only.
   std::deque<Request*> pending_;  // Submitted, not yet polled by the engine.
+  std::vector<Call*> flush_;      // Calls to flush after this engine turn.
   uint64_t in_flight_ = 0;        // Submitted, not yet completed.
   bool queue_drained_ = false;    // AsyncNext said SHUTDOWN.
   bool counted_finished_ = false;
