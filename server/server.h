@@ -6,7 +6,9 @@
 // refused with UNAVAILABLE; the calls in flight get up to `shutdown_grace` to finish; then the
 // gRPC server shuts down (cancelling what is left and closing the connections); each completion
 // queue is shut down; the loops drain them, answer each other's last Requests and exit; then the
-// gRPC server, the queues and the engine are destroyed, in that order. (ringkv counts its calls
+// gRPC server, the queues and the engine are destroyed, in that order. (The daemon's main()
+// exits after Shutdown() without running the destructor: gRPC's library teardown can block for
+// seconds on one of its executor threads, and nothing is left to flush.) (ringkv counts its calls
 // itself: gRPC's Shutdown(deadline) also waits for idle client connections to go away, so a
 // connected but idle client would hold a stop for the whole grace period.)
 //
