@@ -12,7 +12,7 @@ packages=(
   libconcurrentqueue-dev libreaderwriterqueue-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   python3 python3-venv ca-certificates
-  libboost-dev python3-matplotlib
+  libboost-dev python3-matplotlib redis-server redis-tools
 )
 # Go builds grpcurl; a machine without a Go toolchain gets Debian's.
 export PATH="$PATH:/usr/local/go/bin"
@@ -30,11 +30,16 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Interop-test tools, pinned: grpcurl (reflection client) and Python's grpcio/grpcio-tools.
+# Tools, pinned: grpcurl (reflection client) and Python's grpcio/grpcio-tools for the interop
+# tests, ghz (a gRPC load generator) for bench/net_scaling.sh.
 tools=$PWD/.tools
 if [ ! -x "$tools/bin/grpcurl" ]; then
   echo "setup: installing grpcurl v1.9.4 into .tools/bin" >&2
   GOBIN="$tools/bin" GOFLAGS=-mod=mod go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
+fi
+if [ ! -x "$tools/bin/ghz" ]; then
+  echo "setup: installing ghz v0.121.0 into .tools/bin" >&2
+  GOBIN="$tools/bin" GOFLAGS=-mod=mod go install github.com/bojand/ghz/cmd/ghz@v0.121.0
 fi
 if ! "$tools/venv/bin/python3" -c 'import grpc, grpc_tools' 2>/dev/null; then
   echo "setup: installing grpcio and grpcio-tools into .tools/venv" >&2
