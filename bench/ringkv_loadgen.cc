@@ -15,6 +15,7 @@
 // 3 if the server cannot be reached.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -343,10 +344,13 @@ int Main(int argc, char** argv) {
 
   if (config.preload) {
     Client client(addr, absl::Seconds(60));
+    // Batches of up to 1,000 keys and about 1 MiB, well under the server's message limit.
+    const size_t per_batch =
+        std::clamp<size_t>((size_t{1} << 20) / (config.value.size() + 32), 1, 1000);
     std::vector<std::pair<std::string, std::string>> items;
     for (uint64_t k = 0; k < config.keys; ++k) {
       items.emplace_back(Key(k), config.value);
-      if (items.size() == 1000 || k + 1 == config.keys) {
+      if (items.size() == per_batch || k + 1 == config.keys) {
         auto result = client.MultiPut(items);
         if (!result.ok()) {
           std::fprintf(stderr, "ringkv-loadgen: pre-load failed: %s\n",
