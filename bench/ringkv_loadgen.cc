@@ -278,11 +278,6 @@ class Slot {
   uint32_t awaiting_ = 0;
 };
 
-int Usage(const std::string& message) {
-  std::fprintf(stderr, "ringkv-loadgen: %s (see --help)\n", message.c_str());
-  return 2;
-}
-
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "drives a running ringkv-server and reports ops/s, MB/s and latency percentiles.\n"
@@ -290,7 +285,9 @@ int Main(int argc, char** argv) {
       "[--ratio=1:0] ...\n"
       "Exit status: 0 ok, 1 some calls failed, 2 usage error, 3 server unreachable.");
   std::vector<char*> rest = ParseCommandLineOrExit(argc, argv);
-  if (rest.size() > 1) return Usage(absl::StrCat("unexpected argument '", rest[1], "'"));
+  if (rest.size() > 1) {
+    ExitUsageError(argv[0], absl::StrCat("unexpected argument '", rest[1], "'"));
+  }
 
   Config config;
   const std::string mode = absl::GetFlag(FLAGS_mode);
@@ -301,7 +298,7 @@ int Main(int argc, char** argv) {
   } else if (mode == "stream") {
     config.mode = Mode::kStream;
   } else {
-    return Usage("--mode must be unary, multi or stream");
+    ExitUsageError(argv[0], "--mode must be unary, multi or stream");
   }
   config.batch = absl::GetFlag(FLAGS_batch);
   config.keys = absl::GetFlag(FLAGS_keys);
@@ -312,7 +309,7 @@ int Main(int argc, char** argv) {
   double puts = 0;
   if (ratio.size() != 2 || !absl::SimpleAtod(ratio[0], &gets) ||
       !absl::SimpleAtod(ratio[1], &puts) || gets < 0 || puts < 0 || gets + puts <= 0) {
-    return Usage("--ratio must be GET:PUT, e.g. 1:0 or 9:1");
+    ExitUsageError(argv[0], "--ratio must be GET:PUT, e.g. 1:0 or 9:1");
   }
   config.get_fraction = gets / (gets + puts);
   const uint32_t connections = absl::GetFlag(FLAGS_connections);
@@ -320,9 +317,10 @@ int Main(int argc, char** argv) {
   const uint32_t threads = std::min(absl::GetFlag(FLAGS_threads), concurrency);
   if (connections == 0 || concurrency == 0 || threads == 0 || config.batch == 0 ||
       config.keys == 0) {
-    return Usage("--connections, --concurrency, --threads, --batch and --keys must be >= 1");
+    ExitUsageError(argv[0],
+                   "--connections, --concurrency, --threads, --batch and --keys must be >= 1");
   }
-  if (connections > concurrency && connections > 100'000) return Usage("--connections too large");
+  if (connections > 100'000) ExitUsageError(argv[0], "--connections must be at most 100000");
   const std::string addr = absl::GetFlag(FLAGS_addr);
 
   // Channels, each its own connection: a local subchannel pool keeps gRPC from sharing one.

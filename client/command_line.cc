@@ -14,13 +14,6 @@
 namespace ringkv {
 namespace {
 
-[[noreturn]] void UsageError(const char* program, const std::string& message) {
-  std::string name = program;
-  if (size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
-  std::fprintf(stderr, "%s: %s (see --help)\n", name.c_str(), message.c_str());
-  std::exit(2);
-}
-
 bool IsAbseilBuiltin(std::string_view name) {
   return name == "help" || name == "helpfull" || name == "helpshort" || name == "helppackage" ||
          name == "version" || name == "only_check_args" || name == "helpon" ||
@@ -49,6 +42,13 @@ bool IsAbseilBuiltin(std::string_view name) {
 
 }  // namespace
 
+void ExitUsageError(const char* argv0, const std::string& message) {
+  std::string name = argv0;
+  if (size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+  std::fprintf(stderr, "%s: %s (see --help)\n", name.c_str(), message.c_str());
+  std::exit(2);
+}
+
 std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
   // Normalised copies of the arguments live as long as the program: Abseil keeps the pointers
   // it returns for positional arguments.
@@ -65,7 +65,8 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
     }
     const size_t dashes = arg[1] == '-' ? 2 : 1;
     const size_t eq = arg.find('=');
-    std::string name = arg.substr(dashes, eq == std::string::npos ? std::string::npos : eq - dashes);
+    std::string name =
+        arg.substr(dashes, eq == std::string::npos ? std::string::npos : eq - dashes);
     for (char& c : name) {
       if (c == '-') c = '_';
     }
@@ -78,7 +79,7 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
       absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
       if (negated != nullptr && negated->IsOfType<bool>() && eq == std::string::npos) continue;
     }
-    if (flag == nullptr) UsageError(argv[0], "unknown flag --" + name);
+    if (flag == nullptr) ExitUsageError(argv[0], "unknown flag --" + name);
 
     std::string value;
     if (eq != std::string::npos) {
@@ -89,11 +90,11 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
       value = storage[static_cast<size_t>(i + 1)];  // "--flag value" form; Abseil takes it too.
       ++i;
     } else {
-      UsageError(argv[0], "flag --" + name + " needs a value");
+      ExitUsageError(argv[0], "flag --" + name + " needs a value");
     }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
-      UsageError(argv[0], "bad value '" + value + "' for --" + name + ": " + error);
+      ExitUsageError(argv[0], "bad value '" + value + "' for --" + name + ": " + error);
     }
   }
   args.clear();

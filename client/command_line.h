@@ -2,17 +2,23 @@
 // Flag names may be written with dashes or underscores (--max-key-bytes is --max_key_bytes),
 // and any usage error (an unknown flag, a value that does not parse) prints one line naming
 // the flag and exits with status 2, where Abseil alone would exit with 1. --help prints the
-// usage message and the program's own flags and exits 0; --helpfull and friends are Abseil's. Returns the positional arguments, argv[0] first. Call once, from main.
+// usage message and the program's own flags and exits 0; --helpfull and friends are Abseil's.
+// Returns the positional arguments, argv[0] first. Call once, from main.
 //
 //   std::vector<char*> args = ParseCommandLineOrExit(argc, argv);
 #ifndef RINGKV_CLIENT_COMMAND_LINE_H_
 #define RINGKV_CLIENT_COMMAND_LINE_H_
 
+#include <string>
 #include <vector>
 
 namespace ringkv {
 
 std::vector<char*> ParseCommandLineOrExit(int argc, char** argv);
+
+// For a usage error found after parsing (a flag value out of range): prints
+// "<program>: <message> (see --help)" on stderr, as the parser does, and exits with status 2.
+[[noreturn]] void ExitUsageError(const char* argv0, const std::string& message);
 
 }  // namespace ringkv
 

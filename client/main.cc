@@ -153,7 +153,8 @@ int Main(int argc, char** argv) {
       if (json) {
         absl::StrAppend(&out, i ? "," : "", "{\"key\":", JsonString(operands[i]),
                         item.status.ok() ? ",\"value\":" + JsonString(item.value)
-                                         : ",\"error\":" + JsonString(std::string(item.status.message())),
+                                         : ",\"error\":" +
+                                               JsonString(std::string(item.status.message())),
                         "}");
       } else {
         absl::StrAppend(&out, operands[i], "\t",
@@ -187,7 +188,9 @@ int Main(int argc, char** argv) {
       if (!s.ok()) rc = kUsage;
       if (json) {
         absl::StrAppend(&out, i ? "," : "", "{\"key\":", JsonString(pairs[i].first),
-                        s.ok() ? ",\"ok\":true" : ",\"error\":" + JsonString(std::string(s.message())), "}");
+                        s.ok() ? ",\"ok\":true"
+                               : ",\"error\":" + JsonString(std::string(s.message())),
+                        "}");
       } else {
         absl::StrAppend(&out, pairs[i].first, "\t",
                         s.ok() ? std::string("OK") : absl::StrCat("(error: ", s.message(), ")"),
@@ -212,7 +215,8 @@ int Main(int argc, char** argv) {
       return kOk;
     }
     std::printf("engine %s%s, uptime %.1f s, memory %.1f MiB allocated, %.1f MiB resident\n",
-                stats->engine().c_str(), stats->ring().empty() ? "" : (" (" + stats->ring() + " rings)").c_str(),
+                stats->engine().c_str(),
+                stats->ring().empty() ? "" : (" (" + stats->ring() + " rings)").c_str(),
                 stats->uptime_seconds(), stats->memory_allocated_bytes() / 1048576.0,
                 stats->memory_resident_bytes() / 1048576.0);
     std::printf("%-6s %12s %14s %14s %12s %12s %10s\n", "shard", "keys", "payload_bytes", "ops",

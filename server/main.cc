@@ -54,11 +54,6 @@ void GrpcLog(gpr_log_func_args* args) {
   if (LogEnabled(LogLevel::kDebug)) Log(LogLevel::kDebug, "grpc: %s", args->message);
 }
 
-int Usage(const std::string& message) {
-  std::fprintf(stderr, "ringkv-server: %s (see --help)\n", message.c_str());
-  return 2;
-}
-
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "the ringkv daemon: a sharded in-memory key-value store served over gRPC.\n"
@@ -68,11 +63,13 @@ int Main(int argc, char** argv) {
       "Exit status: 0 after a clean stop, 2 on a usage error or an address it cannot listen "
       "on, 1 on any other failure.");
   std::vector<char*> rest = ParseCommandLineOrExit(argc, argv);
-  if (rest.size() > 1) return Usage(absl::StrCat("unexpected argument '", rest[1], "'"));
+  if (rest.size() > 1) {
+    ExitUsageError(argv[0], absl::StrCat("unexpected argument '", rest[1], "'"));
+  }
 
   LogLevel level;
   if (!ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
-    return Usage("--log-level must be error, warning, info or debug");
+    ExitUsageError(argv[0], "--log-level must be error, warning, info or debug");
   }
   SetLogLevel(level);
   gpr_set_log_function(GrpcLog);
@@ -88,11 +85,11 @@ int Main(int argc, char** argv) {
   } else if (ring == "mpsc") {
     options.ring = RingKind::kRteMpscRts;  // The daemon shares its cores with gRPC's threads.
   } else {
-    return Usage("--ring must be spsc or mpsc, got '" + ring + "'");
+    ExitUsageError(argv[0], "--ring must be spsc or mpsc, got '" + ring + "'");
   }
   const std::string engine = absl::GetFlag(FLAGS_engine);
   if (engine != "ring" && engine != "lock") {
-    return Usage("--engine must be ring or lock, got '" + engine + "'");
+    ExitUsageError(argv[0], "--engine must be ring or lock, got '" + engine + "'");
   }
   options.lock_engine = engine == "lock";
   options.ring_capacity = absl::GetFlag(FLAGS_ring_size);
@@ -100,7 +97,9 @@ int Main(int argc, char** argv) {
   options.limits.max_value_bytes = absl::GetFlag(FLAGS_max_value_bytes);
   options.poll_mode = absl::GetFlag(FLAGS_poll_mode);
   const double grace = absl::GetFlag(FLAGS_shutdown_grace);
-  if (!(grace >= 0 && grace <= 3600)) return Usage("--shutdown-grace must be 0 .. 3600 seconds");
+  if (!(grace >= 0 && grace <= 3600)) {
+    ExitUsageError(argv[0], "--shutdown-grace must be 0 .. 3600 seconds");
+  }
   options.shutdown_grace = absl::Seconds(grace);
 
   // Every thread, gRPC's included, inherits this mask, so the signals reach sigwait below only.

@@ -1,6 +1,6 @@
-// RequestLimits: what the daemon accepts, from --max-key-bytes and --max-value-bytes. A request that
-// breaks one is rejected whole with INVALID_ARGUMENT (or, inside a batch, that item alone) and
-// its message names the limit. Constant after construction; any thread.
+// RequestLimits: what the daemon accepts, from --max-key-bytes and --max-value-bytes. A request
+// that breaks one is rejected whole with INVALID_ARGUMENT (or, inside a batch, that item alone)
+// and its message names the limit. Constant after construction; any thread.
 //
 //   RequestLimits limits{.max_key_bytes = 4096, .max_value_bytes = 4 << 20};
 //   if (absl::Status s = limits.CheckKey(key); !s.ok()) ...

@@ -143,8 +143,8 @@ void Server::Shutdown() {
 
 Server::~Server() {
   Shutdown();
-  // The loops hold calls' last references to nothing now; the gRPC server goes before the
-  // queues it posted to, and the engine (rings, shards) last.
+  // The loops are stopped; the gRPC server goes before the queues it posted to, and the engine
+  // (rings, shards) last.
   loops_.clear();
   grpc_server_.reset();
   queues_.clear();
