@@ -3,10 +3,12 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "ringkv/v1/kv.grpc.pb.h"
 #include "server/server.h"
 
@@ -14,9 +16,27 @@ namespace ringkv {
 namespace {
 
 namespace pb = ::ringkv::v1;
+namespace health = ::grpc::health::v1;
 using Service = pb::KV::AsyncService;
+using HealthService = health::Health::AsyncService;
 
-enum EventKind : int { kAccepted, kRead, kWritten, kFinished };
+enum EventKind : int { kAccepted, kRead, kWritten, kFinished, kDone };
+
+// The service object whose generated Request<Method> member kArm is.
+template <typename Member>
+struct ClassOfMember;
+template <typename C, typename F>
+struct ClassOfMember<F C::*> {
+  using type = C;
+};
+template <auto kArm>
+auto& ServiceOf(Server& server) {
+  if constexpr (std::is_base_of_v<typename ClassOfMember<decltype(kArm)>::type, Service>) {
+    return server.service();
+  } else {
+    return server.health_service();
+  }
+}
 
 // Most operations a single Stream keeps in flight; reading pauses at this bound, so a client
 // that writes faster than the shards answer is held back by HTTP/2 flow control.
@@ -59,8 +79,8 @@ class UnaryCall : public Call {
   explicit UnaryCall(ShardLoop& loop) : loop_(loop), responder_(&context_) {}
 
   void Accept() {
-    (loop_.server().service().*kArm)(&context_, &request_, &responder_, loop_.cq(), loop_.cq(),
-                                      &accepted_);
+    (ServiceOf<kArm>(loop_.server()).*kArm)(&context_, &request_, &responder_, loop_.cq(),
+                                            loop_.cq(), &accepted_);
   }
 
   ~UnaryCall() override {
@@ -73,8 +93,8 @@ class UnaryCall : public Call {
         delete this;
         return;
       }
-      if (loop_.server().shutting_down()) {  // Draining: refuse, and arm no successor.
-        responder_.FinishWithError(ShuttingDown(), &finished_);
+      if (loop_.server().shutting_down() && !Derived::kServedWhileDraining) {
+        responder_.FinishWithError(ShuttingDown(), &finished_);  // Refused; no successor.
         return;
       }
       counted_ = true;
@@ -87,6 +107,9 @@ class UnaryCall : public Call {
   }
 
  protected:
+  // Draining refuses new calls, except those of a Derived that says otherwise (health).
+  static constexpr bool kServedWhileDraining = false;
+
   void Reply(const grpc::Status& status) {
     if (status.ok()) {
       responder_.Finish(response_, status, &finished_);
@@ -451,6 +474,106 @@ class StreamCall : public Call {
   CallEvent finished_{this, kFinished};
 };
 
+// Health: the status of `service` ("" is the whole server), or SERVICE_UNKNOWN.
+health::HealthCheckResponse::ServingStatus ServingStatus(Server& server,
+                                                         const std::string& service) {
+  if (!service.empty() && service != pb::KV::service_full_name()) {
+    return health::HealthCheckResponse::SERVICE_UNKNOWN;
+  }
+  return server.shutting_down() ? health::HealthCheckResponse::NOT_SERVING
+                                : health::HealthCheckResponse::SERVING;
+}
+
+class HealthCheckCall
+    : public UnaryCall<HealthCheckCall, health::HealthCheckRequest, health::HealthCheckResponse,
+                       &HealthService::RequestCheck> {
+ public:
+  using UnaryCall::UnaryCall;
+  static constexpr bool kServedWhileDraining = true;  // It is how a balancer learns of it.
+
+  void Begin() {
+    const auto status = ServingStatus(loop_.server(), request_.service());
+    if (status == health::HealthCheckResponse::SERVICE_UNKNOWN) {
+      Reply(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                         "unknown service \"" + request_.service() + "\"; this server has \"" +
+                             pb::KV::service_full_name() + "\""));
+      return;
+    }
+    response_.set_status(status);
+    Reply(grpc::Status::OK);
+  }
+  void OnRequestDone(Request*) override {}
+};
+
+// Health Watch: writes the status at once and again whenever it changes (the loop tells it,
+// OnServingChanged), one Write at a time. It never finishes by itself: it ends when the call is
+// cancelled (the client went away, or the server stopped), which AsyncNotifyWhenDone reports;
+// it is deleted once that has come and no Write is out. Not in the server's count of calls, so
+// an open Watch does not hold up a drain.
+class WatchCall : public Call {
+ public:
+  explicit WatchCall(ShardLoop& loop) : loop_(loop), writer_(&context_) {}
+
+  void Accept() {
+    context_.AsyncNotifyWhenDone(&done_);  // Before the call starts, as gRPC requires.
+    loop_.server().health_service().RequestWatch(&context_, &request_, &writer_, loop_.cq(),
+                                                 loop_.cq(), &accepted_);
+  }
+
+  void OnEvent(int kind, bool ok) override {
+    switch (kind) {
+      case kAccepted:
+        if (!ok) {  // Shutting down and no call came: no done event will either.
+          delete this;
+          return;
+        }
+        (new WatchCall(loop_))->Accept();
+        loop_.AddWatcher(this);
+        break;
+      case kWritten:
+        writing_ = false;
+        break;
+      case kDone:
+        cancelled_ = true;
+        break;
+    }
+    if (cancelled_) {
+      if (!writing_) {
+        loop_.RemoveWatcher(this);
+        delete this;
+      }
+      return;
+    }
+    OnServingChanged();
+  }
+
+  void OnRequestDone(Request*) override {}
+
+  void OnServingChanged() override {
+    if (writing_ || cancelled_) return;
+    const auto status = ServingStatus(loop_.server(), request_.service());
+    if (status == sent_) return;
+    sent_ = status;
+    response_.set_status(status);
+    writing_ = true;
+    writer_.Write(response_, &written_);
+  }
+
+ private:
+  ShardLoop& loop_;
+  grpc::ServerContext context_;
+  health::HealthCheckRequest request_;
+  health::HealthCheckResponse response_;
+  grpc::ServerAsyncWriter<health::HealthCheckResponse> writer_;
+  // What the client was last sent; none yet (-1) at first.
+  int sent_ = -1;
+  bool writing_ = false;
+  bool cancelled_ = false;
+  CallEvent accepted_{this, kAccepted};
+  CallEvent written_{this, kWritten};
+  CallEvent done_{this, kDone};
+};
+
 }  // namespace
 
 void Call::AcceptAll(ShardLoop& loop, int per_method) {
@@ -462,6 +585,8 @@ void Call::AcceptAll(ShardLoop& loop, int per_method) {
     (new MultiPutCall(loop))->Accept();
     (new StreamCall(loop))->Accept();
     (new StatsCall(loop))->Accept();
+    (new HealthCheckCall(loop))->Accept();
+    (new WatchCall(loop))->Accept();
   }
 }
 

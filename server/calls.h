@@ -10,6 +10,10 @@
 // operations in flight, reads while under that bound, and coalesces the results that pile up
 // while a Write is outstanding into the next message.
 //
+// grpc.health.v1.Health is served the same way: Check answers SERVING for "" and ringkv.v1.KV
+// (NOT_SERVING once the server drains, NOT_FOUND for other names); Watch sends the status, then
+// the change, and stays open until the client cancels or the server stops.
+//
 // Threads: the owning loop's thread only.
 #ifndef RINGKV_SERVER_CALLS_H_
 #define RINGKV_SERVER_CALLS_H_
@@ -28,6 +32,8 @@ class Call {
   virtual void OnRequestDone(Request* request) = 0;
   // The end of the engine turn in which this call asked for it (ShardLoop::RequestFlush).
   virtual void Flush() {}
+  // The server's serving status changed (health Watch streams, ShardLoop::AddWatcher).
+  virtual void OnServingChanged() {}
 
   // Arms `per_method` calls of every method on the loop's completion queue.
   static void AcceptAll(ShardLoop& loop, int per_method);

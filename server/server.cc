@@ -2,7 +2,6 @@
 
 #include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <cstring>
 #include <limits>
@@ -12,13 +11,10 @@
 #endif
 
 #include "absl/strings/str_cat.h"
-#include "grpc/health/v1/health.pb.h"
 #include "server/log.h"
 
 namespace ringkv {
 namespace {
-
-constexpr char kServiceName[] = "ringkv.v1.KV";
 
 // jemalloc's own figures, refreshed; zeros where jemalloc is not the allocator (sanitizers).
 void ReadMemory(uint64_t* allocated, uint64_t* resident) {
@@ -65,10 +61,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     server->ring_engine_ = std::move(*engine);
   }
 
-  // gRPC's own health service answers grpc.health.v1.Health; referencing the shipped
-  // health.proto's messages links their descriptors in, so reflection can describe it too.
-  (void)grpc::health::v1::HealthCheckRequest::descriptor();
-  grpc::EnableDefaultHealthCheckService(true);
+  // grpc.health.v1.Health is served by the loops like KV (calls.cc), not by gRPC's default
+  // health service: that one runs on the callback API, whose two polling threads on this
+  // Debian build take the sockets' I/O away from the loops and cost a thread hand-off per call
+  // (BENCHMARKS.md: unary GET 39k -> 70k calls/s with one worker once they were gone).
+  grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // Without this, gRPC binds with SO_REUSEPORT and a second daemon on the same port would
@@ -76,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(&server->service_);
+  builder.RegisterService(&server->health_service_);
   // Room for a value at the limit plus its key and framing; a bigger message is refused by
   // gRPC itself (RESOURCE_EXHAUSTED) before it is read.
   const size_t max_message = 2 * options.limits.max_value_bytes +
@@ -108,9 +106,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   for (auto& loop : server->loops_) {
     server->threads_.emplace_back([loop = loop.get()] { loop->Run(); });
   }
-  grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
-  health->SetServingStatus(kServiceName, true);
-  health->SetServingStatus(true);
   return server;
 }
 
@@ -118,12 +113,18 @@ void Server::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
   shutting_down_.store(true, std::memory_order_release);
-  if (grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService()) {
-    health->SetServingStatus(false);
-  }
-  // New calls are refused from now on (calls.cc); the ones in flight get the grace period.
+  // New calls are refused from now on (calls.cc) and health says NOT_SERVING; the calls in
+  // flight get the grace period. Each loop is woken to tell its Watch streams.
+  for (auto& loop : loops_) loop->WakeIfParked();
   const absl::Time deadline = absl::Now() + options_.shutdown_grace;
-  while (active_calls_.load(std::memory_order_acquire) > 0 && absl::Now() < deadline) {
+  auto loops_told = [this] {
+    for (auto& loop : loops_) {
+      if (!loop->saw_draining()) return false;
+    }
+    return true;
+  };
+  while ((active_calls_.load(std::memory_order_acquire) > 0 || !loops_told()) &&
+         absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(2));
   }
   Log(LogLevel::kDebug, "%d calls still in flight; stopping the gRPC server",

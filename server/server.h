@@ -2,8 +2,9 @@
 // server with one completion queue per worker, the health and reflection services, and one
 // ShardLoop thread per worker (server/shard_loop.h tells the request path).
 //
-// Shutdown order (Shutdown()): health goes NOT_SERVING and calls that arrive from then on are
-// refused with UNAVAILABLE; the calls in flight get up to `shutdown_grace` to finish; then the
+// Shutdown order (Shutdown()): health goes NOT_SERVING (each loop tells its Watch streams) and
+// calls that arrive from then on are refused with UNAVAILABLE, health checks excepted; the calls
+// in flight get up to `shutdown_grace` to finish; then the
 // gRPC server shuts down (cancelling what is left and closing the connections); each completion
 // queue is shut down; the loops drain them, answer each other's last Requests and exit; then the
 // gRPC server, the queues and the engine are destroyed, in that order. (The daemon's main()
@@ -31,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "ring/ring.h"
 #include "ringkv/v1/kv.grpc.pb.h"
 #include "server/request_limits.h"
@@ -65,6 +67,7 @@ class Server : public WorkerWaker {
 
   // For the calls, any loop thread.
   ringkv::v1::KV::AsyncService& service() { return service_; }
+  grpc::health::v1::Health::AsyncService& health_service() { return health_service_; }
   const ServerOptions& options() const { return options_; }
   bool shutting_down() const { return shutting_down_.load(std::memory_order_acquire); }
   void FillStats(ringkv::v1::StatsResponse* stats) const;
@@ -94,6 +97,7 @@ class Server : public WorkerWaker {
   std::unique_ptr<RingEngine> ring_engine_;
   std::unique_ptr<LockEngine> lock_engine_;
   ringkv::v1::KV::AsyncService service_;
+  grpc::health::v1::Health::AsyncService health_service_;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::unique_ptr<ShardLoop>> loops_;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/testing/server_process.h"
 
@@ -19,7 +20,13 @@ namespace ringkv {
 namespace {
 
 namespace pb = ::ringkv::v1;
+namespace health = ::grpc::health::v1;
 using testing::ServerProcess;
+
+std::unique_ptr<health::Health::Stub> HealthStub(const std::string& address) {
+  return health::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
 
 // Every server variant runs the same functional body.
 class ServerTest : public ::testing::TestWithParam<std::vector<std::string>> {
@@ -53,6 +60,25 @@ TEST_P(ServerTest, UnaryCalls) {
   EXPECT_TRUE(client_->Delete("k1").ok());
   EXPECT_EQ(client_->Delete("k1").code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(client_->Get("k1").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(ServerTest, HealthCheckNamesTheService) {
+  auto stub = HealthStub(server_->address());
+  for (const std::string service : {"", "ringkv.v1.KV"}) {
+    grpc::ClientContext context;
+    health::HealthCheckRequest request;
+    request.set_service(service);
+    health::HealthCheckResponse response;
+    ASSERT_TRUE(stub->Check(&context, request, &response).ok()) << service;
+    EXPECT_EQ(response.status(), health::HealthCheckResponse::SERVING) << service;
+  }
+  grpc::ClientContext context;
+  health::HealthCheckRequest request;
+  request.set_service("no.such.Service");
+  health::HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("no.such.Service"), std::string::npos);
 }
 
 TEST_P(ServerTest, BatchesSpreadOverEveryShard) {
@@ -303,10 +329,25 @@ TEST(ServerLifecycle, SigtermFinishesCallsInFlightAndExitsZero) {
       }
     });
   }
+  // A health Watch: SERVING now, NOT_SERVING once the drain starts.
+  auto health_stub = HealthStub(server.address());
+  grpc::ClientContext watch_context;
+  auto watch = health_stub->Watch(&watch_context, health::HealthCheckRequest());
+  health::HealthCheckResponse watched;
+  ASSERT_TRUE(watch->Read(&watched));
+  EXPECT_EQ(watched.status(), health::HealthCheckResponse::SERVING);
+
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto t0 = std::chrono::steady_clock::now();
   kill(server.pid(), SIGTERM);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(watch->Read(&watched));
+  EXPECT_EQ(watched.status(), health::HealthCheckResponse::NOT_SERVING);
+  {  // Health checks are still answered while the stream drains.
+    grpc::ClientContext context;
+    health::HealthCheckResponse response;
+    ASSERT_TRUE(health_stub->Check(&context, health::HealthCheckRequest(), &response).ok());
+    EXPECT_EQ(response.status(), health::HealthCheckResponse::NOT_SERVING);
+  }
   stream->WritesDone();
   int answered = 0;
   pb::StreamResponse response;
@@ -323,6 +364,8 @@ TEST(ServerLifecycle, SigtermFinishesCallsInFlightAndExitsZero) {
   EXPECT_GT(ok_calls.load(), 0);
   EXPECT_EQ(odd_errors.load(), 0);
   EXPECT_NE(server.log().find("stopped"), std::string::npos) << server.log();
+  watch_context.TryCancel();
+  watch->Finish();
 }
 
 TEST(ServerLifecycle, IdleDaemonUsesUnderOnePercentOfACore) {

@@ -130,10 +130,18 @@ bool ShardLoop::Park() {
   return woken;
 }
 
+void ShardLoop::NoticeDraining() {
+  for (Call* call : watchers_) call->OnServingChanged();
+  saw_draining_.store(true, std::memory_order_release);
+}
+
 void ShardLoop::Run() {
   Call::AcceptAll(*this, kArmedPerMethod);
   int idle_turns = 0;
   for (;;) {
+    if (!saw_draining_.load(std::memory_order_relaxed) && server_.shutting_down()) {
+      NoticeDraining();
+    }
     const size_t work = PollQueue() + RunEngine();
     if (queue_drained_ && in_flight_ == 0 && (worker_ == nullptr || worker_->Drained())) {
       if (!counted_finished_) {

@@ -51,9 +51,10 @@ struct CallEvent {
 
 class ShardLoop : public RequestSource {
  public:
-  // Empty turns spent spinning before parking; each is a completion-queue poll plus an engine
-  // turn, so this is some tens of microseconds.
-  static constexpr int kSpinTurns = 64;
+  // Empty turns before parking. Few: an empty non-blocking AsyncNext is not cheap (it takes
+  // gRPC's poller lock and polls epoll), and the blocking wait polls the sockets itself. With 64
+  // turns, two workers served 29k unary calls/s here; with 4, 52k (BENCHMARKS.md).
+  static constexpr int kSpinTurns = 4;
 
   // Exactly one of `worker` (ring engine) and `lock_engine` is set.
   ShardLoop(uint16_t id, Server& server, grpc::ServerCompletionQueue* cq, Worker* worker,
@@ -73,6 +74,13 @@ class ShardLoop : public RequestSource {
   // Loop thread only: `call` is flushed once the current engine turn is over, so the answers
   // that turn completes go out together (one Write for a Stream, not one per answer).
   void RequestFlush(Call* call) { flush_.push_back(call); }
+
+  // Loop thread only: a health Watch stream, told (Call::OnServingChanged) when the server
+  // starts draining; removed before it is deleted.
+  void AddWatcher(Call* call) { watchers_.push_back(call); }
+  void RemoveWatcher(Call* call) { std::erase(watchers_, call); }
+  // Any thread: this loop has seen the server start draining and told its watchers.
+  bool saw_draining() const { return saw_draining_.load(std::memory_order_acquire); }
 
   // Any thread, after putting work on a ring towards this loop.
   void WakeIfParked();
@@ -100,6 +108,8 @@ class ShardLoop : public RequestSource {
   size_t RunEngineTurn();
   // Waits for work; true if something arrived (false: the wait timed out).
   bool Park();
+  // Once the server is draining: tells the watchers, then sets saw_draining_.
+  void NoticeDraining();
 
   // Constant after construction.
   const uint16_t id_;
@@ -111,6 +121,7 @@ class ShardLoop : public RequestSource {
   // Loop thread only.
   std::deque<Request*> pending_;  // Submitted, not yet polled by the engine.
   std::vector<Call*> flush_;      // Calls to flush after this engine turn.
+  std::vector<Call*> watchers_;   // Health Watch streams open on this loop.
   uint64_t in_flight_ = 0;        // Submitted, not yet completed.
   bool queue_drained_ = false;    // AsyncNext said SHUTDOWN.
   bool counted_finished_ = false;
@@ -124,6 +135,7 @@ class ShardLoop : public RequestSource {
   alignas(64) std::atomic<bool> parked_{false};
   std::atomic<bool> wake_pending_{false};
   std::atomic<uint64_t> lock_ops_{0};  // Written by this loop only.
+  std::atomic<bool> saw_draining_{false};  // Written by this loop only.
 };
 
 }  // namespace ringkv
