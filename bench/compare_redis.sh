@@ -38,7 +38,7 @@ for run in $(seq "$runs"); do
 done
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 
-# --- ringkv: defaults (one worker per core), loopback.
+# --- ringkv: defaults (one worker per two cores), loopback.
 build/server/ringkv-server --listen=127.0.0.1:0 2>"$out/ringkv.log" &
 pids+=($!)
 for _ in $(seq 100); do grep -q "listening on" "$out/ringkv.log" && break; sleep 0.1; done

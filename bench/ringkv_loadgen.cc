@@ -47,7 +47,9 @@ ABSL_FLAG(uint32_t, value_size, 32, "value bytes");
 ABSL_FLAG(std::string, ratio, "1:0", "GET:PUT mix, e.g. 1:0 (all GET), 0:1 (all PUT), 9:1");
 ABSL_FLAG(std::string, mode, "unary", "unary, multi or stream");
 ABSL_FLAG(uint32_t, batch, 16, "keys per MultiGet/MultiPut, or operations per stream message");
-ABSL_FLAG(uint32_t, threads, 2, "client threads, each with a completion queue");
+ABSL_FLAG(uint32_t, threads, 1,
+          "client threads, each with a completion queue (1, like redis-benchmark, leaves the "
+          "most CPU to a server on the same machine)");
 ABSL_FLAG(bool, preload, true, "MultiPut every key before timing (then a GET miss is an error)");
 ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file");
 ABSL_FLAG(bool, progress, true, "a progress line on stderr every second");
