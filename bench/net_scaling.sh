@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Two network checks of ringkv-server (seed 004 and an independent client):
 #   1. does event handling hold up as connections grow? 100, 1,000 and 10,000 open connections,
-#      of which 100 carry calls (unary GET, 100 in flight), throughput and p99 for each;
+#      of which 100 carry calls (unary GET, 100 in flight), throughput and p99 for each. The
+#      idle ones are held by a second ringkv-loadgen (--hold), so that the measuring client is
+#      the same in every row (one gRPC client with 10,000 channels costs more per call itself);
 #   2. ghz (github.com/bojand/ghz v0.121.0, installed by scripts/setup.sh under .tools/bin):
 #      unary Get at 50 concurrent calls, beside ringkv-loadgen's figure for the same call.
 # The server listens on a free loopback port, every run is bounded in time, and the script stops
@@ -22,7 +24,8 @@ fi
 
 build/server/ringkv-server --listen=127.0.0.1:0 2>"$out/ringkv.log" &
 pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
+holder=
+trap 'kill $pid ${holder:-} 2>/dev/null || true' EXIT
 for _ in $(seq 100); do grep -q "listening on" "$out/ringkv.log" && break; sleep 0.1; done
 addr=127.0.0.1:$(grep -o "listening on 127.0.0.1:[0-9]*" "$out/ringkv.log" | grep -o "[0-9]*$")
 load() { build/bench/ringkv-loadgen --addr="$addr" --keys=100000 --value-size=32 \
@@ -31,8 +34,16 @@ load --ops=1 --concurrency=1 >/dev/null  # Pre-load the keys once.
 
 for run in $(seq "$runs"); do
   for conns in 100 1000 10000; do
-    load --preload=false --connections=$conns --concurrency=100 --json="$out/tmp.json" >/dev/null
+    if [ "$conns" -gt 100 ]; then
+      build/bench/ringkv-loadgen --addr="$addr" --hold --connections=$((conns - 100)) \
+        --duration=$((seconds + 120)) >"$out/holder.log" 2>&1 &
+      holder=$!
+      for _ in $(seq 600); do grep -q "holding" "$out/holder.log" && break; sleep 0.1; done
+      grep -q "holding" "$out/holder.log" || { echo "net_scaling: the holder did not connect" >&2; exit 1; }
+    fi
+    load --preload=false --connections=100 --concurrency=100 --json="$out/tmp.json" >/dev/null
     cat "$out/tmp.json" >>"$out/conns-$conns.txt"
+    if [ -n "$holder" ]; then kill "$holder"; wait "$holder" 2>/dev/null || true; holder=; fi
   done
   load --preload=false --concurrency=50 --json="$out/tmp.json" >/dev/null
   cat "$out/tmp.json" >>"$out/loadgen-c50.txt"
@@ -50,7 +61,7 @@ out = sys.argv[1]
 def rows(name): return [json.loads(l) for l in open(os.path.join(out, name))]
 def cell(v, fmt="{:,.0f}"):
     return f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))} .. {fmt.format(max(v))})"
-print("| open connections (100 active, unary GET, 100 in flight) | ops/s | p99 ms | ratio to 100 |")
+print("| open connections (100 active, unary GET, 100 in flight; the rest idle, held by a second process) | ops/s | p99 ms | ratio to 100 |")
 print("|---|---|---|---|")
 base = statistics.median(r["ops_per_s"] for r in rows("conns-100.txt"))
 for c in (100, 1000, 10000):

@@ -11,6 +11,11 @@
 // key:__rand_int__, and are pre-loaded (MultiPut) before timing. Latency is per call (per
 // batch for multi and stream), in a log-linear histogram; no per-operation samples are kept.
 //
+// --hold makes no calls: it opens --connections connections, says "holding N connections" on
+// stdout once all are up, and keeps them open and idle for --duration seconds (or until
+// SIGTERM). The connection-scaling runs hold their idle connections in such a second process, so
+// the measuring client's own per-channel cost stays out of the figure.
+//
 // Exit status: 0, 1 if any call failed (by status code in the report), 2 on a usage error,
 // 3 if the server cannot be reached.
 #include <grpcpp/grpcpp.h>
@@ -53,6 +58,8 @@ ABSL_FLAG(uint32_t, threads, 1,
 ABSL_FLAG(bool, preload, true, "MultiPut every key before timing (then a GET miss is an error)");
 ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file");
 ABSL_FLAG(bool, progress, true, "a progress line on stderr every second");
+ABSL_FLAG(bool, hold, false,
+          "make no calls: open --connections connections and hold them idle for --duration s");
 
 namespace ringkv::bench {
 namespace {
@@ -340,6 +347,13 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "ringkv-loadgen: cannot reach ringkv-server at %s\n", addr.c_str());
       return 3;
     }
+  }
+
+  if (absl::GetFlag(FLAGS_hold)) {
+    std::printf("holding %u connections\n", connections);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(absl::GetFlag(FLAGS_duration)));
+    return 0;
   }
 
   if (config.preload) {
