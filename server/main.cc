@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "client/command_line.h"
@@ -60,6 +61,9 @@ void GrpcLog(gpr_log_func_args* args) {
 }
 
 int Main(int argc, char** argv) {
+  // Debian's Abseil is built with Mutex deadlock detection on, and gRPC locks absl::Mutexes on
+  // every call: the bookkeeping was 12% of the daemon's instructions per unary call (callgrind).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
       "the ringkv daemon: a sharded in-memory key-value store served over gRPC.\n"
       "  ringkv-server [--listen=127.0.0.1:50051] [--threads=N] [--ring=spsc|mpsc] "
