@@ -32,6 +32,10 @@ ABSL_FLAG(std::string, engine, "ring", "ring (shards joined by rings) or lock (t
 ABSL_FLAG(uint64_t, ring_size, 16384, "capacity of each ring, in requests");
 ABSL_FLAG(uint64_t, max_key_bytes, 4096, "longest key accepted");
 ABSL_FLAG(uint64_t, max_value_bytes, 4 << 20, "largest value accepted");
+ABSL_FLAG(int64_t, spin_us, -1,
+          "microseconds a worker keeps polling after its last work before it parks; -1: 200 "
+          "while the workers leave a core free, else 0 (a spinning worker would take the CPU "
+          "the others need)");
 ABSL_FLAG(bool, poll_mode, false,
           "busy-poll instead of parking idle workers (dedicated machines only: each worker "
           "keeps a core busy)");
@@ -105,6 +109,12 @@ int Main(int argc, char** argv) {
   options.limits.max_key_bytes = absl::GetFlag(FLAGS_max_key_bytes);
   options.limits.max_value_bytes = absl::GetFlag(FLAGS_max_value_bytes);
   options.poll_mode = absl::GetFlag(FLAGS_poll_mode);
+  int64_t spin_us = absl::GetFlag(FLAGS_spin_us);
+  if (spin_us < -1 || spin_us > 1'000'000) {
+    ExitUsageError(argv[0], "--spin-us must be -1 (auto) or 0 .. 1000000");
+  }
+  if (spin_us == -1) spin_us = options.threads < std::thread::hardware_concurrency() ? 200 : 0;
+  options.spin = absl::Microseconds(spin_us);
   const double grace = absl::GetFlag(FLAGS_shutdown_grace);
   if (!(grace >= 0 && grace <= 3600)) {
     ExitUsageError(argv[0], "--shutdown-grace must be 0 .. 3600 seconds");
@@ -127,8 +137,10 @@ int Main(int argc, char** argv) {
     return usage ? 2 : 1;
   }
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  Log(LogLevel::kInfo, "listening on %s:%d (%u workers, %s engine%s)", host, (*server)->port(),
-      options.threads, engine, options.lock_engine ? "" : ", " + ring + " rings");
+  Log(LogLevel::kInfo, "listening on %s:%d (%u worker%s, %s engine%s, %s)", host,
+      (*server)->port(), options.threads, options.threads == 1 ? "" : "s", engine,
+      options.lock_engine ? "" : ", " + ring + " rings",
+      options.poll_mode ? "poll mode" : absl::StrCat("spin ", spin_us, " us, then park"));
 
   int signal = 0;
   sigwait(&stop_signals, &signal);

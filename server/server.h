@@ -50,6 +50,8 @@ struct ServerOptions {
   size_t ring_capacity = 1 << 14;
   RequestLimits limits;
   bool poll_mode = false;            // Busy-poll, never park.
+  // How long a worker keeps polling after its last work before it parks (ShardLoop::Run).
+  absl::Duration spin = absl::ZeroDuration();
   absl::Duration shutdown_grace = absl::Seconds(4);
 };
 

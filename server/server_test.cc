@@ -281,7 +281,8 @@ INSTANTIATE_TEST_SUITE_P(Engines, ServerTest,
                          ::testing::Values(std::vector<std::string>{"--ring=spsc"},
                                            std::vector<std::string>{"--ring=mpsc"},
                                            std::vector<std::string>{"--engine=lock"},
-                                           std::vector<std::string>{"--poll-mode"}),
+                                           std::vector<std::string>{"--poll-mode"},
+                                           std::vector<std::string>{"--spin-us=200"}),
                          [](const auto& info) {
                            std::string name = info.param[0].substr(2);
                            for (char& c : name) {

@@ -9,7 +9,8 @@
 // each finished Request to its call, which answers the client once all of its Requests are back.
 // A call and its Requests live and die on this thread; only Request pointers cross rings.
 //
-// Idle: after kSpinTurns empty turns the loop parks in the completion queue's AsyncNext. Before
+// Idle: after kSpinTurns empty turns, and once `ServerOptions::spin` has passed since its last
+// work, the loop parks in the completion queue's AsyncNext. Before
 // parking it sets `parked_` and runs one more engine turn; a worker that put something on a ring
 // towards this one reads `parked_` after its enqueue (WakeIfParked, seq_cst on both sides) and
 // sets an alarm on this completion queue, which ends the wait. --poll-mode never parks.
@@ -28,6 +29,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -113,6 +115,7 @@ class ShardLoop : public RequestSource {
 
   // Constant after construction.
   const uint16_t id_;
+  const std::chrono::nanoseconds spin_;
   Server& server_;
   grpc::ServerCompletionQueue* const cq_;
   Worker* const worker_;
