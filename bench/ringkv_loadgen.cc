@@ -33,12 +33,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/latency_histogram.h"
 #include "client/client.h"
 #include "client/command_line.h"
@@ -289,8 +289,8 @@ class Slot {
 };
 
 int Main(int argc, char** argv) {
-  // Debian's Abseil is built with Mutex deadlock detection on, and gRPC locks absl::Mutexes on
-  // every call: the bookkeeping was 12% of the daemon's instructions per unary call (callgrind).
+  // Off for the reason given in server/main.cc: Debian's Abseil checks every gRPC lock for
+  // deadlocks.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
       "drives a running ringkv-server and reports ops/s, MB/s and latency percentiles.\n"

@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/command_line.h"
 #include "server/log.h"
 #include "server/server.h"
