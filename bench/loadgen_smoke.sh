@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Smoke run of ringkv-loadgen (called by `meson test` with the server's and the generator's
-# paths): a real ringkv-server on a free loopback port, each mode for a few thousand operations,
-# every call must succeed; then the usage and unreachable-server errors.
+# paths, then server flags such as --transport=grpc): a real ringkv-server on a free loopback
+# port, each mode for a few thousand operations, every call must succeed; then the usage and
+# unreachable-server errors.
 set -euo pipefail
 server=$1
 loadgen=$2
+shift 2
 out=$(mktemp -d)
 fail() { echo "FAIL: $*" >&2; exit 1; }
-"$server" --listen=127.0.0.1:0 --threads=2 2>"$out/server.log" &
+"$server" --listen=127.0.0.1:0 --threads=2 "$@" 2>"$out/server.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -rf "$out"' EXIT
 for _ in $(seq 100); do grep -q "listening on" "$out/server.log" && break; sleep 0.1; done

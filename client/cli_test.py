@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """End-to-end test of the `ringkv` CLI against a real ringkv-server on a free loopback port.
 
-Usage: cli_test.py SERVER_BINARY CLI_BINARY
+Usage: cli_test.py SERVER_BINARY CLI_BINARY [SERVER_FLAG...]
 Each command's output and exit code is checked: 0 ok, 1 not found, 2 usage, 3 server error.
+The server flags pick the transport (meson runs this once per transport).
 """
 import json
 import os
@@ -15,6 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from ringkv_server import RingkvServer  # noqa: E402
 
 SERVER = CLI = None
+SERVER_FLAGS = []
 
 
 def free_port():
@@ -26,7 +28,7 @@ def free_port():
 class CliTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = RingkvServer(SERVER, "--threads=2")
+        cls.server = RingkvServer(SERVER, "--threads=2", *SERVER_FLAGS)
         cls.addClassCleanup(cls.server.stop)
         cls.addr = cls.server.address
 
@@ -101,8 +103,9 @@ class CliTest(unittest.TestCase):
             self.assertIn(flag, r.stdout)
         r = subprocess.run([SERVER, "--help"], capture_output=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
-        for flag in (b"--listen", b"--threads", b"--ring", b"--engine", b"--max_key_bytes",
-                     b"--max_value_bytes", b"--poll_mode", b"--log_level"):
+        for flag in (b"--listen", b"--transport", b"--threads", b"--ring", b"--engine",
+                     b"--max_key_bytes", b"--max_value_bytes", b"--max_connections",
+                     b"--max_concurrent_streams", b"--poll_mode", b"--log_level"):
             self.assertIn(flag, r.stdout)
 
     def test_unreachable_server_exits_3_and_names_the_address(self):
@@ -114,5 +117,5 @@ class CliTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    SERVER, CLI = sys.argv[1], sys.argv[2]
+    SERVER, CLI, SERVER_FLAGS = sys.argv[1], sys.argv[2], sys.argv[3:]
     unittest.main(argv=sys.argv[:1], verbosity=2)

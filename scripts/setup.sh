@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages ringkv builds with, the interop-test tools (grpcurl from the Go
-# module proxy, grpcio from PyPI, both pinned, under .tools/), then configures and builds.
+# Installs the Debian packages ringkv builds with, the test tools (grpcurl and ghz from the Go
+# module proxy, grpcio and h2 from PyPI, all pinned, under .tools/), then configures and builds.
 # Idempotent: what is already present is skipped and `apt-get update` runs at most once.
 # Usage: scripts/setup.sh [BUILD_DIR] [extra meson options...]
 set -euo pipefail
@@ -10,9 +10,9 @@ packages=(
   build-essential meson ninja-build pkg-config
   libdpdk-dev libjemalloc-dev libwyhash-dev libabsl-dev libgtest-dev libgmock-dev
   libconcurrentqueue-dev libreaderwriterqueue-dev
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libnghttp2-dev
   python3 python3-venv ca-certificates
-  libboost-dev python3-matplotlib redis-server redis-tools
+  libboost-dev python3-matplotlib redis-server redis-tools nghttp2-client
 )
 # Go builds grpcurl; a machine without a Go toolchain gets Debian's.
 export PATH="$PATH:/usr/local/go/bin"
@@ -30,8 +30,9 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Tools, pinned: grpcurl (reflection client) and Python's grpcio/grpcio-tools for the interop
-# tests, ghz (a gRPC load generator) for bench/net_scaling.sh.
+# Tools, pinned: grpcurl (reflection client), ghz (a gRPC load generator), Python's
+# grpcio/grpcio-tools for the interop tests and h2 (an HTTP/2 implementation) for the hostile-
+# input tests.
 tools=$PWD/.tools
 if [ ! -x "$tools/bin/grpcurl" ]; then
   echo "setup: installing grpcurl v1.9.4 into .tools/bin" >&2
@@ -41,10 +42,11 @@ if [ ! -x "$tools/bin/ghz" ]; then
   echo "setup: installing ghz v0.121.0 into .tools/bin" >&2
   GOBIN="$tools/bin" GOFLAGS=-mod=mod go install github.com/bojand/ghz/cmd/ghz@v0.121.0
 fi
-if ! "$tools/venv/bin/python3" -c 'import grpc, grpc_tools' 2>/dev/null; then
-  echo "setup: installing grpcio and grpcio-tools into .tools/venv" >&2
+if ! "$tools/venv/bin/python3" -c 'import grpc, grpc_tools, h2' 2>/dev/null; then
+  echo "setup: installing grpcio, grpcio-tools and h2 into .tools/venv" >&2
   python3 -m venv "$tools/venv"
-  "$tools/venv/bin/pip" install -q --disable-pip-version-check grpcio==1.66.1 grpcio-tools==1.66.1
+  "$tools/venv/bin/pip" install -q --disable-pip-version-check grpcio==1.66.1 grpcio-tools==1.66.1 \
+    h2==4.1.0
 fi
 
 build_dir=${1:-build}

@@ -4,30 +4,39 @@
 - grpcurl (github.com/fullstorydev/grpcurl v1.9.4): lists the services through server reflection,
   describes ringkv.v1.KV, calls Put and Get with no .proto files at hand.
 - Python grpcio: stubs generated at test time with grpcio-tools from the shipped kv.proto and
-  health.proto; put, get, multi-get, NOT_FOUND, and a health check.
+  health.proto; put, get, multi-get, NOT_FOUND, a Stream, a deadline that expires, a cancel in
+  the middle of a stream, health Check and Watch.
+- ghz v0.121.0 (Go's gRPC) and h2load (nghttp2's HTTP/2 load generator, with a fixed gRPC
+  request body): a short unary run each, with no error.
 
-Usage: interop_test.py SERVER_BINARY PROTO_DIR TOOLS_DIR
+Usage: interop_test.py SERVER_BINARY PROTO_DIR TOOLS_DIR [SERVER_FLAG...]
 TOOLS_DIR holds what scripts/setup.sh installs: bin/grpcurl and venv/ (grpcio, grpcio-tools).
-This script re-runs itself under the venv's Python.
+The server flags pick the transport (meson runs this once per transport). This script re-runs
+itself under the venv's Python.
 """
 import base64
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server", "testing"))
 from ringkv_server import RingkvServer  # noqa: E402
 
 SERVER, PROTO_DIR, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None, None, None)
+SERVER_FLAGS = sys.argv[4:]
 
 
 class InteropTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = RingkvServer(SERVER, "--threads=2")
+        cls.server = RingkvServer(SERVER, "--threads=2", *SERVER_FLAGS)
         cls.addClassCleanup(cls.server.stop)
         cls.addr = cls.server.address
 
@@ -93,6 +102,89 @@ class InteropTest(unittest.TestCase):
             for service in ("", "ringkv.v1.KV"):
                 status = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
                 self.assertEqual(status.status, health_pb2.HealthCheckResponse.SERVING)
+            watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=10)
+            self.assertEqual(next(watch).status, health_pb2.HealthCheckResponse.SERVING)
+            watch.cancel()
+
+    def test_python_grpcio_stream_deadline_and_cancel(self):
+        import grpc
+        from ringkv.v1 import kv_pb2, kv_pb2_grpc
+        with grpc.insecure_channel(self.addr) as channel:
+            kv = kv_pb2_grpc.KVStub(channel)
+
+            def ops():
+                for i in range(200):
+                    yield kv_pb2.StreamRequest(ops=[kv_pb2.StreamOp(
+                        id=i, type=kv_pb2.OP_TYPE_PUT, key=b"s%d" % i, value=b"v%d" % i)])
+                yield kv_pb2.StreamRequest(ops=[kv_pb2.StreamOp(id=200, type=kv_pb2.OP_TYPE_GET,
+                                                                key=b"py:never")])
+            results = {}
+            for response in kv.Stream(ops(), timeout=10):
+                for r in response.results:
+                    self.assertNotIn(r.id, results)
+                    results[r.id] = r.result.code
+            self.assertEqual(len(results), 201)
+            self.assertEqual(set(results[i] for i in range(200)), {0})
+            self.assertEqual(results[200], grpc.StatusCode.NOT_FOUND.value[0])
+            self.assertEqual(kv.Get(kv_pb2.GetRequest(key=b"s199"), timeout=10).value, b"v199")
+
+            # A stream that sends nothing and outlives its deadline.
+            gate = threading.Event()
+
+            def idle():
+                gate.wait(5)
+                return
+                yield
+            start = time.time()
+            with self.assertRaises(grpc.RpcError) as late:
+                list(kv.Stream(idle(), timeout=0.3))
+            gate.set()
+            self.assertEqual(late.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+            self.assertLess(time.time() - start, 3)
+
+            # Cancelled in the middle: the client sees CANCELLED, the server goes on serving.
+            def endless():
+                i = 0
+                while True:
+                    yield kv_pb2.StreamRequest(ops=[kv_pb2.StreamOp(
+                        id=i, type=kv_pb2.OP_TYPE_PUT, key=b"c%d" % i, value=b"x")])
+                    i += 1
+                    time.sleep(0.001)
+            call = kv.Stream(endless(), timeout=10)
+            next(call)
+            call.cancel()
+            with self.assertRaises(grpc.RpcError) as cancelled:
+                for _ in call:
+                    pass
+            self.assertEqual(cancelled.exception.code(), grpc.StatusCode.CANCELLED)
+            self.assertEqual(kv.Get(kv_pb2.GetRequest(key=b"s0"), timeout=10).value, b"v0")
+
+    def test_ghz_and_h2load_unary_runs_without_errors(self):
+        self.grpcurl("ringkv.v1.KV/Put", data={"key": base64.b64encode(b"load").decode(),
+                                               "value": base64.b64encode(b"v").decode()})
+        ghz = subprocess.run(
+            [os.path.join(TOOLS, "bin", "ghz"), "--insecure", "--proto",
+             os.path.join(PROTO_DIR, "ringkv", "v1", "kv.proto"), "--import-paths", PROTO_DIR,
+             "--call", "ringkv.v1.KV/Get", "-d", '{"key":"bG9hZA=="}', "-n", "2000", "-c", "8",
+             "--connections", "2", "--timeout", "10s", "--format", "json", self.addr],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(ghz.returncode, 0, ghz.stderr)
+        report = json.loads(ghz.stdout)
+        self.assertEqual(report["count"], 2000)
+        self.assertEqual(report.get("statusCodeDistribution"), {"OK": 2000}, report)
+
+        h2load = shutil.which("h2load")
+        self.assertIsNotNone(h2load, "h2load missing: run scripts/setup.sh (nghttp2-client)")
+        body = os.path.join(self.gen, "get.bin")
+        with open(body, "wb") as f:
+            f.write(struct.pack(">BI", 0, 6) + b"\x0a\x04load")  # GetRequest{key: "load"}
+        run = subprocess.run(
+            [h2load, "-n", "2000", "-c", "2", "-m", "10", "-d", body,
+             "-H", "content-type: application/grpc", "-H", "te: trailers",
+             f"http://{self.addr}/ringkv.v1.KV/Get"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("2000 succeeded, 0 failed, 0 errored", run.stdout)
+        self.assertIn("status codes: 2000 2xx", run.stdout)
 
 
 if __name__ == "__main__":
@@ -100,7 +192,8 @@ if __name__ == "__main__":
     if os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(TOOLS, "venv")) and \
             not os.environ.get("RINGKV_INTEROP_REEXEC"):
         if not os.path.exists(venv_python) or \
-                not os.path.exists(os.path.join(TOOLS, "bin", "grpcurl")):
+                not os.path.exists(os.path.join(TOOLS, "bin", "grpcurl")) or \
+                not os.path.exists(os.path.join(TOOLS, "bin", "ghz")):
             sys.exit(f"interop tools missing under {TOOLS}: run scripts/setup.sh")
         os.environ["RINGKV_INTEROP_REEXEC"] = "1"
         os.execv(venv_python, [venv_python, *sys.argv])

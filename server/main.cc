@@ -2,6 +2,7 @@
 // reflection on --listen until SIGTERM or SIGINT, then drains (server/server.h) and exits 0.
 // Exit status 2: a usage error, or the address cannot be listened on.
 #include <grpc/support/log.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <csignal>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -20,6 +22,14 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "address to listen on, HOST:PORT; loopback unless told otherwise (port 0: any free)");
+ABSL_FLAG(std::string, transport, "h2",
+          "h2: gRPC over HTTP/2 on nghttp2, served inside each worker's own event loop; grpc: "
+          "grpc++'s server (the reference implementation)");
+ABSL_FLAG(uint32_t, max_connections, 10000,
+          "client connections open at once; past it a new one is refused at once with a "
+          "GOAWAY saying why (h2 only)");
+ABSL_FLAG(uint32_t, max_concurrent_streams, 100,
+          "calls in flight per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)");
 // Half the cores by default: every worker also runs gRPC's transport (HTTP/2, the socket
 // syscalls), and the kernel's TCP stack and the clients need CPU too. On 2 cores with the client
 // on the same machine, 2 workers served 0.7x the unary calls of 1 (BENCHMARKS.md).
@@ -64,14 +74,33 @@ void GrpcLog(gpr_log_func_args* args) {
   if (LogEnabled(LogLevel::kDebug)) Log(LogLevel::kDebug, "grpc: %s", args->message);
 }
 
+// Raises the soft open-files limit to the hard one: every connection is a descriptor, and a
+// service's soft default (often 1024) runs out long before the memory does. Returns the limit
+// now in force.
+uint64_t RaiseOpenFilesLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  if (limit.rlim_cur < limit.rlim_max) {
+    const rlim_t before = limit.rlim_cur;
+    limit.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+      Log(LogLevel::kDebug, "open-files limit raised from %d to %d",
+          static_cast<uint64_t>(before), static_cast<uint64_t>(limit.rlim_cur));
+    } else {
+      limit.rlim_cur = before;
+    }
+  }
+  return limit.rlim_cur;
+}
+
 int Main(int argc, char** argv) {
   // Debian's Abseil is built with Mutex deadlock detection on, and gRPC locks absl::Mutexes on
   // every call: the bookkeeping was 12% of the daemon's instructions per unary call (callgrind).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
       "the ringkv daemon: a sharded in-memory key-value store served over gRPC.\n"
-      "  ringkv-server [--listen=127.0.0.1:50051] [--threads=N] [--ring=spsc|mpsc] "
-      "[--engine=ring|lock]\n"
+      "  ringkv-server [--listen=127.0.0.1:50051] [--transport=h2|grpc] [--threads=N] "
+      "[--ring=spsc|mpsc] [--engine=ring|lock]\n"
       "Flags may be written with - or _ (--max-key-bytes). Stops cleanly on SIGTERM/SIGINT.\n"
       "Exit status: 0 after a clean stop, 2 on a usage error or an address it cannot listen "
       "on, 1 on any other failure.");
@@ -92,6 +121,27 @@ int Main(int argc, char** argv) {
   ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.threads = absl::GetFlag(FLAGS_threads);
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport == "h2") {
+    options.transport = TransportKind::kH2;
+  } else if (transport == "grpc") {
+    options.transport = TransportKind::kGrpc;
+  } else {
+    ExitUsageError(argv[0], "--transport must be h2 or grpc, got '" + transport + "'");
+  }
+  options.max_connections = absl::GetFlag(FLAGS_max_connections);
+  if (options.max_connections == 0) ExitUsageError(argv[0], "--max-connections must be >= 1");
+  const absl::CommandLineFlag& max_connections_flag =
+      absl::GetFlagReflectionHandle(FLAGS_max_connections);
+  if (options.transport == TransportKind::kGrpc &&
+      max_connections_flag.CurrentValue() != max_connections_flag.DefaultValue()) {
+    ExitUsageError(argv[0], "--max-connections is enforced by --transport=h2 only; grpc++ "
+                            "has no bound on connections");
+  }
+  options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  if (options.max_concurrent_streams == 0 || options.max_concurrent_streams > 65536) {
+    ExitUsageError(argv[0], "--max-concurrent-streams must be 1 .. 65536");
+  }
   const std::string ring = absl::GetFlag(FLAGS_ring);
   if (ring == "spsc") {
     options.ring = RingKind::kRteSpsc;
@@ -129,6 +179,19 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  const uint64_t open_files = RaiseOpenFilesLimit();
+  // Each loop needs a few descriptors of its own (epoll, eventfd, a spare), and the process
+  // some more; past that, connections are refused for lack of descriptors, not by the limit.
+  if (options.transport == TransportKind::kH2 && open_files > 0 &&
+      options.max_connections + 64 + 4 * uint64_t{options.threads} > open_files) {
+    Log(LogLevel::kWarning,
+        "--max-connections=%d is more than the open-files limit (%d) allows; connections "
+        "past about %d will be refused for lack of descriptors",
+        options.max_connections, open_files,
+        open_files > 64 + 4 * uint64_t{options.threads} ? open_files - 64 - 4 * options.threads
+                                                        : 0);
+  }
+
   auto server = Server::Start(options);
   if (!server.ok()) {
     const bool usage = server.status().code() == absl::StatusCode::kInvalidArgument ||
@@ -137,8 +200,8 @@ int Main(int argc, char** argv) {
     return usage ? 2 : 1;
   }
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  Log(LogLevel::kInfo, "listening on %s:%d (%u worker%s, %s engine%s, %s)", host,
-      (*server)->port(), options.threads, options.threads == 1 ? "" : "s", engine,
+  Log(LogLevel::kInfo, "listening on %s:%d (%s transport, %u worker%s, %s engine%s, %s)", host,
+      (*server)->port(), transport, options.threads, options.threads == 1 ? "" : "s", engine,
       options.lock_engine ? "" : ", " + ring + " rings",
       options.poll_mode ? "poll mode" : absl::StrCat("spin ", spin_us, " us, then park"));
 

@@ -7,7 +7,9 @@
 #ifndef RINGKV_SERVER_REQUEST_LIMITS_H_
 #define RINGKV_SERVER_REQUEST_LIMITS_H_
 
+#include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -39,6 +41,13 @@ struct RequestLimits {
   absl::Status CheckPut(std::string_view key, std::string_view value) const {
     absl::Status status = CheckKey(key);
     return status.ok() ? CheckValue(value) : status;
+  }
+  // The largest request message a transport reads: room for a value at the limit plus its key
+  // and framing, with slack for batches, and at most 2 GiB (protobuf's own limit). A bigger one
+  // is refused (RESOURCE_EXHAUSTED) before it is read.
+  size_t max_message_bytes() const {
+    return std::min<size_t>(2 * max_value_bytes + max_key_bytes + (size_t{1} << 20),
+                            std::numeric_limits<int>::max());
   }
 };
 

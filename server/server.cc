@@ -1,16 +1,14 @@
 #include "server/server.h"
 
-#include <grpc/grpc.h>
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-
 #include <cstring>
-#include <limits>
 
 #ifdef RINGKV_HAVE_JEMALLOC
 #include <jemalloc/jemalloc.h>
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "server/grpc/grpc_transport.h"
+#include "server/h2/h2_transport.h"
 #include "server/log.h"
 
 namespace ringkv {
@@ -60,49 +58,22 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     if (!engine.ok()) return engine.status();
     server->ring_engine_ = std::move(*engine);
   }
-
-  // grpc.health.v1.Health is served by the loops like KV (calls.cc), not by gRPC's default
-  // health service: that one runs on the callback API, whose two polling threads on this
-  // Debian build take the sockets' I/O away from the loops and cost a thread hand-off per call
-  // (BENCHMARKS.md: unary GET 39k -> 70k calls/s with one worker once they were gone).
-  grpc::EnableDefaultHealthCheckService(false);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  // Without this, gRPC binds with SO_REUSEPORT and a second daemon on the same port would
-  // silently share it instead of failing.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
-  builder.RegisterService(&server->service_);
-  builder.RegisterService(&server->health_service_);
-  // Room for a value at the limit plus its key and framing; a bigger message is refused by
-  // gRPC itself (RESOURCE_EXHAUSTED) before it is read.
-  const size_t max_message = 2 * options.limits.max_value_bytes +
-                             options.limits.max_key_bytes + (size_t{1} << 20);
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(std::min<size_t>(max_message, std::numeric_limits<int>::max())));
-  for (uint32_t i = 0; i < n; ++i) server->queues_.push_back(builder.AddCompletionQueue());
-  server->grpc_server_ = builder.BuildAndStart();
-  if (server->grpc_server_ == nullptr || server->port_ == 0) {
-    // Nothing listens and no loop runs; drain the queues gRPC handed out so they can go.
-    for (auto& queue : server->queues_) {
-      queue->Shutdown();
-      void* tag;
-      bool ok;
-      while (queue->Next(&tag, &ok)) {
-      }
-    }
-    server->stopped_ = true;
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options.listen,
-        ": the port is in use, or the address is not one of this machine's"));
-  }
-
   for (uint32_t i = 0; i < n; ++i) {
     Worker* worker = server->ring_engine_ ? &server->ring_engine_->worker(i) : nullptr;
     server->loops_.push_back(std::make_unique<ShardLoop>(static_cast<uint16_t>(i), *server,
-                                                         server->queues_[i].get(), worker,
-                                                         server->lock_engine_.get()));
+                                                         worker, server->lock_engine_.get()));
   }
+
+  absl::StatusOr<std::unique_ptr<Transport>> transport =
+      options.transport == TransportKind::kH2 ? H2Transport::Start(*server)
+                                              : GrpcTransport::Start(*server);
+  if (!transport.ok()) {
+    server->stopped_ = true;  // Nothing listens and no loop runs.
+    return transport.status();
+  }
+  server->transport_ = std::move(*transport);
+  server->port_ = server->transport_->port();
+  for (auto& loop : server->loops_) loop->SetIo(server->transport_->MakeLoopIo(*loop));
   for (auto& loop : server->loops_) {
     server->threads_.emplace_back([loop = loop.get()] { loop->Run(); });
   }
@@ -127,16 +98,10 @@ void Server::Shutdown() {
          absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(2));
   }
-  Log(LogLevel::kDebug, "%d calls still in flight; stopping the gRPC server",
+  Log(LogLevel::kDebug, "%d calls still in flight; stopping the transport",
       active_calls_.load(std::memory_order_acquire));
-  // Cancels whatever is left and closes the connections.
-  grpc_server_->Shutdown(gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                      gpr_time_from_millis(100, GPR_TIMESPAN)));
-  Log(LogLevel::kDebug, "gRPC server stopped; shutting down the completion queues");
-  for (size_t i = 0; i < loops_.size(); ++i) {
-    loops_[i]->BlockWakeups();
-    queues_[i]->Shutdown();
-  }
+  // Ends whatever is left and closes the connections.
+  transport_->Stop();
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();
   Log(LogLevel::kDebug, "every loop has stopped");
@@ -144,11 +109,10 @@ void Server::Shutdown() {
 
 Server::~Server() {
   Shutdown();
-  // The loops are stopped; the gRPC server goes before the queues it posted to, and the engine
-  // (rings, shards) last.
+  // The loops are stopped; their LoopIos go before the transport they belong to, and the
+  // engine (rings, shards) last.
   loops_.clear();
-  grpc_server_.reset();
-  queues_.clear();
+  transport_.reset();
 }
 
 void Server::FillStats(ringkv::v1::StatsResponse* stats) const {

@@ -5,34 +5,21 @@
 
 #include "absl/time/time.h"
 #include "ring/ring.h"
-#include "server/calls.h"
 #include "server/server.h"
 
 namespace ringkv {
 namespace {
 
-// Calls of each method kept armed per loop: enough that a burst of new calls rarely waits for
-// the loop to re-arm one.
-constexpr int kArmedPerMethod = 8;
-// Completion-queue events taken per turn before the engine gets its turn.
-constexpr int kQueueBurst = 64;
 // A parked loop wakes at least this often even if nobody rings: a bound on the cost of a lost
 // wake-up, and cheap enough (a few microseconds) to leave the idle daemon under 1% of a core.
 constexpr auto kParkTimeout = std::chrono::milliseconds(100);
 
-gpr_timespec Deadline(std::chrono::nanoseconds from_now) {
-  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                      gpr_time_from_nanos(from_now.count(), GPR_TIMESPAN));
-}
-
 }  // namespace
 
-ShardLoop::ShardLoop(uint16_t id, Server& server, grpc::ServerCompletionQueue* cq,
-                     Worker* worker, LockEngine* lock_engine)
+ShardLoop::ShardLoop(uint16_t id, Server& server, Worker* worker, LockEngine* lock_engine)
     : id_(id),
       spin_(absl::ToChronoNanoseconds(server.options().spin)),
       server_(server),
-      cq_(cq),
       worker_(worker),
       lock_engine_(lock_engine) {}
 
@@ -47,42 +34,14 @@ size_t ShardLoop::Poll(Request** out, size_t max) {
 
 void ShardLoop::Complete(Request* request) {
   --in_flight_;
-  static_cast<Call*>(request->tag)->OnRequestDone(request);
-}
-
-void ShardLoop::Dispatch(void* tag, bool ok) {
-  auto* event = static_cast<CallEvent*>(tag);
-  if (event->call == nullptr) {
-    // Our wake-up alarm fired: the next one may be set. Its only job was ending the wait.
-    wake_pending_.store(false, std::memory_order_release);
-    return;
-  }
-  event->call->OnEvent(event->kind, ok);
-}
-
-size_t ShardLoop::PollQueue() {
-  if (queue_drained_) return 0;
-  size_t events = 0;
-  void* tag;
-  bool ok;
-  while (events < kQueueBurst) {
-    const auto status = cq_->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
-    if (status == grpc::CompletionQueue::SHUTDOWN) {
-      queue_drained_ = true;
-      break;
-    }
-    if (status == grpc::CompletionQueue::TIMEOUT) break;
-    Dispatch(tag, ok);
-    ++events;
-  }
-  return events;
+  static_cast<Handler*>(request->tag)->OnRequestDone(request);
 }
 
 size_t ShardLoop::RunEngine() {
   const size_t n = RunEngineTurn();
-  // A call in flush_ cannot have been deleted: it has answers to write, so it has not
-  // finished, and its completion-queue events are only taken outside the engine turn.
-  for (Call* call : flush_) call->Flush();
+  // A handler in flush_ cannot have been deleted: it has answers to write, so it has not
+  // finished, and the transport deletes handlers only outside the engine turn.
+  for (Handler* handler : flush_) handler->Flush();
   flush_.clear();
   return n;
 }
@@ -98,8 +57,8 @@ size_t ShardLoop::RunEngineTurn() {
     Complete(request);
     ++n;
   }
-  if (n > 0) lock_ops_.store(lock_ops_.load(std::memory_order_relaxed) + n,
-                             std::memory_order_relaxed);
+  if (n > 0)
+    lock_ops_.store(lock_ops_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   return n;
 }
 
@@ -109,7 +68,7 @@ void ShardLoop::WakeIfParked() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!parked_.load(std::memory_order_relaxed)) return;
   if (wake_pending_.exchange(true, std::memory_order_acq_rel)) return;  // Already rung.
-  wake_alarm_.Set(cq_, gpr_time_0(GPR_CLOCK_MONOTONIC), &wake_event_);
+  io_->Wake();
 }
 
 void ShardLoop::BlockWakeups() {
@@ -120,37 +79,29 @@ bool ShardLoop::Park() {
   parked_.store(true, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   bool woken = RunEngine() > 0;
-  if (!woken) {
-    void* tag;
-    bool ok;
-    const auto status = cq_->AsyncNext(&tag, &ok, Deadline(kParkTimeout));
-    if (status == grpc::CompletionQueue::GOT_EVENT) {
-      Dispatch(tag, ok);
-      woken = true;
-    } else if (status == grpc::CompletionQueue::SHUTDOWN) {
-      queue_drained_ = true;
-      woken = true;
-    }
-  }
+  if (!woken) woken = io_->Wait(kParkTimeout);
   parked_.store(false, std::memory_order_relaxed);
   return woken;
 }
 
 void ShardLoop::NoticeDraining() {
-  for (Call* call : watchers_) call->OnServingChanged();
+  for (Handler* handler : std::vector<Handler*>(watchers_)) handler->OnServingChanged();
+  io_->OnDraining();
   saw_draining_.store(true, std::memory_order_release);
 }
 
 void ShardLoop::Run() {
-  Call::AcceptAll(*this, kArmedPerMethod);
+  io_->Start();
   int idle_turns = 0;
   auto last_work = std::chrono::steady_clock::now();
   for (;;) {
     if (!saw_draining_.load(std::memory_order_relaxed) && server_.shutting_down()) {
       NoticeDraining();
     }
-    const size_t work = PollQueue() + RunEngine();
-    if (queue_drained_ && in_flight_ == 0 && (worker_ == nullptr || worker_->Drained())) {
+    const size_t work = io_->Poll() + RunEngine();
+    io_->EndTurn();
+    const bool io_finished = io_->Finished();
+    if (io_finished && in_flight_ == 0 && (worker_ == nullptr || worker_->Drained())) {
       if (!counted_finished_) {
         counted_finished_ = true;
         server_.MarkLoopFinished();
@@ -173,12 +124,11 @@ void ShardLoop::Run() {
     const bool backlogged = worker_ != nullptr && !worker_->Drained();
     if (server_.options().poll_mode || backlogged) {
       std::this_thread::yield();  // Full rings: let the consumer run.
-    } else if (queue_drained_) {
-      // Only the other loops' last Requests can still come; the queue can no longer be waited on.
+    } else if (io_finished) {
+      // Only the other loops' last Requests can still come; the transport is gone.
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     } else if (!Park()) {
-      // Timed out with nothing to do: park again after one turn instead of spinning again
-      // (each spin turn's non-blocking poll costs gRPC a futex call).
+      // Timed out with nothing to do: park again after one turn instead of spinning again.
       idle_turns = kSpinTurns - 1;
     }
   }

@@ -1,98 +1,97 @@
-// ShardLoop: one daemon worker thread. It owns a gRPC server completion queue and a shard
-// engine worker (or, with --engine=lock, runs requests on the shared LockEngine), so one thread
-// is both front end and shard owner.
+// ShardLoop: one daemon worker thread. It owns a shard engine Worker (or, with --engine=lock,
+// runs requests on the shared LockEngine) and its transport's LoopIo, so one thread is both
+// network front end and shard owner, with no hand-off between them.
 //
-// Request path: gRPC hands a call to some worker's completion queue; the call (server/calls.h)
-// checks its input, fills in engine Requests and Submit()s them here. The engine turn polls them
-// (this is the engine's RequestSource), runs those its own shard owns and sends the others
-// through an rte_ring to their owner, which runs them and sends them back; Complete() then hands
-// each finished Request to its call, which answers the client once all of its Requests are back.
-// A call and its Requests live and die on this thread; only Request pointers cross rings.
+// Request path: the LoopIo takes a call's bytes off the network and drives its Handler
+// (server/handlers/handler.h), which checks the input, fills in engine Requests and Submit()s
+// them here. The engine turn polls them (this is the engine's RequestSource), runs those its
+// own shard owns and sends the others through an rte_ring to their owner, which runs them and
+// sends them back; Complete() then hands each finished Request to its handler, which answers
+// through its CallSink once all of its Requests are back; the LoopIo sends the answers at the
+// end of the turn. A call, its handler and its Requests live and die on this thread; only
+// Request pointers cross rings.
+//
+// One turn: io.Poll(), an engine turn, the handlers' flushes, io.EndTurn().
 //
 // Idle: after kSpinTurns empty turns, and once `ServerOptions::spin` has passed since its last
-// work, the loop parks in the completion queue's AsyncNext. Before
-// parking it sets `parked_` and runs one more engine turn; a worker that put something on a ring
-// towards this one reads `parked_` after its enqueue (WakeIfParked, seq_cst on both sides) and
-// sets an alarm on this completion queue, which ends the wait. --poll-mode never parks.
+// work, the loop parks in io.Wait(). Before parking it sets `parked_` and runs one more engine
+// turn; a worker that put something on a ring towards this one reads `parked_` after its
+// enqueue (WakeIfParked, seq_cst on both sides) and calls io.Wake(), which ends the wait.
+// --poll-mode never parks.
 //
-// Shutdown (driven by Server): the server's Shutdown finishes or cancels the calls, then the
-// completion queue is shut down; once it is drained and none of this loop's Requests is out,
-// the loop counts itself finished, and keeps answering other workers' Requests until every
-// loop has finished, so nobody exits while a Request might still come its way.
+// Shutdown (driven by Server): once the transport has stopped, the LoopIo reports Finished when
+// none of this loop's calls is left; once also none of its Requests is out, the loop counts
+// itself finished, and keeps answering other workers' Requests until every loop has finished,
+// so nobody exits while a Request might still come its way.
 //
-// Threads: Run() on the loop's own thread, and so everything else, except WakeIfParked (any
-// thread) and counters (any thread, relaxed reads).
+// Threads: Run() on the loop's own thread, and so everything else, except WakeIfParked,
+// BlockWakeups (any thread) and the counters (any thread, relaxed reads).
 #ifndef RINGKV_SERVER_SHARD_LOOP_H_
 #define RINGKV_SERVER_SHARD_LOOP_H_
-
-#include <grpcpp/alarm.h>
-#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
-#include "server/request_limits.h"
+#include "server/handlers/handler.h"
+#include "server/loop_io.h"
 #include "shard/lock_engine.h"
 #include "shard/request.h"
 #include "shard/worker.h"
 
 namespace ringkv {
 
-class Call;
 class Server;
-
-// What every completion-queue tag points at: a call and which of its operations completed.
-// A null call is the loop's wake-up alarm.
-struct CallEvent {
-  Call* call;
-  int kind;
-};
 
 class ShardLoop : public RequestSource {
  public:
-  // Empty turns before parking. Few: an empty non-blocking AsyncNext is not cheap (it takes
-  // gRPC's poller lock and polls epoll), and the blocking wait polls the sockets itself. With 64
-  // turns, two workers served 29k unary calls/s here; with 4, 52k (BENCHMARKS.md).
+  // Empty turns before parking. Few: with grpc++ an empty non-blocking poll takes gRPC's
+  // poller lock, and the blocking wait polls the sockets itself. With 64 turns, two workers
+  // served 29k unary calls/s here; with 4, 52k (BENCHMARKS.md).
   static constexpr int kSpinTurns = 4;
 
   // Exactly one of `worker` (ring engine) and `lock_engine` is set.
-  ShardLoop(uint16_t id, Server& server, grpc::ServerCompletionQueue* cq, Worker* worker,
-            LockEngine* lock_engine);
+  ShardLoop(uint16_t id, Server& server, Worker* worker, LockEngine* lock_engine);
   ShardLoop(const ShardLoop&) = delete;
   ShardLoop& operator=(const ShardLoop&) = delete;
 
-  // The thread body: starts accepting calls and runs until shutdown is complete.
+  // Control thread, before Run.
+  void SetIo(std::unique_ptr<LoopIo> io) { io_ = std::move(io); }
+
+  // The thread body: starts taking calls and runs until shutdown is complete.
   void Run();
 
-  // Loop thread only: a call hands in a Request; the call's pointer goes in Request::tag.
+  // Loop thread only: a handler hands in a Request; its pointer is in Request::tag.
   void Submit(Request* request) {
     pending_.push_back(request);
     ++in_flight_;
   }
 
-  // Loop thread only: `call` is flushed once the current engine turn is over, so the answers
+  // Loop thread only: `handler` is flushed once the current engine turn is over, so the answers
   // that turn completes go out together (one Write for a Stream, not one per answer).
-  void RequestFlush(Call* call) { flush_.push_back(call); }
+  void RequestFlush(Handler* handler) { flush_.push_back(handler); }
 
-  // Loop thread only: a health Watch stream, told (Call::OnServingChanged) when the server
-  // starts draining; removed before it is deleted.
-  void AddWatcher(Call* call) { watchers_.push_back(call); }
-  void RemoveWatcher(Call* call) { std::erase(watchers_, call); }
+  // Loop thread only: a health Watch handler, told (OnServingChanged) when the server starts
+  // draining; removed before it is deleted.
+  void AddWatcher(Handler* handler) { watchers_.push_back(handler); }
+  void RemoveWatcher(Handler* handler) { std::erase(watchers_, handler); }
   // Any thread: this loop has seen the server start draining and told its watchers.
   bool saw_draining() const { return saw_draining_.load(std::memory_order_acquire); }
 
   // Any thread, after putting work on a ring towards this loop.
   void WakeIfParked();
-  // Control thread, before the completion queue is shut down: no alarm may be set on it after.
-  // Waits out an alarm already set (the running loop takes it), then holds wake_pending_.
+  // Loop thread: the LoopIo took the event a Wake() caused; the next Wake may ring again.
+  void OnWakeEvent() { wake_pending_.store(false, std::memory_order_release); }
+  // Control thread: no Wake() may be called on the LoopIo from now on (the grpc++ transport
+  // calls this before it shuts the completion queue down). Waits out a wake-up already rung.
   void BlockWakeups();
 
   uint16_t id() const { return id_; }
   Server& server() { return server_; }
-  grpc::ServerCompletionQueue* cq() { return cq_; }
+  const Server& server() const { return server_; }
   // Requests this loop ran itself (lock engine only; the ring engine counts in WorkerCounters).
   uint64_t lock_ops() const { return lock_ops_.load(std::memory_order_relaxed); }
 
@@ -101,43 +100,36 @@ class ShardLoop : public RequestSource {
   void Complete(Request* request) override;
 
  private:
-  // Handles one completion-queue event.
-  void Dispatch(void* tag, bool ok);
-  // Drains up to a burst of ready completion-queue events without waiting.
-  size_t PollQueue();
   // One engine turn, then the flushes it asked for.
   size_t RunEngine();
   size_t RunEngineTurn();
   // Waits for work; true if something arrived (false: the wait timed out).
   bool Park();
-  // Once the server is draining: tells the watchers, then sets saw_draining_.
+  // Once the server is draining: tells the watchers and the LoopIo, then sets saw_draining_.
   void NoticeDraining();
 
-  // Constant after construction.
+  // Constant after construction (io_: after SetIo).
   const uint16_t id_;
   const std::chrono::nanoseconds spin_;
   Server& server_;
-  grpc::ServerCompletionQueue* const cq_;
   Worker* const worker_;
   LockEngine* const lock_engine_;
+  std::unique_ptr<LoopIo> io_;
 
   // Loop thread only.
-  std::deque<Request*> pending_;  // Submitted, not yet polled by the engine.
-  std::vector<Call*> flush_;      // Calls to flush after this engine turn.
-  std::vector<Call*> watchers_;   // Health Watch streams open on this loop.
-  uint64_t in_flight_ = 0;        // Submitted, not yet completed.
-  bool queue_drained_ = false;    // AsyncNext said SHUTDOWN.
+  std::deque<Request*> pending_;    // Submitted, not yet polled by the engine.
+  std::vector<Handler*> flush_;     // Handlers to flush after this engine turn.
+  std::vector<Handler*> watchers_;  // Health Watch handlers open on this loop.
+  uint64_t in_flight_ = 0;          // Submitted, not yet completed.
   bool counted_finished_ = false;
-  CallEvent wake_event_{nullptr, 0};
-  grpc::Alarm wake_alarm_;        // Set by WakeIfParked (one at a time, see wake_pending_).
 
   // Shared. parked_: stored seq_cst by this loop before its last engine turn, read after a
   // seq_cst fence by senders (the store-buffer pattern: one side must see the other's write).
-  // wake_pending_: set by the sender that arms the alarm, cleared by this loop once the alarm's
-  // event is taken, so the alarm is never set twice before it fires.
+  // wake_pending_: set by the sender that rings, cleared by this loop once the LoopIo took the
+  // wake-up event, so that at most one wake-up is in flight.
   alignas(64) std::atomic<bool> parked_{false};
   std::atomic<bool> wake_pending_{false};
-  std::atomic<uint64_t> lock_ops_{0};  // Written by this loop only.
+  std::atomic<uint64_t> lock_ops_{0};      // Written by this loop only.
   std::atomic<bool> saw_draining_{false};  // Written by this loop only.
 };
 

@@ -1,6 +1,7 @@
 """A real ringkv-server child process on a free loopback port, for the Python tests.
 
-    server = RingkvServer(binary, "--threads=2")   # waits for its "listening on" line
+    server = RingkvServer(binary, "--threads=2")   # waits for its "listening on" line;
+                                                   # keyword arguments go to subprocess.Popen
     server.address                                 # "127.0.0.1:PORT"
     server.stop()                                  # SIGTERM; asserts exit status 0
 """
@@ -11,9 +12,9 @@ import time
 
 
 class RingkvServer:
-    def __init__(self, binary, *args):
+    def __init__(self, binary, *args, **popen_args):
         self.process = subprocess.Popen([binary, "--listen=127.0.0.1:0", *args],
-                                        stderr=subprocess.PIPE, text=True)
+                                        stderr=subprocess.PIPE, text=True, **popen_args)
         deadline = time.time() + 20
         self.address = None
         while time.time() < deadline and self.address is None:
@@ -30,4 +31,5 @@ class RingkvServer:
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
         status = self.process.wait(timeout=10)
+        self.process.stderr.close()
         assert status == 0, f"ringkv-server exited {status} after SIGTERM"

@@ -1,0 +1,360 @@
+#include "server/grpc/grpc_calls.h"
+
+#include <memory>
+#include <type_traits>
+
+#include "absl/base/internal/raw_logging.h"
+#include "server/grpc/grpc_transport.h"
+#include "server/handlers/methods.h"
+#include "server/server.h"
+#include "server/shard_loop.h"
+
+namespace ringkv {
+namespace {
+
+enum EventKind : int { kAccepted, kRead, kWritten, kFinished, kDone };
+
+// The message types and service of a generated AsyncService::Request<Method> member.
+template <typename Member>
+struct ArmTraits;
+template <typename S, typename Req, typename Resp>
+struct ArmTraits<void (S::*)(grpc::ServerContext*, Req*, grpc::ServerAsyncResponseWriter<Resp>*,
+                             grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*)> {
+  using Service = S;
+  using RequestPb = Req;
+  using ResponsePb = Resp;
+};
+template <typename S, typename Req, typename Resp>
+struct ArmTraits<void (S::*)(grpc::ServerContext*, Req*, grpc::ServerAsyncWriter<Resp>*,
+                             grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*)> {
+  using Service = S;
+  using RequestPb = Req;
+  using ResponsePb = Resp;
+};
+template <typename S, typename Req, typename Resp>
+struct ArmTraits<void (S::*)(grpc::ServerContext*, grpc::ServerAsyncReaderWriter<Resp, Req>*,
+                             grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*)> {
+  using Service = S;
+  using RequestPb = Req;
+  using ResponsePb = Resp;
+};
+
+// The transport's service object that the generated member belongs to.
+template <typename S>
+auto& ServiceOf(GrpcTransport& transport) {
+  if constexpr (std::is_base_of_v<S, ringkv::v1::KV::AsyncService>) {
+    return transport.kv_service();
+  } else if constexpr (std::is_base_of_v<S, grpc::health::v1::Health::AsyncService>) {
+    return transport.health_service();
+  } else if constexpr (std::is_base_of_v<
+                           S, grpc::reflection::v1alpha::ServerReflection::AsyncService>) {
+    return transport.reflection_v1alpha_service();
+  } else {
+    static_assert(std::is_base_of_v<S, grpc::reflection::v1::ServerReflection::AsyncService>);
+    return transport.reflection_v1_service();
+  }
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+grpc::Status ShuttingDown() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "ringkv-server is shutting down");
+}
+
+// What the three adapters share: the handler, the count of grpc++ operations outstanding, and
+// the decision to serve or refuse a call that arrives.
+class Adapter : public GrpcCall {
+ public:
+  ~Adapter() override {
+    if (counted_) server().CallEnded();
+    io_.CallGone();
+  }
+
+  void Read() override { ABSL_RAW_LOG(FATAL, "Read on a call that takes one message"); }
+  void Write(const google::protobuf::MessageLite&) override {
+    ABSL_RAW_LOG(FATAL, "Write on a unary call");
+  }
+
+ protected:
+  Adapter(GrpcLoopIo& io, const Method& method)
+      : io_(io), method_(method), handler_(method.make(io.loop(), *this)) {
+    io_.CallMade();
+  }
+
+  Server& server() { return io_.loop().server(); }
+
+  // A call arrived: false if it is to be refused (the server drains and the method is not
+  // served then); else it is counted (if its method is).
+  bool Admit() {
+    if (server().shutting_down() && !method_.served_while_draining) return false;
+    if (method_.counted) {
+      counted_ = true;
+      server().CallStarted();
+    }
+    return true;
+  }
+
+  // No call came (the server is shutting down), so no other event will either.
+  void NotAccepted() {
+    handler_done_ = true;
+    io_.Retire(this);
+  }
+
+  // Retires the adapter once its handler is done and no operation is outstanding.
+  void MaybeRetire() {
+    if (handler_done_ && pending_ == 0 && !retired_) {
+      retired_ = true;
+      io_.Retire(this);
+    }
+  }
+
+  // Whether an event is still for the handler: not after it finished, or was told of a cancel.
+  bool ForHandler() const { return !handler_done_ && !cancelled_; }
+
+  GrpcLoopIo& io_;
+  const Method& method_;
+  std::unique_ptr<Handler> handler_;
+  grpc::ServerContext context_;
+  int pending_ = 0;            // grpc++ operations outstanding (and the done notice, if asked).
+  bool handler_done_ = false;  // The handler called Finish, or never ran (refused).
+  bool cancelled_ = false;     // The handler was told OnCancel.
+
+ private:
+  bool counted_ = false;  // In the server's count of calls being served.
+  bool retired_ = false;
+};
+
+template <auto kArm>
+class UnaryAdapter final : public Adapter {
+  using T = ArmTraits<decltype(kArm)>;
+
+ public:
+  UnaryAdapter(GrpcLoopIo& io, const Method& method) : Adapter(io, method), responder_(&context_) {}
+
+  void Arm() {
+    (ServiceOf<typename T::Service>(io_.transport()).*kArm)(
+        &context_, static_cast<typename T::RequestPb*>(handler_->incoming()), &responder_, io_.cq(),
+        io_.cq(), &accepted_);
+  }
+
+  void OnEvent(int kind, bool ok) override {
+    if (kind == kAccepted) {
+      if (!ok) return NotAccepted();
+      (new UnaryAdapter(io_, method_))->Arm();
+      if (!Admit()) {
+        handler_done_ = true;
+        ++pending_;
+        responder_.FinishWithError(ShuttingDown(), &finished_);
+        return;
+      }
+      handler_->OnStart();
+      handler_->OnMessage();
+      return;
+    }
+    --pending_;  // kFinished: the reply is out, or the call is gone.
+    MaybeRetire();
+  }
+
+  void Finish(const absl::Status& status, const google::protobuf::MessageLite* response) override {
+    handler_done_ = true;
+    if (io_.transport().stopped()) {  // The queue may be shut down: no more operations.
+      MaybeRetire();
+      return;
+    }
+    ++pending_;
+    if (status.ok()) {
+      responder_.Finish(*static_cast<const typename T::ResponsePb*>(response), grpc::Status::OK,
+                        &finished_);
+    } else {
+      responder_.FinishWithError(ToGrpc(status), &finished_);
+    }
+  }
+
+ private:
+  grpc::ServerAsyncResponseWriter<typename T::ResponsePb> responder_;
+  GrpcCallEvent accepted_{this, kAccepted};
+  GrpcCallEvent finished_{this, kFinished};
+};
+
+// Server streaming (health Watch). grpc++ tells of a cancel only through AsyncNotifyWhenDone,
+// whose event comes once the call is over, cancelled or not.
+template <auto kArm>
+class ServerStreamAdapter final : public Adapter {
+  using T = ArmTraits<decltype(kArm)>;
+
+ public:
+  ServerStreamAdapter(GrpcLoopIo& io, const Method& method)
+      : Adapter(io, method), writer_(&context_) {}
+
+  void Arm() {
+    context_.AsyncNotifyWhenDone(&done_);  // Before the call starts, as gRPC requires.
+    ++pending_;
+    (ServiceOf<typename T::Service>(io_.transport()).*kArm)(
+        &context_, static_cast<typename T::RequestPb*>(handler_->incoming()), &writer_, io_.cq(),
+        io_.cq(), &accepted_);
+  }
+
+  void OnEvent(int kind, bool ok) override {
+    switch (kind) {
+      case kAccepted:
+        if (!ok) return NotAccepted();
+        (new ServerStreamAdapter(io_, method_))->Arm();
+        if (!Admit()) {
+          handler_done_ = true;
+          ++pending_;
+          writer_.Finish(ShuttingDown(), &finished_);
+          return;
+        }
+        handler_->OnStart();
+        handler_->OnMessage();
+        return;
+      case kWritten:
+        --pending_;
+        if (ForHandler()) handler_->OnWriteDone(ok);
+        break;
+      case kDone:
+        --pending_;
+        if (ForHandler()) {
+          cancelled_ = true;
+          handler_->OnCancel();
+        }
+        break;
+      case kFinished:
+        --pending_;
+        break;
+    }
+    MaybeRetire();
+  }
+
+  void Write(const google::protobuf::MessageLite& message) override {
+    ++pending_;
+    if (io_.transport().stopped()) return io_.FailLater(&written_);
+    writer_.Write(static_cast<const typename T::ResponsePb&>(message), &written_);
+  }
+
+  void Finish(const absl::Status& status, const google::protobuf::MessageLite*) override {
+    handler_done_ = true;
+    if (cancelled_ || io_.transport().stopped()) {
+      MaybeRetire();
+      return;
+    }
+    ++pending_;
+    writer_.Finish(ToGrpc(status), &finished_);
+  }
+
+ private:
+  grpc::ServerAsyncWriter<typename T::ResponsePb> writer_;
+  GrpcCallEvent accepted_{this, kAccepted};
+  GrpcCallEvent written_{this, kWritten};
+  GrpcCallEvent finished_{this, kFinished};
+  GrpcCallEvent done_{this, kDone};
+};
+
+// Bidirectional streaming (Stream, reflection). A failed Read means the client closed its side
+// or the call is gone; a failed Write, that the call is gone.
+template <auto kArm>
+class BidiAdapter final : public Adapter {
+  using T = ArmTraits<decltype(kArm)>;
+
+ public:
+  BidiAdapter(GrpcLoopIo& io, const Method& method) : Adapter(io, method), stream_(&context_) {}
+
+  void Arm() {
+    (ServiceOf<typename T::Service>(io_.transport()).*kArm)(&context_, &stream_, io_.cq(), io_.cq(),
+                                                            &accepted_);
+  }
+
+  void OnEvent(int kind, bool ok) override {
+    switch (kind) {
+      case kAccepted:
+        if (!ok) return NotAccepted();
+        (new BidiAdapter(io_, method_))->Arm();
+        if (!Admit()) {
+          handler_done_ = true;
+          ++pending_;
+          stream_.Finish(ShuttingDown(), &finished_);
+          return;
+        }
+        handler_->OnStart();
+        return;
+      case kRead:
+        --pending_;
+        if (ForHandler()) {
+          if (ok) {
+            handler_->OnMessage();
+          } else {
+            handler_->OnHalfClose();
+          }
+        }
+        break;
+      case kWritten:
+        --pending_;
+        if (ForHandler()) handler_->OnWriteDone(ok);
+        break;
+      case kFinished:
+        --pending_;
+        break;
+    }
+    MaybeRetire();
+  }
+
+  void Read() override {
+    ++pending_;
+    if (io_.transport().stopped()) return io_.FailLater(&read_);
+    stream_.Read(static_cast<typename T::RequestPb*>(handler_->incoming()), &read_);
+  }
+
+  void Write(const google::protobuf::MessageLite& message) override {
+    ++pending_;
+    if (io_.transport().stopped()) return io_.FailLater(&written_);
+    stream_.Write(static_cast<const typename T::ResponsePb&>(message), &written_);
+  }
+
+  void Finish(const absl::Status& status, const google::protobuf::MessageLite*) override {
+    handler_done_ = true;
+    if (io_.transport().stopped()) {
+      MaybeRetire();
+      return;
+    }
+    ++pending_;
+    stream_.Finish(ToGrpc(status), &finished_);
+  }
+
+ private:
+  grpc::ServerAsyncReaderWriter<typename T::ResponsePb, typename T::RequestPb> stream_;
+  GrpcCallEvent accepted_{this, kAccepted};
+  GrpcCallEvent read_{this, kRead};
+  GrpcCallEvent written_{this, kWritten};
+  GrpcCallEvent finished_{this, kFinished};
+};
+
+template <template <auto> class AdapterT, auto kArm>
+void Arm(GrpcLoopIo& io, MethodId id, int count) {
+  for (int i = 0; i < count; ++i) (new AdapterT<kArm>(io, MethodOf(id)))->Arm();
+}
+
+}  // namespace
+
+void GrpcCall::ArmAll(GrpcLoopIo& io, int per_method) {
+  using Kv = ringkv::v1::KV::AsyncService;
+  using Health = grpc::health::v1::Health::AsyncService;
+  using ReflectionV1alpha = grpc::reflection::v1alpha::ServerReflection::AsyncService;
+  using ReflectionV1 = grpc::reflection::v1::ServerReflection::AsyncService;
+  const int n = per_method;
+  Arm<UnaryAdapter, &Kv::RequestGet>(io, MethodId::kGet, n);
+  Arm<UnaryAdapter, &Kv::RequestPut>(io, MethodId::kPut, n);
+  Arm<UnaryAdapter, &Kv::RequestDelete>(io, MethodId::kDelete, n);
+  Arm<UnaryAdapter, &Kv::RequestMultiGet>(io, MethodId::kMultiGet, n);
+  Arm<UnaryAdapter, &Kv::RequestMultiPut>(io, MethodId::kMultiPut, n);
+  Arm<BidiAdapter, &Kv::RequestStream>(io, MethodId::kStream, n);
+  Arm<UnaryAdapter, &Kv::RequestStats>(io, MethodId::kStats, n);
+  Arm<UnaryAdapter, &Health::RequestCheck>(io, MethodId::kHealthCheck, n);
+  Arm<ServerStreamAdapter, &Health::RequestWatch>(io, MethodId::kHealthWatch, n);
+  Arm<BidiAdapter, &ReflectionV1alpha::RequestServerReflectionInfo>(
+      io, MethodId::kReflectionV1alpha, 1);
+  Arm<BidiAdapter, &ReflectionV1::RequestServerReflectionInfo>(io, MethodId::kReflectionV1, 1);
+}
+
+}  // namespace ringkv

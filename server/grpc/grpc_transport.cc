@@ -1,0 +1,81 @@
+#include "server/grpc/grpc_transport.h"
+
+#include <grpc/grpc.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/grpc/grpc_loop_io.h"
+#include "server/server.h"
+#include "server/shard_loop.h"
+
+namespace ringkv {
+
+absl::StatusOr<std::unique_ptr<Transport>> GrpcTransport::Start(Server& server) {
+  const ServerOptions& options = server.options();
+  std::unique_ptr<GrpcTransport> transport(new GrpcTransport(server));
+  // grpc.health.v1.Health is served by the loops like KV, not by gRPC's default health
+  // service: that one runs on the callback API, whose two polling threads on this Debian build
+  // take the sockets' I/O away from the loops and cost a thread hand-off per call
+  // (BENCHMARKS.md: unary GET 39k -> 70k calls/s with one worker once they were gone).
+  // Reflection is the loops' too (server/handlers/), so gRPC's reflection plugin is not used.
+  grpc::EnableDefaultHealthCheckService(false);
+  grpc::ServerBuilder builder;
+  // Without this, gRPC binds with SO_REUSEPORT and a second daemon on the same port would
+  // silently share it instead of failing.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(options.max_concurrent_streams));
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &transport->port_);
+  builder.RegisterService(&transport->kv_service_);
+  builder.RegisterService(&transport->health_service_);
+  builder.RegisterService(&transport->reflection_v1alpha_service_);
+  builder.RegisterService(&transport->reflection_v1_service_);
+  // A bigger message is refused by gRPC itself (RESOURCE_EXHAUSTED) before it is read.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.limits.max_message_bytes()));
+  for (uint32_t i = 0; i < options.threads; ++i) {
+    transport->queues_.push_back(builder.AddCompletionQueue());
+  }
+  transport->grpc_server_ = builder.BuildAndStart();
+  if (transport->grpc_server_ == nullptr || transport->port_ == 0) {
+    // Nothing listens and no loop runs; drain the queues gRPC handed out so they can go.
+    for (auto& queue : transport->queues_) {
+      queue->Shutdown();
+      void* tag;
+      bool ok;
+      while (queue->Next(&tag, &ok)) {
+      }
+    }
+    transport->grpc_server_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen,
+                     ": the port is in use, or the address is not one of this machine's"));
+  }
+  return transport;
+}
+
+GrpcTransport::~GrpcTransport() {
+  // The loops and their LoopIos are gone; the gRPC server goes before the queues it posted to.
+  grpc_server_.reset();
+  queues_.clear();
+}
+
+std::unique_ptr<LoopIo> GrpcTransport::MakeLoopIo(ShardLoop& loop) {
+  auto io = std::make_unique<GrpcLoopIo>(*this, loop, queues_[loop.id()].get());
+  ios_.push_back(io.get());
+  return io;
+}
+
+void GrpcTransport::Stop() {
+  // From here on the call adapters start no operation (a loop may still be in the middle of
+  // starting one; gRPC's Shutdown below waits at least until every call is over or 100 ms have
+  // passed before the queues shut down).
+  stopped_.store(true, std::memory_order_release);
+  // Cancels whatever is left and closes the connections.
+  grpc_server_->Shutdown(
+      gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN)));
+  for (size_t i = 0; i < ios_.size(); ++i) {
+    ios_[i]->loop().BlockWakeups();
+    queues_[i]->Shutdown();
+  }
+}
+
+}  // namespace ringkv

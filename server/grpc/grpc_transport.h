@@ -1,0 +1,83 @@
+// GrpcTransport: --transport=grpc, the grpc++ async server with one completion queue per loop
+// (GrpcLoopIo), serving the method table's handlers through grpc++'s generated async services
+// (server/grpc/grpc_calls.h). The reference implementation of the gRPC protocol and the
+// fallback, as --engine=lock is for the engine.
+//
+// Stop(): gRPC's own Shutdown cancels the calls left and closes the connections; each loop's
+// completion queue is then shut down (no wake-up alarm may be set on it after), and the loops
+// drain it.
+//
+// What grpc++ 1.51 cannot do here: bound the connections (--max-connections is h2 only), or go
+// on accepting once the process has run out of file descriptors (gRPC logs "Failed accept4: Too
+// many open files" and stops accepting for good). Server::Start raises the open-files limit
+// for both transports, which makes that rarer; --transport=h2 survives it.
+//
+// Threads: Start, MakeLoopIo, Stop and the destructor on the control thread; the accessors from
+// loop threads.
+#ifndef RINGKV_SERVER_GRPC_GRPC_TRANSPORT_H_
+#define RINGKV_SERVER_GRPC_GRPC_TRANSPORT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1/reflection.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "ringkv/v1/kv.grpc.pb.h"
+#include "server/transport.h"
+
+namespace ringkv {
+
+class GrpcLoopIo;
+class Server;
+
+class GrpcTransport : public Transport {
+ public:
+  // Builds and starts the grpc++ server on the server's --listen address, with a completion
+  // queue for each loop.
+  static absl::StatusOr<std::unique_ptr<Transport>> Start(Server& server);
+  ~GrpcTransport() override;
+
+  int port() const override { return port_; }
+  std::unique_ptr<LoopIo> MakeLoopIo(ShardLoop& loop) override;
+  void Stop() override;
+
+  // For the call adapters, any loop thread.
+  ringkv::v1::KV::AsyncService& kv_service() { return kv_service_; }
+  grpc::health::v1::Health::AsyncService& health_service() { return health_service_; }
+  grpc::reflection::v1alpha::ServerReflection::AsyncService& reflection_v1alpha_service() {
+    return reflection_v1alpha_service_;
+  }
+  grpc::reflection::v1::ServerReflection::AsyncService& reflection_v1_service() {
+    return reflection_v1_service_;
+  }
+  // Set (release) by Stop before the queues shut down: calls must not start operations on
+  // them from then on.
+  bool stopped() const { return stopped_.load(std::memory_order_acquire); }
+
+ private:
+  explicit GrpcTransport(Server& server) : server_(server) {}
+
+  // Constant after Start.
+  Server& server_;
+  int port_ = 0;
+  ringkv::v1::KV::AsyncService kv_service_;
+  grpc::health::v1::Health::AsyncService health_service_;
+  grpc::reflection::v1alpha::ServerReflection::AsyncService reflection_v1alpha_service_;
+  grpc::reflection::v1::ServerReflection::AsyncService reflection_v1_service_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+
+  // Control thread only: the LoopIos made, one per queue (owned by their loops).
+  std::vector<GrpcLoopIo*> ios_;
+
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SERVER_GRPC_GRPC_TRANSPORT_H_

@@ -1,0 +1,256 @@
+#include "server/h2/connection.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "server/h2/h2_call.h"
+#include "server/h2/h2_loop_io.h"
+#include "server/h2/h2_transport.h"
+#include "server/log.h"
+#include "server/server.h"
+#include "server/shard_loop.h"
+
+namespace ringkv {
+namespace {
+
+// Reads per readiness event before the other connections get their turn.
+constexpr int kReadsPerEvent = 4;
+// Rounds of "nghttp2 to buffer, buffer to socket" per flush.
+constexpr int kFlushRounds = 8;
+
+Connection* Of(void* user_data) { return static_cast<Connection*>(user_data); }
+
+}  // namespace
+
+Connection::Connection(H2LoopIo& io, int fd) : io_(io), fd_(fd), interest_(EPOLLIN) {
+  nghttp2_session_server_new2(&session_, io.callbacks(), this, io.option());
+  const nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
+       io.loop().server().options().max_concurrent_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, kStreamWindow},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, kMaxHeaderListBytes},
+  };
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
+  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
+  // No shutdown notice here even while the server drains: gRPC clients drop a new connection
+  // whose first frames include a GOAWAY, and one that connects now wants a health check
+  // answered (other calls are refused with UNAVAILABLE).
+  MarkDirty();
+}
+
+Connection::~Connection() {
+  if (fd_ >= 0) {  // Only when the loop goes with connections still open.
+    close(fd_);
+    io_.transport().ReleaseConnectionSlot();
+  }
+  nghttp2_session_del(session_);
+}
+
+H2Call* Connection::CallOf(int32_t stream_id) {
+  return static_cast<H2Call*>(nghttp2_session_get_stream_user_data(session_, stream_id));
+}
+
+void Connection::MarkDirty() {
+  if (dirty_ || closed()) return;
+  dirty_ = true;
+  io_.MarkDirty(this);
+}
+
+void Connection::OnReadable() {
+  if (closed()) return;
+  char* buffer = io_.read_buffer();
+  for (int i = 0; i < kReadsPerEvent && !read_paused_; ++i) {
+    const ssize_t n = recv(fd_, buffer, H2LoopIo::kReadBufferBytes, 0);
+    if (n > 0) {
+      const ssize_t used = nghttp2_session_mem_recv(
+          session_, reinterpret_cast<const uint8_t*>(buffer), static_cast<size_t>(n));
+      if (used < 0) {  // Not HTTP/2 at all, a flood, or out of memory: nothing to answer.
+        Log(LogLevel::kDebug, "closing a connection: %s", nghttp2_strerror(static_cast<int>(used)));
+        Close();
+        return;
+      }
+      if (static_cast<size_t>(n) < H2LoopIo::kReadBufferBytes) break;
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EINTR)) {  // The peer has gone.
+      Close();
+      return;
+    }
+    break;
+  }
+  MarkDirty();  // nghttp2 may have frames to send: SETTINGS and PING acks, WINDOW_UPDATE.
+}
+
+void Connection::OnWritable() { MarkDirty(); }
+
+void Connection::Flush() {
+  dirty_ = false;
+  if (closed()) return;
+  for (int round = 0; round < kFlushRounds; ++round) {
+    if (Unsent() < kOutputChunk && nghttp2_session_want_write(session_)) {
+      const int rv = nghttp2_session_send(session_);
+      if (rv != 0) {
+        Log(LogLevel::kDebug, "closing a connection: %s", nghttp2_strerror(rv));
+        Close();
+        return;
+      }
+    }
+    if (Unsent() == 0) break;
+    const ssize_t n = send(fd_, out_.data() + out_sent_, Unsent(), MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) break;
+      Close();  // The peer has gone.
+      return;
+    }
+    out_sent_ += static_cast<size_t>(n);
+    if (out_sent_ == out_.size()) {
+      out_.clear();
+      out_sent_ = 0;
+      if (out_.capacity() > 4 * kOutputChunk) out_.shrink_to_fit();
+    }
+  }
+  if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_) &&
+      Unsent() == 0) {
+    Close();  // Both sides are done: after a GOAWAY, or a protocol error nghttp2 answered.
+    return;
+  }
+  UpdateInterest();
+}
+
+void Connection::UpdateInterest() {
+  if (!read_paused_ && Unsent() >= kPauseReadBytes) {
+    read_paused_ = true;
+  } else if (read_paused_ && Unsent() < kResumeReadBytes) {
+    read_paused_ = false;
+  }
+  const uint32_t want =
+      (read_paused_ ? 0u : uint32_t{EPOLLIN}) | (Unsent() > 0 ? uint32_t{EPOLLOUT} : 0u);
+  if (want != interest_) {
+    interest_ = want;
+    io_.Watch(this, want);
+  }
+}
+
+bool Connection::AppendData(const uint8_t* frame_header, H2Call& call, size_t length) {
+  if (Unsent() >= kOutputChunk) return false;
+  out_.append(reinterpret_cast<const char*>(frame_header), 9);
+  out_.append(call.TakeResponse(length));
+  return true;
+}
+
+void Connection::SendShutdownNotice() {
+  if (closed()) return;
+  nghttp2_submit_shutdown_notice(session_);
+  MarkDirty();
+}
+
+void Connection::Terminate() {
+  if (closed()) return;
+  for (H2Call* call : std::vector<H2Call*>(calls_.begin(), calls_.end())) call->Stop();
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  Flush();  // One try: a client that does not read does not hold up the stop.
+  if (!closed()) {
+    shutdown(fd_, SHUT_WR);
+    Close();
+  }
+}
+
+void Connection::Close() {
+  if (closed()) return;
+  close(fd_);  // Also takes it out of the epoll set.
+  fd_ = -1;
+  io_.transport().ReleaseConnectionSlot();
+  for (H2Call* call : calls_) call->OnConnectionGone();
+  calls_.clear();
+  io_.Retire(this);
+}
+
+// nghttp2's callbacks. None of them closes the connection or deletes a call: that happens
+// once nghttp2 has returned.
+
+ssize_t Connection::OnSend(nghttp2_session*, const uint8_t* data, size_t length, int,
+                           void* user_data) {
+  Connection* c = Of(user_data);
+  if (c->Unsent() >= kOutputChunk) return NGHTTP2_ERR_WOULDBLOCK;
+  c->out_.append(reinterpret_cast<const char*>(data), length);
+  return static_cast<ssize_t>(length);
+}
+
+int Connection::OnSendData(nghttp2_session*, nghttp2_frame*, const uint8_t* frame_header,
+                           size_t length, nghttp2_data_source* source, void* user_data) {
+  return Of(user_data)->AppendData(frame_header, *static_cast<H2Call*>(source->ptr), length)
+             ? 0
+             : NGHTTP2_ERR_WOULDBLOCK;
+}
+
+int Connection::OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame,
+                               void* user_data) {
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  Connection* c = Of(user_data);
+  auto* call = new H2Call(*c, frame->hd.stream_id);
+  c->calls_.insert(call);
+  nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, call);
+  return 0;
+}
+
+int Connection::OnHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name,
+                         size_t namelen, const uint8_t* value, size_t valuelen, uint8_t,
+                         void* user_data) {
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  if (H2Call* call = Of(user_data)->CallOf(frame->hd.stream_id)) {
+    call->OnHeader({reinterpret_cast<const char*>(name), namelen},
+                   {reinterpret_cast<const char*>(value), valuelen});
+  }
+  return 0;
+}
+
+int Connection::OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
+  if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+  H2Call* call = Of(user_data)->CallOf(frame->hd.stream_id);
+  if (call == nullptr) return 0;
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+    call->OnHeadersDone();
+  }
+  if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) call->OnRemoteEnd();
+  return 0;
+}
+
+int Connection::OnDataChunkRecv(nghttp2_session* session, uint8_t, int32_t stream_id,
+                                const uint8_t* data, size_t len, void* user_data) {
+  if (H2Call* call = Of(user_data)->CallOf(stream_id)) {
+    call->OnData(data, len);
+  } else {
+    nghttp2_session_consume(session, stream_id, len);
+  }
+  return 0;
+}
+
+int Connection::OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code,
+                              void* user_data) {
+  Connection* c = Of(user_data);
+  if (H2Call* call = c->CallOf(stream_id)) {
+    c->calls_.erase(call);
+    call->OnStreamClose(error_code);
+  }
+  return 0;
+}
+
+int Connection::OnFrameSend(nghttp2_session* session, const nghttp2_frame* frame, void*) {
+  // Our side of a stream has ended while the client is still sending (an error, or an answer
+  // that did not need the whole request): reset it with NO_ERROR so that the client stops.
+  if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+      nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0) {
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+  }
+  return 0;
+}
+
+}  // namespace ringkv

@@ -1,0 +1,117 @@
+// Connection: one client's TCP connection on the h2 transport, with its nghttp2 server session.
+// nghttp2 does HTTP/2 itself (framing, HPACK, flow control, SETTINGS, PING, GOAWAY); the
+// connection feeds it the socket's bytes, routes its stream events to H2Calls, and gathers what
+// it sends into one output buffer that goes to the socket with one send per turn.
+//
+// Flow control and memory:
+//   - Received DATA is acknowledged (WINDOW_UPDATE) only as the calls take it (H2Call), so a
+//     stream whose handler is not reading holds its client back by HTTP/2 flow control.
+//   - A response waits in its call's buffer until the client's flow-control window lets
+//     nghttp2 frame it: at most --max-concurrent-streams responses per connection, since a
+//     stream stays open until its response is out.
+//   - Frames wait in the connection's buffer until the socket takes them. While the socket
+//     refuses kPauseReadBytes, the connection reads nothing more from it, so a client that
+//     sends requests but never reads the answers (even answers that no flow-control window
+//     holds back, like errors) is held back by TCP; reading resumes under kResumeReadBytes.
+//     Only the socket pauses reading: a response waiting for the client's window must not,
+//     since the client's WINDOW_UPDATE would then never be read.
+//
+// Lifetime: made on accept; Close() (a fatal error, the peer gone, or both sides done) cancels
+// its calls, closes the socket and retires the object, which H2LoopIo deletes at the end of the
+// turn. Calls outlive their connection if their handler still has Requests out.
+//
+// Threads: its loop's thread only.
+#ifndef RINGKV_SERVER_H2_CONNECTION_H_
+#define RINGKV_SERVER_H2_CONNECTION_H_
+
+#include <nghttp2/nghttp2.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+
+namespace ringkv {
+
+class H2Call;
+class H2LoopIo;
+
+class Connection {
+ public:
+  // Output gathered for one send; nghttp2 is asked for more only while less is waiting.
+  static constexpr size_t kOutputChunk = size_t{1} << 20;
+  static constexpr size_t kPauseReadBytes = 512 * 1024;
+  static constexpr size_t kResumeReadBytes = 128 * 1024;
+  // Initial flow-control windows granted to clients: per stream, and for the connection.
+  static constexpr int32_t kStreamWindow = 1 << 20;
+  static constexpr int32_t kConnectionWindow = 16 << 20;
+  // Largest header list a request may carry (SETTINGS_MAX_HEADER_LIST_SIZE).
+  static constexpr uint32_t kMaxHeaderListBytes = 16 * 1024;
+
+  // Takes `fd`, an accepted non-blocking socket, and registers it with `io`.
+  Connection(H2LoopIo& io, int fd);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Events from the loop.
+  void OnReadable();
+  void OnWritable();
+  // End of turn: nghttp2's frames to the output buffer, the buffer to the socket.
+  void Flush();
+  // The server started draining: GOAWAY with the highest stream id, so clients send new calls
+  // elsewhere (or to a new connection) while the calls in flight go on.
+  void SendShutdownNotice();
+  // The server stops: calls left end with UNAVAILABLE, GOAWAY, a last flush, then Close.
+  void Terminate();
+  void Close();
+  bool closed() const { return fd_ < 0; }
+
+  // For H2Call.
+  H2LoopIo& io() { return io_; }
+  nghttp2_session* session() { return session_; }
+  void MarkDirty();
+  // Appends a DATA frame of `call` to the output: its 9-byte header and `length` bytes the
+  // call moves from its own buffer (the no-copy path of nghttp2's data provider).
+  bool AppendData(const uint8_t* frame_header, H2Call& call, size_t length);
+  void Forget(H2Call* call) { calls_.erase(call); }
+
+ private:
+  // nghttp2 callbacks; user_data is the Connection.
+  static ssize_t OnSend(nghttp2_session*, const uint8_t* data, size_t length, int flags,
+                        void* user_data);
+  static int OnSendData(nghttp2_session*, nghttp2_frame* frame, const uint8_t* frame_header,
+                        size_t length, nghttp2_data_source* source, void* user_data);
+  static int OnBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user_data);
+  static int OnHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name,
+                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t flags,
+                      void* user_data);
+  static int OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user_data);
+  static int OnDataChunkRecv(nghttp2_session*, uint8_t flags, int32_t stream_id,
+                             const uint8_t* data, size_t len, void* user_data);
+  static int OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code,
+                           void* user_data);
+  static int OnFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user_data);
+  // H2LoopIo builds the callbacks table from the functions above, and clears dirty_ as it
+  // flushes.
+  friend class H2LoopIo;
+
+  H2Call* CallOf(int32_t stream_id);
+  size_t Unsent() const { return out_.size() - out_sent_; }
+  void UpdateInterest();
+
+  H2LoopIo& io_;
+  int fd_;
+  nghttp2_session* session_ = nullptr;
+  absl::flat_hash_set<H2Call*> calls_;  // Open streams' calls.
+  std::string out_;                     // Frames for the socket; out_[out_sent_..] not sent.
+  size_t out_sent_ = 0;
+  uint32_t interest_;  // Events epoll reports for the socket.
+  bool read_paused_ = false;
+  bool dirty_ = false;  // In the loop's flush list.
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SERVER_H2_CONNECTION_H_

@@ -1,0 +1,438 @@
+#include "server/h2/h2_call.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "net/grpc_wire.h"
+#include "server/h2/connection.h"
+#include "server/h2/h2_loop_io.h"
+#include "server/server.h"
+#include "server/shard_loop.h"
+
+namespace ringkv {
+namespace {
+
+constexpr uint8_t kNoCopy = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+
+// A header whose name and value outlive the frame (string literals).
+template <size_t N, size_t M>
+nghttp2_nv StaticHeader(const char (&name)[N], const char (&value)[M]) {
+  return {reinterpret_cast<uint8_t*>(const_cast<char*>(name)),
+          reinterpret_cast<uint8_t*>(const_cast<char*>(value)), N - 1, M - 1, kNoCopy};
+}
+// A header whose value nghttp2 copies.
+template <size_t N>
+nghttp2_nv CopiedHeader(const char (&name)[N], const std::string& value) {
+  return {reinterpret_cast<uint8_t*>(const_cast<char*>(name)),
+          reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), N - 1, value.size(),
+          NGHTTP2_NV_FLAG_NO_COPY_NAME};
+}
+
+ssize_t ReadResponse(nghttp2_session*, int32_t, uint8_t*, size_t length, uint32_t* data_flags,
+                     nghttp2_data_source* source, void*) {
+  return static_cast<H2Call*>(source->ptr)->PullResponse(length, data_flags);
+}
+
+}  // namespace
+
+H2Call::H2Call(Connection& connection, int32_t stream_id)
+    : io_(connection.io()), connection_(&connection), stream_id_(stream_id) {
+  io_.CallMade();
+}
+
+H2Call::~H2Call() {
+  ClearDeadline();
+  handler_.reset();  // Before the count: a handler is part of its call.
+  if (counted_) io_.loop().server().CallEnded();
+  io_.CallGone();
+}
+
+void H2Call::OnHeader(std::string_view name, std::string_view value) {
+  headers_.bytes += name.size() + value.size() + 32;
+  if (headers_.bytes > Connection::kMaxHeaderListBytes) return;  // Start() refuses the call.
+  if (name == ":path") {
+    headers_.path = value;
+  } else if (name == ":method") {
+    headers_.post = value == "POST";
+  } else if (name == "content-type") {
+    headers_.has_content_type = true;
+    if (value.starts_with("application/grpc")) {
+      const std::string_view rest = value.substr(16);
+      if (!rest.empty() && rest != "+proto" && rest.front() != ';') {
+        headers_.content_type_error =
+            rest.front() == '+' ? "unsupported" : "not gRPC";  // application/grpc+json, or ...x
+      }
+    } else {
+      headers_.content_type_error = "not gRPC";
+    }
+  } else if (name == "grpc-encoding") {
+    headers_.identity = value == "identity";
+  } else if (name == "grpc-timeout") {
+    headers_.timeout_ns = ParseGrpcTimeout(value);
+    headers_.bad_timeout = !headers_.timeout_ns.has_value();
+  }
+}
+
+void H2Call::OnHeadersDone() { Start(); }
+
+void H2Call::Start() {
+  const RequestHeaders& h = headers_;
+  if (h.bytes > Connection::kMaxHeaderListBytes) {
+    return SendTrailersOnly(absl::ResourceExhaustedError(
+        absl::StrCat("the request's headers are ", h.bytes, " bytes; the limit is ",
+                     Connection::kMaxHeaderListBytes)));
+  }
+  if (!h.post) {
+    return SendTrailersOnly(absl::InternalError("gRPC calls are POST requests"), "405");
+  }
+  if (!h.has_content_type || h.content_type_error == "not gRPC") {
+    return SendTrailersOnly(
+        absl::InternalError("content-type must be application/grpc or application/grpc+proto"),
+        "415");
+  }
+  if (!h.content_type_error.empty()) {
+    return SendTrailersOnly(absl::UnimplementedError(
+        "only protobuf messages are served: content-type application/grpc or "
+        "application/grpc+proto"));
+  }
+  headers_.method = FindMethod(h.path);
+  if (headers_.method == nullptr) {
+    return SendTrailersOnly(absl::UnimplementedError(absl::StrCat("unknown method ", h.path)));
+  }
+  if (!h.identity) {
+    return SendTrailersOnly(absl::UnimplementedError(
+        "compressed messages are not supported; this server accepts grpc-encoding identity"));
+  }
+  if (h.bad_timeout) {
+    return SendTrailersOnly(absl::InvalidArgumentError("malformed grpc-timeout header"));
+  }
+  Server& server = io_.loop().server();
+  if (server.shutting_down() && !headers_.method->served_while_draining) {
+    return SendTrailersOnly(absl::UnavailableError("ringkv-server is shutting down"));
+  }
+  if (h.timeout_ns.has_value()) {
+    const int64_t now = H2LoopIo::NowNs();
+    deadline_ns_ = *h.timeout_ns > INT64_MAX - now ? INT64_MAX : now + *h.timeout_ns;
+    io_.AddDeadline(this, deadline_ns_);
+  }
+  handler_ = headers_.method->make(io_.loop(), *this);
+  if (headers_.method->counted) {
+    counted_ = true;
+    server.CallStarted();
+  }
+  handler_->OnStart();
+}
+
+void H2Call::OnData(const uint8_t* data, size_t length) {
+  if (handler_ == nullptr || handler_done_ || cancelled_) {
+    // Nobody will read it: acknowledge it at once, so the connection's window stays open.
+    nghttp2_session_consume(connection_->session(), stream_id_, length);
+    return;
+  }
+  if (in_read_ == in_.size()) {  // All handed over: start the buffer afresh.
+    in_base_ += in_.size();
+    in_.clear();
+    in_read_ = 0;
+  }
+  in_.append(reinterpret_cast<const char*>(data), length);
+  Deliver();
+}
+
+void H2Call::Deliver() {
+  const bool bidi = headers_.method->kind == MethodKind::kBidiStreaming;
+  const size_t max_message = io_.loop().server().options().limits.max_message_bytes();
+  while (handler_ != nullptr && !handler_done_ && !cancelled_) {
+    const size_t available = in_.size() - in_read_;
+    if (available < kMessagePrefixBytes) break;
+    const MessagePrefix prefix = ReadMessagePrefix(in_.data() + in_read_);
+    if (prefix.compressed) {
+      return Fail(absl::UnimplementedError(
+          "the request message is compressed; this server accepts grpc-encoding identity"));
+    }
+    if (prefix.length > max_message) {
+      return Fail(absl::ResourceExhaustedError(
+          absl::StrCat("the request message is ", prefix.length, " bytes; the limit is ",
+                       max_message, " (2 x --max-value-bytes + --max-key-bytes + 1 MiB)")));
+    }
+    const size_t message_end = kMessagePrefixBytes + prefix.length;
+    if (available < message_end) break;
+    if (bidi) {
+      if (!read_wanted_) break;
+    } else {
+      // A unary or server-streaming call starts once its request is whole: one message, then
+      // the end of the stream, so that a second message fails the call before anything ran.
+      // Clients send both together: this costs no round trip.
+      if (available > message_end) {
+        return Fail(absl::InternalError("a second request message on a call that takes one"));
+      }
+      if (!remote_ended_) break;
+    }
+    if (!handler_->incoming()->ParseFromArray(in_.data() + in_read_ + kMessagePrefixBytes,
+                                              static_cast<int>(prefix.length))) {
+      return Fail(absl::InternalError(absl::StrCat("cannot parse the request message as ",
+                                                   handler_->incoming()->GetTypeName())));
+    }
+    in_read_ += message_end;
+    ++messages_;
+    Consume();
+    if (deadline_ns_ > 0 && H2LoopIo::NowNs() >= deadline_ns_) {
+      ClearDeadline();
+      return Fail(absl::DeadlineExceededError("deadline exceeded"));
+    }
+    read_wanted_ = false;
+    handler_->OnMessage();
+  }
+  Consume();
+  if (bidi && read_wanted_ && remote_ended_ && in_read_ == in_.size() && handler_ != nullptr &&
+      !handler_done_ && !cancelled_) {
+    read_wanted_ = false;
+    handler_->OnHalfClose();
+  }
+}
+
+void H2Call::Consume() {
+  if (connection_ == nullptr) return;
+  // Up to the end of the first message not handed over: it must be able to arrive whole, but
+  // what follows it waits for the handler to read.
+  uint64_t upto = in_base_ + in_read_;
+  const size_t available = in_.size() - in_read_;
+  if (available >= kMessagePrefixBytes) {
+    const MessagePrefix prefix = ReadMessagePrefix(in_.data() + in_read_);
+    upto += std::min<uint64_t>(available, kMessagePrefixBytes + uint64_t{prefix.length});
+  } else {
+    upto += available;
+  }
+  if (upto <= consumed_) return;
+  nghttp2_session_consume(connection_->session(), stream_id_, upto - consumed_);
+  consumed_ = upto;
+  connection_->MarkDirty();  // A WINDOW_UPDATE may be due.
+}
+
+void H2Call::OnRemoteEnd() {
+  remote_ended_ = true;
+  if (handler_ == nullptr || handler_done_ || cancelled_) return;
+  const size_t available = in_.size() - in_read_;
+  const bool bidi = headers_.method->kind == MethodKind::kBidiStreaming;
+  if (available > 0 &&
+      (available < kMessagePrefixBytes ||
+       available < kMessagePrefixBytes + ReadMessagePrefix(in_.data() + in_read_).length)) {
+    return Fail(absl::InternalError("the request ended inside a message"));
+  }
+  if (!bidi && messages_ == 0 && available == 0) {
+    return Fail(absl::InternalError("the request ended without its message"));
+  }
+  Deliver();  // The unary request is whole; or a Read outstanding learns of the half-close.
+}
+
+void H2Call::Read() {
+  read_wanted_ = true;
+  if (in_read_ < in_.size() || remote_ended_) io_.MakeReady(this);
+}
+
+void H2Call::Pump() {
+  if (handler_ == nullptr || handler_done_ || cancelled_) return;
+  Deliver();
+  if (handler_done_ || cancelled_) return;
+  if (write_pending_ && Unsent() < kWriteDoneBytes) {
+    write_pending_ = false;
+    handler_->OnWriteDone(true);
+  }
+}
+
+void H2Call::AppendMessage(const google::protobuf::MessageLite& message) {
+  if (out_taken_ == out_.size()) {
+    out_.clear();
+    out_taken_ = 0;
+  }
+  const size_t size = message.ByteSizeLong();
+  const size_t at = out_.size();
+  out_.resize(at + kMessagePrefixBytes + size);
+  WriteMessagePrefix(out_.data() + at, false, static_cast<uint32_t>(size));
+  message.SerializeWithCachedSizesToArray(
+      reinterpret_cast<uint8_t*>(out_.data() + at + kMessagePrefixBytes));
+}
+
+void H2Call::StartResponse() {
+  nghttp2_nv headers[] = {
+      StaticHeader(":status", "200"),
+      StaticHeader("content-type", "application/grpc"),
+      StaticHeader("grpc-accept-encoding", "identity"),
+  };
+  nghttp2_data_provider provider;
+  provider.source.ptr = this;
+  provider.read_callback = ReadResponse;
+  nghttp2_submit_response(connection_->session(), stream_id_, headers, std::size(headers),
+                          &provider);
+  response_started_ = true;
+}
+
+void H2Call::Write(const google::protobuf::MessageLite& message) {
+  if (!Alive() || cancelled_) return;  // The handler has been told; nothing reaches the client.
+  AppendMessage(message);
+  write_pending_ = true;
+  if (!response_started_) {
+    StartResponse();
+  } else if (data_deferred_) {
+    data_deferred_ = false;
+    nghttp2_session_resume_data(connection_->session(), stream_id_);
+  }
+  if (Unsent() < kWriteDoneBytes) io_.MakeReady(this);
+  connection_->MarkDirty();
+}
+
+void H2Call::Finish(const absl::Status& status, const google::protobuf::MessageLite* response) {
+  handler_done_ = true;
+  read_wanted_ = false;
+  write_pending_ = false;
+  if (connection_ != nullptr && consumed_ < in_base_ + in_.size()) {
+    // What the handler will never read: acknowledged, or the connection's window shrinks.
+    nghttp2_session_consume(connection_->session(), stream_id_, in_base_ + in_.size() - consumed_);
+    consumed_ = in_base_ + in_.size();
+  }
+  if (!cancelled_ && Alive() && !final_status_.has_value()) {
+    ClearDeadline();
+    if (status.ok() && response != nullptr) AppendMessage(*response);
+    if (!response_started_ && Unsent() == 0) {
+      SendTrailersOnly(status);
+    } else {
+      final_status_ = status;
+      if (!response_started_) {
+        StartResponse();
+      } else if (data_deferred_) {
+        data_deferred_ = false;
+        nghttp2_session_resume_data(connection_->session(), stream_id_);
+      }
+      connection_->MarkDirty();
+    }
+  }
+  MaybeRetire();
+}
+
+ssize_t H2Call::PullResponse(size_t length, uint32_t* data_flags) {
+  const size_t unsent = Unsent();
+  if (unsent == 0 && !final_status_.has_value()) {
+    data_deferred_ = true;
+    return NGHTTP2_ERR_DEFERRED;
+  }
+  const size_t n = std::min(length, unsent);
+  if (n > 0) *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  if (n == unsent && final_status_.has_value()) {
+    // The trailers end the stream, right after this last DATA frame.
+    *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    SubmitTrailers();
+  }
+  return static_cast<ssize_t>(n);
+}
+
+std::string_view H2Call::TakeResponse(size_t length) {
+  const std::string_view bytes(out_.data() + out_taken_, length);
+  out_taken_ += length;
+  if (write_pending_ && Unsent() < kWriteDoneBytes) io_.MakeReady(this);
+  return bytes;
+}
+
+void H2Call::SubmitTrailers() {
+  const absl::Status& status = *final_status_;
+  const std::string code = std::to_string(static_cast<int>(status.code()));
+  const std::string message =
+      PercentEncode(std::string_view(status.message().data(), status.message().size()));
+  nghttp2_nv trailers[] = {CopiedHeader("grpc-status", code),
+                           CopiedHeader("grpc-message", message)};
+  nghttp2_submit_trailer(connection_->session(), stream_id_, trailers, message.empty() ? 1 : 2);
+  ended_ = true;
+}
+
+void H2Call::SendTrailersOnly(const absl::Status& status, const char* http_status) {
+  const std::string code = std::to_string(static_cast<int>(status.code()));
+  const std::string message =
+      PercentEncode(std::string_view(status.message().data(), status.message().size()));
+  const std::string http(http_status);
+  nghttp2_nv headers[] = {
+      CopiedHeader(":status", http),
+      StaticHeader("content-type", "application/grpc"),
+      StaticHeader("grpc-accept-encoding", "identity"),
+      CopiedHeader("grpc-status", code),
+      CopiedHeader("grpc-message", message),
+  };
+  nghttp2_submit_response(connection_->session(), stream_id_, headers, message.empty() ? 4 : 5,
+                          nullptr);
+  ended_ = true;
+  final_status_ = status;
+  ClearDeadline();
+  connection_->MarkDirty();
+}
+
+void H2Call::Fail(const absl::Status& status) {
+  if (Alive() && !final_status_.has_value()) {
+    ClearDeadline();
+    if (!response_started_) {
+      SendTrailersOnly(status);
+    } else {
+      // Messages not yet framed are dropped; the trailers say why.
+      out_taken_ = out_.size();
+      final_status_ = status;
+      if (data_deferred_) {
+        data_deferred_ = false;
+        nghttp2_session_resume_data(connection_->session(), stream_id_);
+      }
+      connection_->MarkDirty();
+    }
+  }
+  Cancel();
+}
+
+void H2Call::Cancel() {
+  if (handler_ != nullptr && !handler_done_ && !cancelled_) {
+    cancelled_ = true;
+    read_wanted_ = false;
+    write_pending_ = false;
+    handler_->OnCancel();  // It may Finish at once, or once its Requests are back.
+  }
+  if (connection_ != nullptr && !stream_closed_ && consumed_ < in_base_ + in_.size()) {
+    nghttp2_session_consume(connection_->session(), stream_id_, in_base_ + in_.size() - consumed_);
+    consumed_ = in_base_ + in_.size();
+  }
+}
+
+void H2Call::OnDeadline() {
+  deadline_ns_ = 0;  // The loop has taken it out of its deadlines.
+  Fail(absl::DeadlineExceededError("deadline exceeded"));
+}
+
+void H2Call::OnStreamClose(uint32_t /*error_code*/) {
+  ClearDeadline();
+  if (connection_ != nullptr && consumed_ < in_base_ + in_.size()) {
+    // The stream is gone, the connection's window is not: give back what was never read.
+    nghttp2_session_consume_connection(connection_->session(), in_base_ + in_.size() - consumed_);
+    consumed_ = in_base_ + in_.size();
+  }
+  stream_closed_ = true;
+  if (!ended_) Cancel();  // Reset by the client before the call ended.
+  MaybeRetire();
+}
+
+void H2Call::OnConnectionGone() {
+  connection_ = nullptr;
+  ClearDeadline();
+  stream_closed_ = true;
+  Cancel();
+  MaybeRetire();
+}
+
+void H2Call::Stop() {
+  Fail(absl::UnavailableError("ringkv-server stopped before the call finished"));
+}
+
+void H2Call::ClearDeadline() {
+  if (deadline_ns_ > 0) {
+    io_.RemoveDeadline(this, deadline_ns_);
+    deadline_ns_ = 0;
+  }
+}
+
+void H2Call::MaybeRetire() {
+  if (!retired && stream_closed_ && (handler_ == nullptr || handler_done_)) io_.Retire(this);
+}
+
+}  // namespace ringkv

@@ -1,0 +1,160 @@
+// H2Call: one gRPC call on one HTTP/2 stream of the h2 transport, and its Handler's CallSink.
+//
+// Request side: the headers pick the method (:path), the deadline (grpc-timeout) and check the
+// rest (POST, content-type application/grpc[+proto], grpc-encoding identity, the header list's
+// size); DATA is cut into gRPC messages (net/grpc_wire.h), each parsed into the handler's
+// incoming() and handed over: unary and server-streaming calls get their one message, a
+// bidirectional handler one per Read. Bytes are acknowledged to the client's flow-control
+// window only up to the end of the first message not yet handed over, so a handler that is not
+// reading holds the client back.
+//
+// Response side: Write appends a framed message to the call's buffer and Finish the status;
+// the first of them submits the response headers with a data provider that nghttp2 pulls from
+// that buffer (no copy until the connection's output); once it is drained after Finish, the
+// trailers (grpc-status, grpc-message percent-encoded) end the stream. An error before any
+// message is a trailers-only response. A call the server ends while the client is still
+// sending is then reset with NO_ERROR, so the client stops.
+//
+// Errors the call answers itself, without a handler or in its place: unknown method
+// (UNIMPLEMENTED), not POST (HTTP 405), not gRPC (HTTP 415), a compressed message
+// (UNIMPLEMENTED), a message over the limit (RESOURCE_EXHAUSTED), an unparsable or missing
+// message (INTERNAL), too large a header list (RESOURCE_EXHAUSTED), the deadline passed
+// (DEADLINE_EXCEEDED), a drain (UNAVAILABLE, but for health checks).
+//
+// Lifetime: made when the stream's headers begin; retired (H2LoopIo::Retire) once the stream
+// is closed (or its connection gone) and its handler has finished, since the handler's Requests
+// point into its memory. A RST_STREAM, a passed deadline or a lost connection cancels the
+// handler (Handler::OnCancel) and it finishes once its Requests are back.
+//
+// Threads: its loop's thread only.
+#ifndef RINGKV_SERVER_H2_H2_CALL_H_
+#define RINGKV_SERVER_H2_H2_CALL_H_
+
+#include <nghttp2/nghttp2.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "server/handlers/handler.h"
+#include "server/handlers/methods.h"
+
+namespace ringkv {
+
+class Connection;
+class H2LoopIo;
+
+class H2Call final : public CallSink {
+ public:
+  // A Write is done (the handler may write the next) once fewer than this many of its bytes
+  // wait in the call's buffer.
+  static constexpr size_t kWriteDoneBytes = 256 * 1024;
+
+  H2Call(Connection& connection, int32_t stream_id);
+  ~H2Call();
+  H2Call(const H2Call&) = delete;
+  H2Call& operator=(const H2Call&) = delete;
+
+  // From the connection's nghttp2 callbacks.
+  void OnHeader(std::string_view name, std::string_view value);
+  void OnHeadersDone();
+  void OnData(const uint8_t* data, size_t length);
+  void OnRemoteEnd();
+  // The stream is closed: both sides ended, or a reset. `error_code` is HTTP/2's.
+  void OnStreamClose(uint32_t error_code);
+  // nghttp2's data provider pulls up to `length` bytes of the response (no copy; the bytes go
+  // in Connection::AppendData); returns how many, or NGHTTP2_ERR_DEFERRED.
+  ssize_t PullResponse(size_t length, uint32_t* data_flags);
+  // AppendData's part: the next `length` bytes of the response buffer, now framed.
+  std::string_view TakeResponse(size_t length);
+
+  // From the loop.
+  void Pump();
+  void OnDeadline();
+  void OnConnectionGone();
+  // The server stops: UNAVAILABLE to the client, and the handler is cancelled.
+  void Stop();
+
+  // CallSink, for the handler.
+  void Read() override;
+  void Write(const google::protobuf::MessageLite& message) override;
+  void Finish(const absl::Status& status, const google::protobuf::MessageLite* response) override;
+
+  // For the loop's ready list and retirement.
+  bool queued = false;
+  bool retired = false;
+
+ private:
+  // Request headers, as they come.
+  struct RequestHeaders {
+    const Method* method = nullptr;
+    std::string path;
+    bool post = false;
+    std::string_view content_type_error;  // Empty if application/grpc[+proto].
+    bool has_content_type = false;
+    bool identity = true;  // grpc-encoding absent or identity.
+    std::optional<int64_t> timeout_ns;
+    bool bad_timeout = false;
+    size_t bytes = 0;  // As HTTP/2 counts a header list (name + value + 32).
+  };
+
+  // Starts the handler, or answers the call itself with the reason it cannot be served.
+  void Start();
+  // Hands complete messages to the handler while it takes them.
+  void Deliver();
+  // Acknowledges received bytes up to the end of the first message not yet handed over.
+  void Consume();
+  // Ends the call on the transport's side: `status` to the client (if it can still be sent),
+  // and the handler, if any, is cancelled.
+  void Fail(const absl::Status& status);
+  // The response: headers with a data provider, then messages, then trailers.
+  void AppendMessage(const google::protobuf::MessageLite& message);
+  void StartResponse();
+  void SendTrailersOnly(const absl::Status& status, const char* http_status = "200");
+  void SubmitTrailers();
+  void Cancel();
+  void ClearDeadline();
+  // Retires the call if both the stream and the handler are done.
+  void MaybeRetire();
+  bool Alive() const { return !stream_closed_ && !ended_; }
+  size_t Unsent() const { return out_.size() - out_taken_; }
+
+  H2LoopIo& io_;
+  Connection* connection_;  // Null once the connection is gone.
+  const int32_t stream_id_;
+  RequestHeaders headers_;
+  std::unique_ptr<Handler> handler_;
+  bool counted_ = false;  // In the server's count of calls being served.
+
+  // Request side. in_[in_read_..] is received and not handed over; in_ starts at byte
+  // in_base_ of the stream's DATA; bytes before consumed_ are acknowledged.
+  std::string in_;
+  size_t in_read_ = 0;
+  uint64_t in_base_ = 0;
+  uint64_t consumed_ = 0;
+  int messages_ = 0;          // Handed over so far.
+  bool read_wanted_ = false;  // The handler's Read is outstanding.
+  bool remote_ended_ = false;
+
+  // Response side. out_[out_taken_..] is framed response not yet taken by nghttp2.
+  std::string out_;
+  size_t out_taken_ = 0;
+  bool response_started_ = false;  // Headers submitted with the data provider.
+  bool data_deferred_ = false;     // The data provider said DEFERRED; resume it on new data.
+  bool write_pending_ = false;     // The handler's Write is outstanding.
+  std::optional<absl::Status> final_status_;  // Set by Finish or Fail: trailers to send.
+  bool ended_ = false;  // Our END_STREAM is submitted: nothing more for the client.
+
+  // Both.
+  bool stream_closed_ = false;
+  bool handler_done_ = false;  // The handler called Finish.
+  bool cancelled_ = false;     // The handler was told OnCancel.
+  int64_t deadline_ns_ = 0;    // In the loop's deadlines while > 0.
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SERVER_H2_H2_CALL_H_

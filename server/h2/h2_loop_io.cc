@@ -1,0 +1,354 @@
+#include "server/h2/h2_loop_io.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "absl/base/internal/raw_logging.h"
+#include "absl/strings/str_cat.h"
+#include "server/h2/connection.h"
+#include "server/h2/h2_call.h"
+#include "server/h2/h2_transport.h"
+#include "server/log.h"
+#include "server/server.h"
+#include "server/shard_loop.h"
+
+namespace ringkv {
+namespace {
+
+// epoll tags of the two sockets that are not connections.
+char kListenerTag;
+char kWakeTag;
+
+constexpr int kEventsPerWait = 64;
+// Connections accepted per readiness event before the loop's other work gets its turn.
+constexpr int kAcceptsPerEvent = 64;
+// How long a loop that could not even get its spare descriptor back stops accepting.
+constexpr int64_t kAcceptPauseNs = 100'000'000;
+// At most one warning about refused connections per loop in this many nanoseconds.
+constexpr int64_t kWarningIntervalNs = 10'000'000'000;
+
+int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
+
+uint64_t OpenFilesLimit() {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  return limit.rlim_cur;
+}
+
+// The server's preface (an empty SETTINGS frame) and a GOAWAY with ENHANCE_YOUR_CALM whose
+// debug data says why: what a refused client gets before the connection closes.
+std::string RefusalFrames(std::string_view why) {
+  const std::string text = "ringkv-server: " + std::string(why);
+  std::string frames;
+  auto append = [&frames](uint32_t value, int bytes) {  // Big-endian.
+    for (int shift = 8 * (bytes - 1); shift >= 0; shift -= 8) {
+      frames.push_back(static_cast<char>(value >> shift));
+    }
+  };
+  auto header = [&](uint32_t length, uint8_t type) {
+    append(length, 3);
+    append(type, 1);
+    append(0, 1);  // Flags.
+    append(0, 4);  // Stream 0: the connection.
+  };
+  header(0, NGHTTP2_SETTINGS);
+  header(8 + static_cast<uint32_t>(text.size()), NGHTTP2_GOAWAY);
+  append(0, 4);  // Last stream id: none was processed.
+  append(NGHTTP2_ENHANCE_YOUR_CALM, 4);
+  frames.append(text);
+  return frames;
+}
+
+}  // namespace
+
+H2LoopIo::H2LoopIo(H2Transport& transport, ShardLoop& loop)
+    : transport_(transport),
+      loop_(loop),
+      epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      read_buffer_(new char[kReadBufferBytes]),
+      spare_fd_(OpenSpare()) {
+  ABSL_RAW_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, "cannot make the loop's epoll set");
+  epoll_event wake{};
+  wake.events = EPOLLIN;
+  wake.data.ptr = &kWakeTag;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &wake);
+
+  nghttp2_session_callbacks_new(&callbacks_);
+  nghttp2_session_callbacks_set_send_callback(callbacks_, Connection::OnSend);
+  nghttp2_session_callbacks_set_send_data_callback(callbacks_, Connection::OnSendData);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks_, Connection::OnBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks_, Connection::OnHeader);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks_, Connection::OnFrameRecv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks_,
+                                                            Connection::OnDataChunkRecv);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks_, Connection::OnStreamClose);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks_, Connection::OnFrameSend);
+  nghttp2_option_new(&option_);
+  // Received DATA is acknowledged as the calls take it (H2Call::Consume).
+  nghttp2_option_set_no_auto_window_update(option_, 1);
+  // No priority tree of closed streams to keep.
+  nghttp2_option_set_no_closed_streams(option_, 1);
+}
+
+H2LoopIo::~H2LoopIo() {
+  for (Connection* connection : connections_) delete connection;
+  EndTurn();  // Deletes what is retired.
+  if (spare_fd_ >= 0) close(spare_fd_);
+  close(wake_fd_);
+  close(epoll_fd_);
+  nghttp2_option_del(option_);
+  nghttp2_session_callbacks_del(callbacks_);
+}
+
+void H2LoopIo::Start() {
+  epoll_event event{};
+  // EPOLLEXCLUSIVE: a new connection wakes one parked loop, not every one.
+  event.events = EPOLLIN | EPOLLEXCLUSIVE;
+  event.data.ptr = &kListenerTag;
+  listening_ = epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, transport_.listener().fd(), &event) == 0;
+}
+
+size_t H2LoopIo::Poll() {
+  size_t work = 0;
+  if (!stopped_ && transport_.stopping()) {
+    StopAll();
+    ++work;
+  }
+  if (!listening_ && accept_resume_ns_ > 0 && NowNs() >= accept_resume_ns_) {
+    accept_resume_ns_ = 0;
+    Start();
+  }
+  work += HandleEvents(0);
+  work += PumpReady();
+  work += ExpireDeadlines();
+  return work;
+}
+
+bool H2LoopIo::Wait(std::chrono::nanoseconds timeout) {
+  int64_t wait_ns = timeout.count();
+  if (!deadlines_.empty() || accept_resume_ns_ > 0) {
+    const int64_t now = NowNs();
+    if (!deadlines_.empty()) wait_ns = std::min(wait_ns, deadlines_.begin()->first - now);
+    if (accept_resume_ns_ > 0) wait_ns = std::min(wait_ns, accept_resume_ns_ - now);
+  }
+  const int timeout_ms = static_cast<int>(std::max<int64_t>(0, (wait_ns + 999'999) / 1'000'000));
+  size_t work = HandleEvents(timeout_ms);
+  work += PumpReady();
+  work += ExpireDeadlines();
+  return work > 0;
+}
+
+void H2LoopIo::Wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
+}
+
+size_t H2LoopIo::HandleEvents(int timeout_ms) {
+  epoll_event events[kEventsPerWait];
+  const int n = epoll_wait(epoll_fd_, events, kEventsPerWait, timeout_ms);
+  for (int i = 0; i < n; ++i) {
+    void* tag = events[i].data.ptr;
+    if (tag == &kWakeTag) {
+      uint64_t count;
+      [[maybe_unused]] ssize_t r = read(wake_fd_, &count, sizeof count);
+      loop_.OnWakeEvent();
+    } else if (tag == &kListenerTag) {
+      Accept();
+    } else {
+      // A connection retired earlier in this batch is still there (deleted at the end of the
+      // turn), and closed.
+      auto* connection = static_cast<Connection*>(tag);
+      if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) connection->OnReadable();
+      if (events[i].events & EPOLLOUT) connection->OnWritable();
+    }
+  }
+  return n > 0 ? static_cast<size_t>(n) : 0;
+}
+
+void H2LoopIo::Accept() {
+  if (!listening_) return;
+  for (int i = 0; i < kAcceptsPerEvent; ++i) {
+    const int fd =
+        accept4(transport_.listener().fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      switch (errno) {
+        case EAGAIN:
+          return;
+        case EINTR:
+        case ECONNABORTED:
+        case EPROTO:
+          continue;
+        case EMFILE:
+        case ENFILE:
+        case ENOBUFS:
+        case ENOMEM: {
+          // Out of descriptors: answer the waiting connection with the spare one.
+          const uint64_t limit = OpenFilesLimit();
+          if (spare_fd_ >= 0) {
+            close(spare_fd_);
+            spare_fd_ = -1;
+          }
+          const int refused =
+              accept4(transport_.listener().fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (refused >= 0) {
+            Refuse(refused, absl::StrCat("out of file descriptors (the open-files limit is ", limit,
+                                         "); try again when connections have closed"));
+          }
+          spare_fd_ = OpenSpare();
+          if (refused < 0 || spare_fd_ < 0) {
+            PauseAccepting();
+            return;
+          }
+          continue;
+        }
+        case EINVAL:  // The listener was shut down (Transport::Stop).
+          epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, transport_.listener().fd(), nullptr);
+          listening_ = false;
+          return;
+        default:
+          Log(LogLevel::kWarning, "accept failed: %s", std::strerror(errno));
+          PauseAccepting();
+          return;
+      }
+    }
+    if (!transport_.TakeConnectionSlot()) {
+      Refuse(fd, absl::StrCat("too many connections; the limit is --max-connections=",
+                              loop_.server().options().max_connections));
+      continue;
+    }
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto* connection = new Connection(*this, fd);
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.ptr = connection;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
+      connection->Close();  // The kernel's epoll limit: like running out of descriptors.
+      continue;
+    }
+    connections_.insert(connection);
+  }
+}
+
+void H2LoopIo::Refuse(int fd, std::string_view why) {
+  // What the client already sent is read first, so that the close is a FIN after our frames
+  // rather than a reset that could overtake them.
+  char discard[1024];
+  [[maybe_unused]] ssize_t r = recv(fd, discard, sizeof discard, MSG_DONTWAIT);
+  const std::string frames = RefusalFrames(why);
+  [[maybe_unused]] ssize_t w = send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  shutdown(fd, SHUT_WR);
+  close(fd);
+  const int64_t now = NowNs();
+  if (now - last_fd_warning_ns_ >= kWarningIntervalNs || last_fd_warning_ns_ == 0) {
+    last_fd_warning_ns_ = now;
+    Log(LogLevel::kWarning, "refusing new connections: %s", std::string(why));
+  } else {
+    Log(LogLevel::kDebug, "refused a connection: %s", std::string(why));
+  }
+}
+
+void H2LoopIo::PauseAccepting() {
+  if (listening_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, transport_.listener().fd(), nullptr);
+  listening_ = false;
+  accept_resume_ns_ = NowNs() + kAcceptPauseNs;
+}
+
+void H2LoopIo::Watch(Connection* connection, uint32_t events) {
+  epoll_event event{};
+  event.events = events;
+  event.data.ptr = connection;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, connection->fd_, &event);
+}
+
+void H2LoopIo::MarkDirty(Connection* connection) { dirty_.push_back(connection); }
+
+void H2LoopIo::MakeReady(H2Call* call) {
+  if (call->queued || call->retired) return;
+  call->queued = true;
+  ready_.push_back(call);
+}
+
+size_t H2LoopIo::PumpReady() {
+  if (ready_.empty()) return 0;
+  // Calls made ready while these are pumped wait for the next turn: no unbounded loop here.
+  std::vector<H2Call*> ready;
+  ready.swap(ready_);
+  for (H2Call* call : ready) {
+    call->queued = false;
+    if (!call->retired) call->Pump();
+  }
+  return ready.size();
+}
+
+size_t H2LoopIo::ExpireDeadlines() {
+  if (deadlines_.empty()) return 0;
+  const int64_t now = NowNs();
+  size_t expired = 0;
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    H2Call* call = deadlines_.begin()->second;
+    deadlines_.erase(deadlines_.begin());
+    call->OnDeadline();
+    ++expired;
+  }
+  return expired;
+}
+
+void H2LoopIo::Retire(H2Call* call) {
+  call->retired = true;
+  retired_calls_.push_back(call);
+}
+
+void H2LoopIo::Retire(Connection* connection) {
+  connections_.erase(connection);
+  if (connection->dirty_) std::erase(dirty_, connection);
+  retired_connections_.push_back(connection);
+}
+
+void H2LoopIo::EndTurn() {
+  // A flush can make another connection dirty only through a call's handler, which runs
+  // outside flushes; a few rounds settle everything.
+  for (int round = 0; round < 4 && !dirty_.empty(); ++round) {
+    std::vector<Connection*> dirty;
+    dirty.swap(dirty_);
+    for (Connection* connection : dirty) connection->Flush();
+  }
+  if (!retired_calls_.empty()) {
+    std::erase_if(ready_, [](H2Call* call) { return call->retired; });
+    for (H2Call* call : retired_calls_) delete call;
+    retired_calls_.clear();
+  }
+  for (Connection* connection : retired_connections_) delete connection;
+  retired_connections_.clear();
+}
+
+void H2LoopIo::OnDraining() {
+  for (Connection* connection : connections_) connection->SendShutdownNotice();
+}
+
+void H2LoopIo::StopAll() {
+  stopped_ = true;
+  if (listening_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, transport_.listener().fd(), nullptr);
+  listening_ = false;
+  accept_resume_ns_ = 0;
+  for (Connection* connection :
+       std::vector<Connection*>(connections_.begin(), connections_.end())) {
+    connection->Terminate();
+  }
+}
+
+bool H2LoopIo::Finished() const { return stopped_ && connections_.empty() && live_calls_ == 0; }
+
+}  // namespace ringkv

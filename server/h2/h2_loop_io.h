@@ -1,0 +1,128 @@
+// H2LoopIo: one loop's network front end for the h2 transport: an epoll set holding the shared
+// listening socket, an eventfd for wake-ups and the connections this loop accepted.
+//
+// One turn, as ShardLoop drives it:
+//   Poll():    epoll_wait without waiting; accept what is pending; read every ready socket
+//              into its connection's nghttp2 session, whose callbacks turn complete gRPC
+//              messages into handler events (handlers submit engine Requests from there);
+//              then the calls made ready since (a message for a waiting Read, a write done),
+//              and the deadlines that passed;
+//   <engine turn: handlers answer through their H2Call>
+//   EndTurn(): each connection with something to send hands nghttp2's frames to its socket
+//              with one send; then calls and connections that ended are deleted.
+// Wait() blocks in epoll_wait (until the next deadline at most); Wake() writes the eventfd.
+//
+// Running out of file descriptors: accept4 fails with EMFILE while connections wait in the
+// kernel's queue, which epoll keeps reporting. The loop then closes a descriptor it keeps spare
+// for this, accepts the waiting connection, tells it why in a GOAWAY and closes it, and opens
+// its spare again: every connection is answered promptly, and the loop serves the others all
+// along. If even the spare cannot be had back, the loop stops watching the socket for 100 ms.
+//
+// Threads: the loop's thread only, except Wake (any thread).
+#ifndef RINGKV_SERVER_H2_H2_LOOP_IO_H_
+#define RINGKV_SERVER_H2_H2_LOOP_IO_H_
+
+#include <nghttp2/nghttp2.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_set.h"
+#include "server/loop_io.h"
+
+namespace ringkv {
+
+class Connection;
+class H2Call;
+class H2Transport;
+class ShardLoop;
+
+class H2LoopIo : public LoopIo {
+ public:
+  // Bytes read from a socket per recv; one buffer per loop, since bytes are handed to nghttp2
+  // at once.
+  static constexpr size_t kReadBufferBytes = 64 * 1024;
+
+  H2LoopIo(H2Transport& transport, ShardLoop& loop);
+  ~H2LoopIo() override;
+  H2LoopIo(const H2LoopIo&) = delete;
+  H2LoopIo& operator=(const H2LoopIo&) = delete;
+
+  // LoopIo.
+  void Start() override;
+  size_t Poll() override;
+  void EndTurn() override;
+  bool Wait(std::chrono::nanoseconds timeout) override;
+  void Wake() override;
+  void OnDraining() override;
+  bool Finished() const override;
+
+  // For connections and calls, loop thread.
+  ShardLoop& loop() { return loop_; }
+  H2Transport& transport() { return transport_; }
+  const nghttp2_session_callbacks* callbacks() const { return callbacks_; }
+  const nghttp2_option* option() const { return option_; }
+  char* read_buffer() { return read_buffer_.get(); }
+  // `connection` has frames to send: it is flushed at the end of this turn.
+  void MarkDirty(Connection* connection);
+  // Events epoll should report for `connection` (EPOLLIN, EPOLLOUT, or none).
+  void Watch(Connection* connection, uint32_t events);
+  // `call` is Pump()ed at the next Poll: a Read it asked for can be answered, or a Write is
+  // done. Never from inside the call into its handler.
+  void MakeReady(H2Call* call);
+  // Deleted at the end of the turn: never under the caller's feet.
+  void Retire(H2Call* call);
+  void Retire(Connection* connection);
+  void AddDeadline(H2Call* call, int64_t at_ns) { deadlines_.insert({at_ns, call}); }
+  void RemoveDeadline(H2Call* call, int64_t at_ns) { deadlines_.erase({at_ns, call}); }
+  void CallMade() { ++live_calls_; }
+  void CallGone() { --live_calls_; }
+
+  // The steady clock in nanoseconds, the time base of deadlines.
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+ private:
+  size_t HandleEvents(int timeout_ms);
+  void Accept();
+  // Refuses an accepted connection: a GOAWAY that says why, then close.
+  void Refuse(int fd, std::string_view why);
+  void PauseAccepting();
+  void StopAll();
+  size_t PumpReady();
+  size_t ExpireDeadlines();
+
+  // Constant after construction.
+  H2Transport& transport_;
+  ShardLoop& loop_;
+  const int epoll_fd_;
+  const int wake_fd_;
+  nghttp2_session_callbacks* callbacks_ = nullptr;
+  nghttp2_option* option_ = nullptr;
+  std::unique_ptr<char[]> read_buffer_;
+
+  // Loop thread only.
+  absl::flat_hash_set<Connection*> connections_;  // Open ones.
+  std::vector<Connection*> dirty_;
+  std::vector<H2Call*> ready_;
+  std::vector<H2Call*> retired_calls_;
+  std::vector<Connection*> retired_connections_;
+  absl::btree_set<std::pair<int64_t, H2Call*>> deadlines_;
+  size_t live_calls_ = 0;
+  int spare_fd_ = -1;             // Kept for the out-of-descriptors refusal; -1 if lost.
+  bool listening_ = false;        // The listener is in the epoll set.
+  int64_t accept_resume_ns_ = 0;  // While not listening_ for lack of descriptors: when to retry.
+  int64_t last_fd_warning_ns_ = 0;
+  bool stopped_ = false;  // Saw the transport stop: closed everything.
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SERVER_H2_H2_LOOP_IO_H_

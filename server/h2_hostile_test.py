@@ -1,0 +1,509 @@
+#!/usr/bin/env python3
+"""The gRPC-over-HTTP/2 protocol at its edges, and hostile input, against a real ringkv-server.
+
+Clients: raw sockets for bytes that are not HTTP/2 at all, and the `h2` library from PyPI (an
+HTTP/2 implementation of its own, with its own HPACK) for well-formed HTTP/2 carrying bad gRPC.
+Every test ends by checking that the server still serves others (the `ringkv` CLI).
+
+- ProtocolTest: what the h2 transport answers for each kind of bad call: unknown method, not
+  POST, not gRPC, compressed, oversized, unparsable or truncated messages, a passed deadline
+  (the work is dropped), oversized headers, a reset in the middle of a call.
+- HostileBytesTest: random and truncated bytes, bad frames, floods; the server answers with
+  GOAWAY or closes, and stays up.
+- ResourceTest, each with a server of its own: clients that never read, descriptor exhaustion
+  and recovery, --max-connections, 10,000 open connections.
+
+Usage: h2_hostile_test.py SERVER_BINARY CLI_BINARY TOOLS_DIR [SERVER_FLAG...]
+The server flags pick the transport; tests of what only the h2 transport promises are skipped
+for --transport=grpc. This script re-runs itself under TOOLS_DIR's venv (for `h2`).
+"""
+import os
+import random
+import resource
+import socket
+import struct
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
+from ringkv_server import RingkvServer  # noqa: E402
+
+SERVER, CLI, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None, None, None)
+SERVER_FLAGS = sys.argv[4:]
+GRPCPP = "--transport=grpc" in SERVER_FLAGS  # grpc++ answers; some promises are h2's.
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
+    0, 1, 3, 4, 6, 7, 8, 9)
+END_STREAM, END_HEADERS = 0x1, 0x4
+
+
+def frame(kind, flags, stream, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + \
+        struct.pack(">I", stream) + payload
+
+
+def grpc_message(payload, compressed=False, length=None):
+    return struct.pack(">BI", 1 if compressed else 0,
+                       len(payload) if length is None else length) + payload
+
+
+def field(number, data):  # A length-delimited protobuf field (lengths < 128 here).
+    return bytes([number << 3 | 2, len(data)]) + data
+
+
+def put_request(key, value):
+    return field(1, key) + field(2, value)
+
+
+def read_frames(sock, seconds=3.0):
+    """Frames the server sends until it closes the connection or `seconds` pass."""
+    sock.settimeout(seconds)
+    data = b""
+    deadline = time.time() + seconds
+    try:
+        while time.time() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    frames = []
+    while len(data) >= 9:
+        length = int.from_bytes(data[:3], "big")
+        if len(data) < 9 + length:
+            break
+        frames.append((data[3], data[4], int.from_bytes(data[5:9], "big") & 0x7FFFFFFF,
+                       data[9:9 + length]))
+        data = data[9 + length:]
+    return frames
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+class Call:
+    """One gRPC call over the `h2` library on a connection of its own: free-form headers and
+    body, and the response's headers, messages and trailers as the server sent them."""
+
+    def __init__(self, address, path, body=b"", headers=(), method="POST",
+                 content_type="application/grpc", end=True, window=None):
+        import h2.config
+        import h2.connection
+        import h2.settings
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.conn.initiate_connection()
+        if window is not None:
+            self.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+        self.stream = self.conn.get_next_available_stream_id()
+        request = [(":method", method), (":scheme", "http"), (":path", path),
+                   (":authority", address), ("te", "trailers")]
+        if content_type is not None:
+            request.append(("content-type", content_type))
+        self.conn.send_headers(self.stream, request + list(headers),
+                               end_stream=end and not body)
+        if body:
+            self.conn.send_data(self.stream, body, end_stream=end)
+        self.flush()
+        self.headers, self.trailers, self.data, self.reset = {}, {}, b"", None
+        self.ended = False
+
+    def flush(self):
+        self.sock.sendall(self.conn.data_to_send())
+
+    def send(self, body, end=False):
+        self.conn.send_data(self.stream, body, end_stream=end)
+        self.flush()
+
+    def cancel(self):
+        self.conn.reset_stream(self.stream)
+        self.flush()
+
+    def wait(self, seconds=5.0):
+        """Reads until the stream ends or is reset; returns grpc-status (int) or None."""
+        import h2.events
+        self.sock.settimeout(seconds)
+        deadline = time.time() + seconds
+        while not self.ended and time.time() < deadline:
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            for event in self.conn.receive_data(chunk):
+                if isinstance(event, h2.events.ResponseReceived):
+                    self.headers.update(dict(event.headers))
+                elif isinstance(event, h2.events.TrailersReceived):
+                    self.trailers.update(dict(event.headers))
+                elif isinstance(event, h2.events.DataReceived):
+                    self.data += event.data
+                    self.conn.acknowledge_received_data(event.flow_controlled_length,
+                                                        event.stream_id)
+                elif isinstance(event, h2.events.StreamReset):
+                    self.reset = event.error_code
+                    self.ended = True
+                elif isinstance(event, h2.events.StreamEnded):
+                    self.ended = True
+            self.flush()
+        status = self.trailers.get("grpc-status", self.headers.get("grpc-status"))
+        return None if status is None else int(status)
+
+    def message(self):
+        return self.trailers.get("grpc-message", self.headers.get("grpc-message", ""))
+
+    def close(self):
+        self.sock.close()
+
+
+class ServerCase(unittest.TestCase):
+    server_args = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = RingkvServer(SERVER, "--threads=2", *cls.server_args, *SERVER_FLAGS)
+        cls.addClassCleanup(cls.server.stop)
+        cls.addr = cls.server.address
+        cls.port = int(cls.addr.rsplit(":", 1)[1])
+
+    def cli(self, *args, timeout=10):
+        return subprocess.run([CLI, f"--addr={self.addr}", "--timeout=5", *args],
+                              capture_output=True, timeout=timeout)
+
+    def assertServing(self):
+        key = f"alive-{random.random()}"
+        r = self.cli("put", key, "yes")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.cli("get", key).stdout, b"yes")
+
+    def connect(self):
+        return socket.create_connection(("127.0.0.1", self.port), timeout=5)
+
+
+@unittest.skipIf(GRPCPP, "what the h2 transport answers")
+class ProtocolTest(ServerCase):
+    def call(self, path="/ringkv.v1.KV/Put", body=grpc_message(put_request(b"k", b"v")), **kw):
+        call = Call(self.addr, path, body, **kw)
+        self.addCleanup(call.close)
+        return call
+
+    def test_a_good_call_gets_headers_message_and_trailers(self):
+        call = self.call()
+        self.assertEqual(call.wait(), 0)
+        self.assertEqual(call.headers[":status"], "200")
+        self.assertEqual(call.headers["content-type"], "application/grpc")
+        self.assertEqual(call.headers["grpc-accept-encoding"], "identity")
+        self.assertEqual(call.data, grpc_message(b""))  # PutResponse is empty.
+
+    def test_unknown_method_or_service_is_unimplemented(self):
+        for path in ("/ringkv.v1.KV/Nope", "/no.Such/Get", "/"):
+            call = self.call(path)
+            self.assertEqual(call.wait(), 12, path)
+            self.assertIn(path, call.message())
+            self.assertNotIn("grpc-status", call.trailers)  # Trailers-only: all in HEADERS.
+
+    def test_not_post_or_not_grpc_gets_an_http_error(self):
+        call = self.call(method="GET", body=b"")
+        call.wait()
+        self.assertEqual(call.headers[":status"], "405")
+        call = self.call(content_type="text/plain")
+        call.wait()
+        self.assertEqual(call.headers[":status"], "415")
+        call = self.call(content_type=None)
+        call.wait()
+        self.assertEqual(call.headers[":status"], "415")
+        call = self.call(content_type="application/grpc+json")
+        self.assertEqual(call.wait(), 12)
+        call = self.call(content_type="application/grpc+proto")
+        self.assertEqual(call.wait(), 0)
+
+    def test_compression_is_unimplemented_and_identity_advertised(self):
+        call = self.call(body=grpc_message(put_request(b"z", b"v"), compressed=True))
+        self.assertEqual(call.wait(), 12)
+        self.assertIn("identity", call.message())
+        call = self.call(headers=[("grpc-encoding", "gzip")])
+        self.assertEqual(call.wait(), 12)
+        self.assertEqual(call.headers["grpc-accept-encoding"], "identity")
+        self.assertEqual(self.cli("get", "z").returncode, 1)  # Nothing stored.
+
+    def test_a_message_over_the_limit_is_refused_before_it_is_read(self):
+        # Only the prefix is sent: the answer must not wait for 100 MiB that never come.
+        call = self.call(body=grpc_message(b"", length=100 << 20), end=False)
+        self.assertEqual(call.wait(), 8)
+        self.assertIn("the limit is", call.message())
+
+    def test_bad_messages_are_internal_errors(self):
+        cases = {
+            "unparsable": grpc_message(b"\xff\xff\xff\xff"),
+            "truncated": grpc_message(b"abc", length=10),
+            "two on a unary call": grpc_message(put_request(b"a", b"1")) * 2,
+            "none": b"",
+        }
+        for name, body in cases.items():
+            call = self.call(body=body)
+            self.assertEqual(call.wait(), 13, name)
+        self.assertEqual(self.cli("get", "a").returncode, 1)  # Nothing stored.
+
+    def test_percent_encoded_grpc_message(self):
+        call = self.call(body=grpc_message(put_request(b"", b"v")))  # Empty key: refused.
+        self.assertEqual(call.wait(), 3)
+        self.assertEqual(call.message(), "key is empty; keys are 1 or more bytes")
+        call = self.call("/ringkv.v1.KV/caf\u00e9%")
+        self.assertEqual(call.wait(), 12)
+        self.assertIn("%25", call.message())  # '%' itself is escaped.
+
+    def test_a_passed_deadline_drops_the_work(self):
+        call = self.call(body=grpc_message(put_request(b"late", b"v")),
+                         headers=[("grpc-timeout", "1n")])
+        self.assertEqual(call.wait(), 4)
+        self.assertEqual(self.cli("get", "late").returncode, 1)
+        call = self.call(headers=[("grpc-timeout", "soon")])
+        self.assertEqual(call.wait(), 3)
+        # A stream that says nothing: DEADLINE_EXCEEDED when its time is up, not before.
+        start = time.time()
+        call = self.call("/ringkv.v1.KV/Stream", body=b"", end=False,
+                         headers=[("grpc-timeout", "300m")])
+        self.assertEqual(call.wait(), 4)
+        self.assertGreaterEqual(time.time() - start, 0.29)
+
+    def test_oversized_headers_are_refused(self):
+        call = self.call(headers=[("x-padding", "p" * 20000)])
+        self.assertEqual(call.wait(), 8)
+        self.assertIn("16384", call.message())
+
+    def test_a_reset_in_the_middle_of_a_stream(self):
+        op = field(3, b"rk") + field(4, b"v") + bytes([0x10, 2]) + bytes([0x08, 1])  # PUT, id 1.
+        call = self.call("/ringkv.v1.KV/Stream", body=grpc_message(field(1, op)), end=False)
+        call.cancel()
+        call.wait(1)
+        self.assertServing()
+
+    def tearDown(self):
+        self.assertServing()
+
+
+class HostileBytesTest(ServerCase):
+    def expect_goaway_or_close(self, payload):
+        with self.connect() as sock:
+            try:
+                sock.sendall(payload)
+            except OSError:
+                return []
+            return read_frames(sock, 2)
+
+    def test_random_bytes_and_truncated_prefaces(self):
+        rng = random.Random(7)
+        for size in [1, 23, 24, 100, 4096, 65536] + [rng.randrange(1, 2000) for _ in range(20)]:
+            self.expect_goaway_or_close(bytes(rng.randrange(256) for _ in range(size)))
+        # A prefix of the preface is a client still sending it: the server waits, so these
+        # connections are dropped unread.
+        held = []
+        for cut in range(1, len(PREFACE)):
+            sock = self.connect()
+            sock.sendall(PREFACE[:cut])
+            held.append(sock)
+        self.assertServing()
+        for sock in held:
+            sock.close()
+        self.assertServing()
+
+    def test_bad_frames_get_a_goaway(self):
+        settings = frame(SETTINGS, 0, 0)
+        bad = {
+            "settings of 5 bytes": frame(SETTINGS, 0, 0, b"\0" * 5),
+            "frame over the size limit": frame(DATA, 0, 1, b"\0" * 20000),
+            "headers on an even stream": frame(HEADERS, END_HEADERS, 2, b"\x82"),
+            "garbage hpack": frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\xff" * 20),
+            "data on stream 0": frame(DATA, 0, 0, b"x"),
+            "ping of 3 bytes": frame(PING, 0, 0, b"abc"),
+            "window update of 0": frame(WINDOW_UPDATE, 0, 0, b"\0\0\0\0"),
+            "continuation without headers": frame(CONTINUATION, END_HEADERS, 1, b"\x82"),
+            "rst_stream on idle stream": frame(RST_STREAM, 0, 9, b"\0\0\0\x08"),
+        }
+        for name, payload in bad.items():
+            frames = self.expect_goaway_or_close(PREFACE + settings + payload)
+            if not GRPCPP:
+                self.assertIn(GOAWAY, [f[0] for f in frames], name)
+        self.assertServing()
+
+    def test_floods_end_the_flooding_connection_only(self):
+        settings = frame(SETTINGS, 0, 0)
+        floods = [
+            frame(PING, 0, 0, b"12345678") * 20000,  # Acks pile up unread.
+            frame(SETTINGS, 0, 0) * 20000,
+            frame(HEADERS, 0, 1, b"\x82") + frame(CONTINUATION, 0, 1, b"") * 5000,
+        ]
+        for flood in floods:
+            with self.connect() as sock:
+                sock.settimeout(3)
+                try:
+                    sock.sendall(PREFACE + settings + flood)
+                except OSError:
+                    pass  # The server closed the connection on us: that is the point.
+            self.assertServing()
+
+
+class ResourceTest(ServerCase):
+    """Each test starts a server of its own (the limits differ)."""
+
+    @classmethod
+    def setUpClass(cls):
+        pass
+
+    def start(self, *args, nofile=None):
+        def limit():
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        server = RingkvServer(SERVER, "--threads=2", *args, *SERVER_FLAGS, preexec_fn=limit)
+        self.addCleanup(server.stop)
+        self.addr = server.address
+        self.port = int(self.addr.rsplit(":", 1)[1])
+        return server
+
+    @unittest.skipIf(GRPCPP, "the h2 transport's bound")
+    def test_clients_that_never_read_leave_memory_bounded(self):
+        import hpack
+        server = self.start()
+        value = b"v" * (64 << 10)
+        r = subprocess.run([CLI, f"--addr={self.addr}", "put", "big", "-"], input=value,
+                           capture_output=True, timeout=10)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        before = rss_kib(server.process.pid)
+        get = grpc_message(field(1, b"big"))
+        block = hpack.Encoder().encode([(":method", "POST"), (":scheme", "http"),
+                                        (":path", "/ringkv.v1.KV/Get"), (":authority", "x"),
+                                        ("content-type", "application/grpc")])
+        unknown = hpack.Encoder().encode([(":method", "POST"), (":scheme", "http"),
+                                          (":path", "/ringkv.v1.KV/Nope"), (":authority", "x"),
+                                          ("content-type", "application/grpc")])
+        sockets = []
+        for _ in range(4):
+            sock = self.connect()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            # A window of 0: the server may send no DATA at all.
+            out = PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0))
+            stream = 1
+            for _ in range(100):  # Every stream the server allows: GETs of 64 KiB.
+                out += frame(HEADERS, END_HEADERS, stream, block) + \
+                    frame(DATA, END_STREAM, stream, get)
+                stream += 2
+            sock.sendall(out)
+            # Then calls that fail at once (not flow-controlled answers), as fast as the
+            # server takes them, for at most 2 s or 200,000 calls.
+            sock.setblocking(False)
+            deadline = time.time() + 2
+            sent = 0
+            while time.time() < deadline and sent < 200_000:
+                burst = b"".join(frame(HEADERS, END_HEADERS | END_STREAM, stream + 2 * i,
+                                       unknown) for i in range(500))
+                try:
+                    sock.send(burst)  # A partial send only spoils this connection's framing.
+                except BlockingIOError:
+                    break
+                stream += 1000
+                sent += 500
+            sockets.append(sock)
+        self.assertServing()
+        grown = rss_kib(server.process.pid) - before
+        # 4 x 100 responses of 64 KiB wait for a window that never opens (25 MiB), and the
+        # socket backlog of each connection stops its reading: the rest is bounded.
+        self.assertLess(grown, 96 << 10, f"RSS grew by {grown} KiB")
+        for sock in sockets:
+            sock.close()
+        self.assertServing()
+
+    @unittest.skipIf(GRPCPP, "grpc++ stops accepting for good (documented)")
+    def test_out_of_descriptors_refuses_promptly_and_recovers(self):
+        self.start(nofile=64)
+        held = []
+        refused = 0
+        for _ in range(80):
+            sock = self.connect()
+            sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
+            held.append(sock)
+        for sock in held:
+            sock.settimeout(0.05)
+            try:
+                data = sock.recv(4096)
+            except socket.timeout:
+                continue
+            if b"out of file descriptors" in data:
+                refused += 1
+        self.assertGreater(refused, 0, "no connection was told the server is out of descriptors")
+        for sock in held:
+            sock.close()
+        time.sleep(0.3)
+        self.assertServing()
+
+    @unittest.skipIf(GRPCPP, "h2 only: grpc++ has no bound")
+    def test_max_connections_refuses_the_next_one_with_a_reason(self):
+        self.start("--max-connections=10")
+        held = [self.connect() for _ in range(10)]
+        for sock in held:
+            sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        time.sleep(0.2)
+        with self.connect() as extra:
+            frames = read_frames(extra, 2)
+            goaways = [f for f in frames if f[0] == GOAWAY]
+            self.assertTrue(goaways, frames)
+            self.assertIn(b"--max-connections=10", goaways[0][3])
+        for sock in held:
+            sock.close()
+        time.sleep(0.2)
+        self.assertServing()
+
+    def test_ten_thousand_open_connections(self):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard < 10_200:
+            self.skipTest(f"the open-files hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        args = () if GRPCPP else ("--max-connections=10100",)
+        server = self.start(*args)
+        held = []
+        try:
+            for _ in range(10_000):
+                sock = socket.socket()
+                sock.setblocking(False)
+                try:
+                    sock.connect(("127.0.0.1", self.port))
+                except BlockingIOError:
+                    pass
+                held.append(sock)
+            time.sleep(0.5)
+            for sock in held:
+                try:
+                    sock.send(PREFACE + frame(SETTINGS, 0, 0))
+                except OSError:
+                    pass
+            time.sleep(1)
+            self.assertServing()
+            rss = rss_kib(server.process.pid)
+            self.assertLess(rss, 1 << 20, f"RSS {rss} KiB with 10,000 connections")
+        finally:
+            for sock in held:
+                sock.close()
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        time.sleep(0.3)
+        self.assertServing()
+
+
+if __name__ == "__main__":
+    venv_python = os.path.join(TOOLS, "venv", "bin", "python3")
+    if os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(TOOLS, "venv")) and \
+            not os.environ.get("RINGKV_HOSTILE_REEXEC"):
+        if not os.path.exists(venv_python):
+            sys.exit(f"test tools missing under {TOOLS}: run scripts/setup.sh")
+        os.environ["RINGKV_HOSTILE_REEXEC"] = "1"
+        os.execv(venv_python, [venv_python, *sys.argv])
+    unittest.main(argv=sys.argv[:1], verbosity=2)

@@ -1,0 +1,93 @@
+// Handler and CallSink: what one RPC does, written once for every transport.
+//
+// A transport (server/grpc/, server/h2/) turns the bytes of a call into events on a Handler,
+// and the Handler answers through the call's CallSink. The handler knows nothing of HTTP/2 or
+// grpc++: it reads request messages, submits engine Requests to its ShardLoop, and writes
+// response messages. Its methods are in server/handlers/methods.h.
+//
+// The contract, for both sides (loop thread only; a call lives on the loop that took it):
+//   - The transport makes the handler, calls OnStart() once the call is accepted, then parses
+//     each request message into incoming() and calls OnMessage(). Unary and server-streaming
+//     calls get exactly one message without asking; a bidirectional handler asks for each one
+//     with sink.Read(), and gets OnMessage() or, once the client has closed its side,
+//     OnHalfClose().
+//   - sink.Write(m) sends one response message; the next may be written after OnWriteDone(ok).
+//     ok == false: the client is gone and nothing more will reach it.
+//   - OnCancel(): the call is over for the client (it cancelled, its deadline passed, its
+//     connection closed, the server stopped). A Read or Write outstanding is void: neither
+//     OnMessage/OnHalfClose nor OnWriteDone will come for it.
+//   - sink.Finish(status, response) ends the call, exactly once, and only when none of the
+//     handler's Requests is out (their memory is the handler's). A unary call passes its
+//     response with an OK status. After a cancel the transport sends nothing; it still waits
+//     for Finish. From Finish on the handler gets no call at all, and the transport deletes it
+//     (never from inside a call into the handler).
+//   - Sink calls never call back into the handler before returning; what they cause comes as a
+//     later event.
+//
+//   class EchoHandler : public Handler {  // unary: answer with what came
+//     google::protobuf::MessageLite* incoming() override { return &request_; }
+//     void OnMessage() override { sink_.Finish(absl::OkStatus(), &request_); }
+//     void OnCancel() override { sink_.Finish(absl::CancelledError(), nullptr); }
+//   };
+#ifndef RINGKV_SERVER_HANDLERS_HANDLER_H_
+#define RINGKV_SERVER_HANDLERS_HANDLER_H_
+
+#include <google/protobuf/message_lite.h>
+
+#include "absl/status/status.h"
+#include "shard/request.h"
+
+namespace ringkv {
+
+class ShardLoop;
+
+// The transport's side of one call. Loop thread only.
+class CallSink {
+ public:
+  // Bidirectional calls: asks for the next request message (one outstanding at a time).
+  virtual void Read() = 0;
+  // Sends one response message (one outstanding at a time).
+  virtual void Write(const google::protobuf::MessageLite& message) = 0;
+  // Ends the call; `response` is the unary reply (null for streams and errors).
+  virtual void Finish(const absl::Status& status,
+                      const google::protobuf::MessageLite* response) = 0;
+
+ protected:
+  ~CallSink() = default;
+};
+
+class Handler {
+ public:
+  Handler(ShardLoop& loop, CallSink& sink) : loop_(loop), sink_(sink) {}
+  virtual ~Handler() = default;
+  Handler(const Handler&) = delete;
+  Handler& operator=(const Handler&) = delete;
+
+  // Where the transport parses the next request message. Valid from construction.
+  virtual google::protobuf::MessageLite* incoming() = 0;
+  // The call is accepted; a bidirectional handler Reads from here on.
+  virtual void OnStart() {}
+  // A request message is in incoming().
+  virtual void OnMessage() = 0;
+  // The client has closed its side (bidirectional calls, after a Read).
+  virtual void OnHalfClose() {}
+  virtual void OnWriteDone(bool /*ok*/) {}
+  virtual void OnCancel() = 0;
+  // One of this handler's Requests is back from its shard.
+  virtual void OnRequestDone(Request* /*request*/) {}
+  // The end of the engine turn in which this handler asked for it (ShardLoop::RequestFlush).
+  virtual void Flush() {}
+  // The server's serving status changed (health Watch streams, ShardLoop::AddWatcher).
+  virtual void OnServingChanged() {}
+
+ protected:
+  // Hands a Request to the engine; OnRequestDone gets it back in a later engine turn.
+  void Submit(Request& request);
+
+  ShardLoop& loop_;
+  CallSink& sink_;
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SERVER_HANDLERS_HANDLER_H_

@@ -1,0 +1,67 @@
+#include "server/handlers/methods.h"
+
+#include <algorithm>
+#include <array>
+
+#include "server/handlers/internal/factories.h"
+#include "server/shard_loop.h"
+
+namespace ringkv {
+namespace {
+
+using internal::MakeDeleteHandler;
+using internal::MakeGetHandler;
+using internal::MakeHealthCheckHandler;
+using internal::MakeHealthWatchHandler;
+using internal::MakeMultiGetHandler;
+using internal::MakeMultiPutHandler;
+using internal::MakePutHandler;
+using internal::MakeReflectionV1alphaHandler;
+using internal::MakeReflectionV1Handler;
+using internal::MakeStatsHandler;
+using internal::MakeStreamHandler;
+
+constexpr MethodKind kUnary = MethodKind::kUnary;
+
+// In MethodId order; the hot methods first, since FindMethod scans.
+const std::array<Method, kMethodCount> kMethods = {{
+    {MethodId::kGet, "/ringkv.v1.KV/Get", kUnary, false, true, MakeGetHandler},
+    {MethodId::kPut, "/ringkv.v1.KV/Put", kUnary, false, true, MakePutHandler},
+    {MethodId::kDelete, "/ringkv.v1.KV/Delete", kUnary, false, true, MakeDeleteHandler},
+    {MethodId::kMultiGet, "/ringkv.v1.KV/MultiGet", kUnary, false, true, MakeMultiGetHandler},
+    {MethodId::kMultiPut, "/ringkv.v1.KV/MultiPut", kUnary, false, true, MakeMultiPutHandler},
+    {MethodId::kStream, "/ringkv.v1.KV/Stream", MethodKind::kBidiStreaming, false, true,
+     MakeStreamHandler},
+    {MethodId::kStats, "/ringkv.v1.KV/Stats", kUnary, false, true, MakeStatsHandler},
+    {MethodId::kHealthCheck, "/grpc.health.v1.Health/Check", kUnary, true, true,
+     MakeHealthCheckHandler},
+    {MethodId::kHealthWatch, "/grpc.health.v1.Health/Watch", MethodKind::kServerStreaming, true,
+     false, MakeHealthWatchHandler},
+    {MethodId::kReflectionV1alpha, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+     MethodKind::kBidiStreaming, false, false, MakeReflectionV1alphaHandler},
+    {MethodId::kReflectionV1, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+     MethodKind::kBidiStreaming, false, false, MakeReflectionV1Handler},
+}};
+
+}  // namespace
+
+const Method& MethodOf(MethodId id) { return kMethods[static_cast<size_t>(id)]; }
+
+const Method* FindMethod(std::string_view path) {
+  for (const Method& method : kMethods) {
+    if (method.path == path) return &method;
+  }
+  return nullptr;
+}
+
+std::vector<std::string_view> ServiceNames() {
+  std::vector<std::string_view> names;
+  for (const Method& method : kMethods) {
+    if (std::find(names.begin(), names.end(), method.service()) == names.end()) {
+      names.push_back(method.service());
+    }
+  }
+  return names;
+}
+
+}  // namespace ringkv

@@ -1,0 +1,63 @@
+// Methods: every RPC ringkv-server serves, in one table that both transports route by. A method
+// is its HTTP/2 :path, its shape, how a drain treats it, and the factory of its Handler.
+// Constant; any thread.
+//
+//   const Method* method = FindMethod("/ringkv.v1.KV/Get");
+//   std::unique_ptr<Handler> handler = method->make(loop, sink);
+#ifndef RINGKV_SERVER_HANDLERS_METHODS_H_
+#define RINGKV_SERVER_HANDLERS_METHODS_H_
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "server/handlers/handler.h"
+
+namespace ringkv {
+
+enum class MethodKind {
+  kUnary,            // One request message, one response message.
+  kServerStreaming,  // One request message, any number of responses.
+  kBidiStreaming,    // Messages both ways; the handler Reads each request message.
+};
+
+enum class MethodId {
+  kGet,
+  kPut,
+  kDelete,
+  kMultiGet,
+  kMultiPut,
+  kStream,
+  kStats,
+  kHealthCheck,
+  kHealthWatch,
+  kReflectionV1alpha,
+  kReflectionV1,
+};
+inline constexpr int kMethodCount = static_cast<int>(MethodId::kReflectionV1) + 1;
+
+struct Method {
+  MethodId id;
+  std::string_view path;  // "/ringkv.v1.KV/Get", as HTTP/2's :path carries it.
+  MethodKind kind;
+  // Served while the server drains (health: it is how a balancer learns of the drain). Others
+  // are refused with UNAVAILABLE from the moment the drain starts.
+  bool served_while_draining;
+  // In the server's count of calls being served, which a drain waits for. Health Watch and
+  // reflection streams are not: an idle one left open must not hold up a stop.
+  bool counted;
+  std::unique_ptr<Handler> (*make)(ShardLoop& loop, CallSink& sink);
+
+  // "ringkv.v1.KV" of "/ringkv.v1.KV/Get".
+  std::string_view service() const { return path.substr(1, path.rfind('/') - 1); }
+};
+
+const Method& MethodOf(MethodId id);
+// The method `path` names, or null.
+const Method* FindMethod(std::string_view path);
+// The fully qualified names of the services served, each once, in table order.
+std::vector<std::string_view> ServiceNames();
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SERVER_HANDLERS_METHODS_H_

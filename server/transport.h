@@ -1,0 +1,36 @@
+// Transport: how ringkv-server takes calls off the network. Two implement it:
+//   - H2Transport (server/h2/, --transport=h2, the default): HTTP/2 on libnghttp2 inside each
+//     loop's own epoll set; every loop accepts from one shared listening socket.
+//   - GrpcTransport (server/grpc/, --transport=grpc): grpc++'s async server with a completion
+//     queue per loop; the reference implementation and the fallback.
+// Both route by the method table (server/handlers/methods.h) and drive the same Handlers, so an
+// RPC is written once.
+//
+// Lifecycle, all on the control thread: the factory binds the listening address (the port is
+// known from then on); MakeLoopIo once per loop, before the loops run; after the drain's grace,
+// Stop() ends the calls still open and closes every connection, and each LoopIo then reports
+// Finished once its loop's calls are gone; the destructor runs after the loops have exited.
+#ifndef RINGKV_SERVER_TRANSPORT_H_
+#define RINGKV_SERVER_TRANSPORT_H_
+
+#include <memory>
+
+#include "server/loop_io.h"
+
+namespace ringkv {
+
+class ShardLoop;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // The port bound (the one picked, for a listen address ending in ":0").
+  virtual int port() const = 0;
+  virtual std::unique_ptr<LoopIo> MakeLoopIo(ShardLoop& loop) = 0;
+  virtual void Stop() = 0;
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SERVER_TRANSPORT_H_
