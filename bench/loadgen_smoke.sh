@@ -15,17 +15,22 @@ trap 'kill $pid 2>/dev/null || true; rm -rf "$out"' EXIT
 for _ in $(seq 100); do grep -q "listening on" "$out/server.log" && break; sleep 0.1; done
 port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$out/server.log" | grep -o "[0-9]*$") \
   || fail "no port: $(cat "$out/server.log")"
-for mode in unary multi stream; do
-  "$loadgen" --addr=127.0.0.1:$port --mode=$mode --ops=3000 --keys=1000 --ratio=1:1 \
-    --concurrency=8 --connections=2 --progress=false --json="$out/$mode.json" >"$out/$mode.txt" \
-    || fail "$mode exited $?: $(cat "$out/$mode.txt")"
-  grep -Eq "^ops/s [0-9]+, MB/s [0-9.]+, latency per call p50 [0-9.]+ ms.*errors 0$" "$out/$mode.txt" \
-    || fail "$mode report: $(cat "$out/$mode.txt")"
-  grep -q '"errors":0' "$out/$mode.json" || fail "$mode json: $(cat "$out/$mode.json")"
+for client in h2 grpc; do
+  for mode in unary multi stream; do
+    run="$client-$mode"
+    "$loadgen" --addr=127.0.0.1:$port --client=$client --mode=$mode --ops=3000 --keys=1000 \
+      --ratio=1:1 --concurrency=8 --connections=2 --progress=false --json="$out/$run.json" \
+      >"$out/$run.txt" || fail "$run exited $?: $(cat "$out/$run.txt")"
+    grep -Eq "^ops/s [0-9]+, MB/s [0-9.]+, latency per call p50 [0-9.]+ ms.*client CPU [0-9.]+ us/op, errors 0$" \
+      "$out/$run.txt" || fail "$run report: $(cat "$out/$run.txt")"
+    grep -q '"errors":0' "$out/$run.json" || fail "$run json: $(cat "$out/$run.json")"
+  done
 done
 set +e
 "$loadgen" --mode=bogus 2>/dev/null; rc=$?
 [ $rc -eq 2 ] || fail "--mode=bogus exited $rc, expected 2"
+"$loadgen" --client=bogus 2>/dev/null; rc=$?
+[ $rc -eq 2 ] || fail "--client=bogus exited $rc, expected 2"
 "$loadgen" --addr=127.0.0.1:1 --ops=10 --progress=false 2>"$out/err.txt" >/dev/null; rc=$?
 set -e
 [ $rc -eq 3 ] && grep -q "cannot reach ringkv-server at 127.0.0.1:1" "$out/err.txt" \

@@ -1,24 +1,35 @@
-// ringkv-loadgen: drives a running ringkv-server over gRPC (the async client API) and reports
-// throughput and latency.
+// ringkv-loadgen: drives a running ringkv-server and reports throughput, latency and its own
+// CPU per operation.
 //
 // Workloads (--mode):
 //   unary   one Get or Put per call;
 //   multi   MultiGet or MultiPut of --batch keys per call;
 //   stream  one Stream per in-flight slot, each round trip a message of --batch operations.
-// --concurrency slots are kept busy, spread over --connections channels (each its own TCP
-// connection) and --threads client threads, each with its own completion queue. GET or PUT is
-// drawn per call from --ratio. Keys are "key:%012d" uniform in [0, --keys), as redis-benchmark's
-// key:__rand_int__, and are pre-loaded (MultiPut) before timing. Latency is per call (per
-// batch for multi and stream), in a log-linear histogram; no per-operation samples are kept.
+// --concurrency slots are kept busy, spread over --connections TCP connections and --threads
+// client threads. GET or PUT is drawn per call from --ratio. Keys are "key:%012d" uniform in
+// [0, --keys), as redis-benchmark's key:__rand_int__, and are pre-loaded (MultiPut) before
+// timing. Latency is per call (per batch for multi and stream), in a log-linear histogram; no
+// per-operation samples are kept.
+//
+// Clients (--client):
+//   h2    gRPC on libnghttp2 (client/h2_channel.h), each thread an epoll loop over its own
+//         connections: a few microseconds of CPU per call, so that on a machine shared with the
+//         server the generator costs no more than redis-benchmark does per request;
+//   grpc  grpc++'s async client, a completion queue per thread: the reference client, at
+//         several times the CPU per call.
+// The report gives the generator's own CPU (user + system, getrusage) per operation, so that a
+// run can show the client was not the bottleneck.
 //
 // --hold makes no calls: it opens --connections connections, says "holding N connections" on
 // stdout once all are up, and keeps them open and idle for --duration seconds (or until
 // SIGTERM). The connection-scaling runs hold their idle connections in such a second process, so
-// the measuring client's own per-channel cost stays out of the figure.
+// the measuring client's own per-connection cost stays out of the figure.
 //
 // Exit status: 0, 1 if any call failed (by status code in the report), 2 on a usage error,
 // 3 if the server cannot be reached.
 #include <grpcpp/grpcpp.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -42,9 +53,12 @@
 #include "bench/latency_histogram.h"
 #include "client/client.h"
 #include "client/command_line.h"
+#include "client/h2_channel.h"
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address");
-ABSL_FLAG(uint32_t, connections, 1, "TCP connections (gRPC channels)");
+ABSL_FLAG(std::string, client, "h2",
+          "h2 (gRPC on nghttp2: the least client CPU per call) or grpc (grpc++'s async client)");
+ABSL_FLAG(uint32_t, connections, 1, "TCP connections");
 ABSL_FLAG(uint32_t, concurrency, 50, "calls in flight in total");
 ABSL_FLAG(double, duration, 10, "seconds to run (ignored when --ops is set)");
 ABSL_FLAG(uint64_t, ops, 0, "stop after this many operations instead of --duration");
@@ -54,8 +68,8 @@ ABSL_FLAG(std::string, ratio, "1:0", "GET:PUT mix, e.g. 1:0 (all GET), 0:1 (all 
 ABSL_FLAG(std::string, mode, "unary", "unary, multi or stream");
 ABSL_FLAG(uint32_t, batch, 16, "keys per MultiGet/MultiPut, or operations per stream message");
 ABSL_FLAG(uint32_t, threads, 1,
-          "client threads, each with a completion queue (1, like redis-benchmark, leaves the "
-          "most CPU to a server on the same machine)");
+          "client threads (1, like redis-benchmark, leaves the most CPU to a server on the same "
+          "machine); with --client=h2 each thread takes a share of the connections");
 ABSL_FLAG(bool, preload, true, "MultiPut every key before timing (then a GET miss is an error)");
 ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file");
 ABSL_FLAG(bool, progress, true, "a progress line on stderr every second");
@@ -92,16 +106,127 @@ struct Tally {
 
 std::string Key(uint64_t i) { return absl::StrFormat("key:%012d", i); }
 
-// One call slot: issues a call, and on completion records it and issues the next, until told
-// to stop. Exactly one operation of a slot is outstanding at any time, so `this` is its tag.
-class Slot {
+// What every slot does whichever client carries its calls: draws the next operation, fills in
+// its request, and accounts for its outcome. One per slot; the slot's thread only.
+class Workload {
  public:
-  Slot(pb::KV::Stub* stub, grpc::CompletionQueue* cq, const Config& config, uint64_t seed,
-       Tally* tally)
-      : stub_(stub), cq_(cq), config_(config), rng_(seed), tally_(tally) {}
+  Workload(const Config& config, uint64_t seed, Tally* tally)
+      : config_(config), rng_(seed), tally_(tally) {}
+
+  const Config& config() const { return config_; }
+
+  // Unary and multi: draws GET or PUT and fills the matching request; true for GET.
+  bool FillCall(pb::GetRequest* get, pb::PutRequest* put, pb::MultiGetRequest* mget,
+                pb::MultiPutRequest* mput) {
+    is_get_ = NextIsGet();
+    started_ = Clock::now();
+    if (config_.mode == Mode::kUnary) {
+      if (is_get_) {
+        get->set_key(Key(NextKey()));
+      } else {
+        put->set_key(Key(NextKey()));
+        put->set_value(config_.value);
+      }
+      return is_get_;
+    }
+    if (is_get_) {
+      mget->clear_keys();
+      for (uint32_t i = 0; i < config_.batch; ++i) mget->add_keys(Key(NextKey()));
+    } else {
+      mput->clear_items();
+      for (uint32_t i = 0; i < config_.batch; ++i) {
+        pb::KeyValue* item = mput->add_items();
+        item->set_key(Key(NextKey()));
+        item->set_value(config_.value);
+      }
+    }
+    return is_get_;
+  }
+
+  // Stream: the next message of --batch operations.
+  void FillStream(pb::StreamRequest* out) {
+    out->clear_ops();
+    for (uint32_t i = 0; i < config_.batch; ++i) {
+      pb::StreamOp* op = out->add_ops();
+      op->set_id(next_id_++);
+      op->set_key(Key(NextKey()));
+      if (NextIsGet()) {
+        op->set_type(pb::OP_TYPE_GET);
+      } else {
+        op->set_type(pb::OP_TYPE_PUT);
+        op->set_value(config_.value);
+        tally_->value_bytes += config_.value.size();
+      }
+    }
+    awaiting_ = config_.batch;
+    started_ = Clock::now();
+  }
+
+  // A stream reply; true once every operation of the batch is answered (and recorded).
+  bool TakeStreamReply(const pb::StreamResponse& reply) {
+    for (const auto& r : reply.results()) {
+      if (r.result().code() != 0) ++tally_->errors[r.result().code()];
+      tally_->value_bytes += r.result().value().size();
+      --awaiting_;
+    }
+    if (awaiting_ > 0) return false;
+    Record(config_.batch);
+    return true;
+  }
+
+  // A finished unary or multi call: OK with its response, or its status code.
+  void TakeUnary(size_t get_value_bytes) {
+    tally_->value_bytes += is_get_ ? get_value_bytes : config_.value.size();
+    Record(1);
+  }
+  template <typename Results>
+  void TakeBatch(const Results& results) {
+    for (const auto& r : results) {
+      if (r.code() != 0 && !(r.code() == grpc::StatusCode::NOT_FOUND && !config_.preload)) {
+        ++tally_->errors[r.code()];
+      }
+      tally_->value_bytes += is_get_ ? r.value().size() : config_.value.size();
+    }
+    Record(static_cast<uint64_t>(results.size()));
+  }
+  void TakeFailure(int code) {
+    if (!(code == grpc::StatusCode::NOT_FOUND && !config_.preload)) ++tally_->errors[code];
+    Record(0);
+  }
+  // A stream or connection that broke: one error, nothing recorded.
+  void Broken(int code) { ++tally_->errors[code]; }
+
+ private:
+  bool NextIsGet() { return std::uniform_real_distribution<>(0, 1)(rng_) < config_.get_fraction; }
+  uint64_t NextKey() { return std::uniform_int_distribution<uint64_t>(0, config_.keys - 1)(rng_); }
+
+  void Record(uint64_t ops) {
+    tally_->ops += ops;
+    tally_->progress.store(tally_->ops, std::memory_order_relaxed);
+    tally_->latency.Record(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started_).count()));
+  }
+
+  const Config& config_;
+  std::mt19937_64 rng_;
+  Tally* const tally_;
+  Clock::time_point started_;
+  bool is_get_ = false;
+  uint64_t next_id_ = 0;
+  uint32_t awaiting_ = 0;
+};
+
+// A call slot on grpc++'s async client: issues a call, and on completion records it and issues
+// the next, until told to stop. Exactly one operation of a slot is outstanding at any time, so
+// `this` is its tag.
+class GrpcSlot {
+ public:
+  GrpcSlot(pb::KV::Stub* stub, grpc::CompletionQueue* cq, const Config& config, uint64_t seed,
+           Tally* tally)
+      : stub_(stub), cq_(cq), work_(config, seed, tally) {}
 
   void Start() {
-    if (config_.mode == Mode::kStream) {
+    if (work_.config().mode == Mode::kStream) {
       context_ = std::make_unique<grpc::ClientContext>();
       stream_ = stub_->PrepareAsyncStream(context_.get(), cq_);
       phase_ = Phase::kStreamStarting;
@@ -115,7 +240,15 @@ class Slot {
   bool OnEvent(bool ok, bool stop) {
     switch (phase_) {
       case Phase::kCall:
-        Record(status_.ok() ? CountCallResults() : Fail(status_.error_code()));
+        if (!status_.ok()) {
+          work_.TakeFailure(status_.error_code());
+        } else if (work_.config().mode == Mode::kUnary) {
+          work_.TakeUnary(get_out_.value().size());
+        } else if (is_get_) {
+          work_.TakeBatch(mget_out_.results());
+        } else {
+          work_.TakeBatch(mput_out_.results());
+        }
         if (stop) return false;
         Issue();
         return true;
@@ -130,16 +263,10 @@ class Slot {
         return true;
       case Phase::kStreamReading:
         if (!ok) return Broken();
-        for (const auto& r : stream_in_.results()) {
-          if (r.result().code() != 0) ++tally_->errors[r.result().code()];
-          tally_->value_bytes += r.result().value().size();
-          --awaiting_;
-        }
-        if (awaiting_ > 0) {
+        if (!work_.TakeStreamReply(stream_in_)) {
           stream_->Read(&stream_in_, this);
           return true;
         }
-        Record(config_.batch);
         if (stop) {
           phase_ = Phase::kStreamClosing;
           stream_->WritesDone(this);
@@ -152,7 +279,7 @@ class Slot {
         stream_->Finish(&status_, this);
         return true;
       case Phase::kStreamFinishing:
-        if (!status_.ok()) ++tally_->errors[status_.error_code()];
+        if (!status_.ok()) work_.Broken(status_.error_code());
         return false;
     }
     return false;
@@ -163,42 +290,25 @@ class Slot {
     kCall, kStreamStarting, kStreamWriting, kStreamReading, kStreamClosing, kStreamFinishing
   };
 
-  bool NextIsGet() { return std::uniform_real_distribution<>(0, 1)(rng_) < config_.get_fraction; }
-  uint64_t NextKey() { return std::uniform_int_distribution<uint64_t>(0, config_.keys - 1)(rng_); }
-
   void Issue() {
     phase_ = Phase::kCall;
     context_ = std::make_unique<grpc::ClientContext>();
-    started_ = Clock::now();
-    is_get_ = NextIsGet();
-    if (config_.mode == Mode::kUnary) {
+    is_get_ = work_.FillCall(&get_, &put_, &mget_, &mput_);
+    if (work_.config().mode == Mode::kUnary) {
       if (is_get_) {
-        get_.set_key(Key(NextKey()));
         get_reader_ = stub_->PrepareAsyncGet(context_.get(), get_, cq_);
         get_reader_->StartCall();
         get_reader_->Finish(&get_out_, &status_, this);
       } else {
-        put_.set_key(Key(NextKey()));
-        put_.set_value(config_.value);
         put_reader_ = stub_->PrepareAsyncPut(context_.get(), put_, cq_);
         put_reader_->StartCall();
         put_reader_->Finish(&put_out_, &status_, this);
       }
-      return;
-    }
-    if (is_get_) {
-      mget_.clear_keys();
-      for (uint32_t i = 0; i < config_.batch; ++i) mget_.add_keys(Key(NextKey()));
+    } else if (is_get_) {
       mget_reader_ = stub_->PrepareAsyncMultiGet(context_.get(), mget_, cq_);
       mget_reader_->StartCall();
       mget_reader_->Finish(&mget_out_, &status_, this);
     } else {
-      mput_.clear_items();
-      for (uint32_t i = 0; i < config_.batch; ++i) {
-        pb::KeyValue* item = mput_.add_items();
-        item->set_key(Key(NextKey()));
-        item->set_value(config_.value);
-      }
       mput_reader_ = stub_->PrepareAsyncMultiPut(context_.get(), mput_, cq_);
       mput_reader_->StartCall();
       mput_reader_->Finish(&mput_out_, &status_, this);
@@ -206,66 +316,21 @@ class Slot {
   }
 
   void WriteBatch() {
-    stream_out_.clear_ops();
-    for (uint32_t i = 0; i < config_.batch; ++i) {
-      pb::StreamOp* op = stream_out_.add_ops();
-      op->set_id(next_id_++);
-      op->set_key(Key(NextKey()));
-      if (NextIsGet()) {
-        op->set_type(pb::OP_TYPE_GET);
-      } else {
-        op->set_type(pb::OP_TYPE_PUT);
-        op->set_value(config_.value);
-        tally_->value_bytes += config_.value.size();
-      }
-    }
-    awaiting_ = config_.batch;
-    started_ = Clock::now();
+    work_.FillStream(&stream_out_);
     phase_ = Phase::kStreamWriting;
     stream_->Write(stream_out_, this);
   }
 
-  // Key operations a finished unary or multi call completed, counting per-item failures.
-  uint64_t CountCallResults() {
-    if (config_.mode == Mode::kUnary) {
-      tally_->value_bytes += is_get_ ? get_out_.value().size() : config_.value.size();
-      return 1;
-    }
-    const auto& results = is_get_ ? mget_out_.results() : mput_out_.results();
-    for (const auto& r : results) {
-      if (r.code() != 0 && !(r.code() == grpc::StatusCode::NOT_FOUND && !config_.preload)) {
-        ++tally_->errors[r.code()];
-      }
-      tally_->value_bytes += is_get_ ? r.value().size() : config_.value.size();
-    }
-    return static_cast<uint64_t>(results.size());
-  }
-
-  uint64_t Fail(grpc::StatusCode code) {
-    if (!(code == grpc::StatusCode::NOT_FOUND && !config_.preload)) ++tally_->errors[code];
-    return 0;
-  }
-
-  void Record(uint64_t ops) {
-    tally_->ops += ops;
-    tally_->progress.store(tally_->ops, std::memory_order_relaxed);
-    tally_->latency.Record(static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started_).count()));
-  }
-
   bool Broken() {
-    ++tally_->errors[grpc::StatusCode::UNAVAILABLE];
+    work_.Broken(grpc::StatusCode::UNAVAILABLE);
     return false;
   }
 
   pb::KV::Stub* const stub_;
   grpc::CompletionQueue* const cq_;
-  const Config& config_;
-  std::mt19937_64 rng_;
-  Tally* const tally_;
+  Workload work_;
 
   Phase phase_ = Phase::kCall;
-  Clock::time_point started_;
   bool is_get_ = false;
   std::unique_ptr<grpc::ClientContext> context_;
   grpc::Status status_;
@@ -284,18 +349,193 @@ class Slot {
   std::unique_ptr<grpc::ClientAsyncReaderWriter<pb::StreamRequest, pb::StreamResponse>> stream_;
   pb::StreamRequest stream_out_;
   pb::StreamResponse stream_in_;
-  uint64_t next_id_ = 0;
-  uint32_t awaiting_ = 0;
 };
+
+void RunGrpcThread(const std::vector<std::unique_ptr<pb::KV::Stub>>& stubs, const Config& config,
+                   uint32_t thread, uint32_t threads, uint32_t concurrency,
+                   const std::atomic<bool>& stop, Tally* tally) {
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<GrpcSlot>> slots;
+  for (uint32_t s = thread; s < concurrency; s += threads) {
+    slots.push_back(std::make_unique<GrpcSlot>(stubs[s % stubs.size()].get(), &cq, config,
+                                               s * 7919 + 1, tally));
+  }
+  for (auto& slot : slots) slot->Start();
+  size_t live = slots.size();
+  void* tag;
+  bool ok;
+  while (live > 0 && cq.Next(&tag, &ok)) {
+    if (!static_cast<GrpcSlot*>(tag)->OnEvent(ok, stop.load(std::memory_order_relaxed))) --live;
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+// A call slot on an H2Channel: the same workload; the channel's callbacks drive it.
+class H2Slot : public CallObserver {
+ public:
+  H2Slot(H2Channel* channel, const Config& config, uint64_t seed, Tally* tally,
+         const std::atomic<bool>& stop)
+      : channel_(channel), work_(config, seed, tally), stop_(stop) {}
+
+  bool done() const { return done_; }
+
+  void Start() {
+    if (work_.config().mode == Mode::kStream) {
+      call_ = channel_->StartCall("/ringkv.v1.KV/Stream", this);
+      if (call_ == nullptr) return Broken();
+      WriteBatch();
+      return;
+    }
+    Issue();
+  }
+
+  void OnMessage(std::string_view bytes) override {
+    const Mode mode = work_.config().mode;
+    bool parsed;
+    if (mode == Mode::kStream) {
+      parsed = stream_in_.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+      if (parsed && work_.TakeStreamReply(stream_in_)) {
+        if (stop_.load(std::memory_order_relaxed)) {
+          channel_->CloseSend(call_);
+        } else {
+          WriteBatch();
+        }
+      }
+    } else if (mode == Mode::kUnary) {
+      parsed = !is_get_ || get_out_.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+    } else if (is_get_) {
+      parsed = mget_out_.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+    } else {
+      parsed = mput_out_.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+    }
+    if (!parsed) bad_reply_ = true;
+  }
+
+  void OnFinish(const absl::Status& status) override {
+    call_ = nullptr;
+    const Mode mode = work_.config().mode;
+    if (mode == Mode::kStream) {
+      if (!status.ok() || bad_reply_) work_.Broken(static_cast<int>(status.code()));
+      done_ = true;
+      return;
+    }
+    if (!status.ok() || bad_reply_) {
+      work_.TakeFailure(status.ok() ? grpc::StatusCode::INTERNAL : static_cast<int>(status.code()));
+    } else if (mode == Mode::kUnary) {
+      work_.TakeUnary(get_out_.value().size());
+    } else if (is_get_) {
+      work_.TakeBatch(mget_out_.results());
+    } else {
+      work_.TakeBatch(mput_out_.results());
+    }
+    if (stop_.load(std::memory_order_relaxed)) {
+      done_ = true;
+      return;
+    }
+    Issue();
+  }
+
+ private:
+  void Issue() {
+    bad_reply_ = false;
+    is_get_ = work_.FillCall(&get_, &put_, &mget_, &mput_);
+    const google::protobuf::MessageLite* request;
+    const char* path;
+    if (work_.config().mode == Mode::kUnary) {
+      get_out_.Clear();
+      request = is_get_ ? static_cast<const google::protobuf::MessageLite*>(&get_) : &put_;
+      path = is_get_ ? "/ringkv.v1.KV/Get" : "/ringkv.v1.KV/Put";
+    } else {
+      request = is_get_ ? static_cast<const google::protobuf::MessageLite*>(&mget_) : &mput_;
+      path = is_get_ ? "/ringkv.v1.KV/MultiGet" : "/ringkv.v1.KV/MultiPut";
+    }
+    call_ = channel_->StartCall(path, this);
+    if (call_ == nullptr) return Broken();
+    channel_->Send(call_, *request, /*end=*/true);
+  }
+
+  void WriteBatch() {
+    work_.FillStream(&stream_out_);
+    channel_->Send(call_, stream_out_, /*end=*/false);
+  }
+
+  void Broken() {
+    work_.Broken(grpc::StatusCode::UNAVAILABLE);
+    done_ = true;
+  }
+
+  H2Channel* const channel_;
+  Workload work_;
+  const std::atomic<bool>& stop_;
+  H2Channel::Call* call_ = nullptr;
+  bool is_get_ = false;
+  bool bad_reply_ = false;
+  bool done_ = false;
+  pb::GetRequest get_;
+  pb::GetResponse get_out_;
+  pb::PutRequest put_;
+  pb::MultiGetRequest mget_;
+  pb::MultiGetResponse mget_out_;
+  pb::MultiPutRequest mput_;
+  pb::MultiPutResponse mput_out_;
+  pb::StreamRequest stream_out_;
+  pb::StreamResponse stream_in_;
+};
+
+// One thread of the h2 client: an epoll loop over the connections this thread owns (every
+// `threads`-th), with the slots whose connection it owns.
+void RunH2Thread(const std::vector<std::unique_ptr<H2Channel>>& channels, const Config& config,
+                 uint32_t thread, uint32_t threads, uint32_t concurrency,
+                 const std::atomic<bool>& stop, Tally* tally) {
+  const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  std::vector<H2Channel*> mine;
+  for (size_t c = thread; c < channels.size(); c += threads) {
+    mine.push_back(channels[c].get());
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.ptr = channels[c].get();
+    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, channels[c]->fd(), &event);
+  }
+  std::vector<std::unique_ptr<H2Slot>> slots;
+  for (uint32_t s = 0; s < concurrency; ++s) {
+    if (s % channels.size() % threads != thread) continue;
+    slots.push_back(std::make_unique<H2Slot>(channels[s % channels.size()].get(), config,
+                                             s * 7919 + 1, tally, stop));
+  }
+  for (auto& slot : slots) slot->Start();
+  std::vector<bool> want_out(mine.size(), false);
+  epoll_event events[64];
+  for (;;) {
+    // Everything the last turn's callbacks started goes out, one send per connection.
+    for (size_t i = 0; i < mine.size(); ++i) {
+      mine[i]->Flush();
+      const bool out = mine[i]->WantsWrite();
+      if (out != want_out[i] && mine[i]->fd() >= 0) {
+        want_out[i] = out;
+        epoll_event event{};
+        event.events = EPOLLIN | (out ? EPOLLOUT : 0u);
+        event.data.ptr = mine[i];
+        epoll_ctl(epoll_fd, EPOLL_CTL_MOD, mine[i]->fd(), &event);
+      }
+    }
+    if (std::all_of(slots.begin(), slots.end(), [](const auto& s) { return s->done(); })) break;
+    const int n = epoll_wait(epoll_fd, events, 64, 100);
+    for (int i = 0; i < n; ++i) static_cast<H2Channel*>(events[i].data.ptr)->OnReadable();
+  }
+  close(epoll_fd);
+}
 
 int Main(int argc, char** argv) {
   // Off for the reason given in server/main.cc: Debian's Abseil checks every gRPC lock for
   // deadlocks.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
-      "drives a running ringkv-server and reports ops/s, MB/s and latency percentiles.\n"
-      "  ringkv-loadgen [--addr=HOST:PORT] [--mode=unary|multi|stream] [--concurrency=50] "
-      "[--ratio=1:0] ...\n"
+      "drives a running ringkv-server and reports ops/s, MB/s, latency percentiles and its own "
+      "CPU per operation.\n"
+      "  ringkv-loadgen [--addr=HOST:PORT] [--client=h2|grpc] [--mode=unary|multi|stream] "
+      "[--connections=1] [--concurrency=50] [--ratio=1:0] ...\n"
       "Exit status: 0 ok, 1 some calls failed, 2 usage error, 3 server unreachable.");
   std::vector<char*> rest = ParseCommandLineOrExit(argc, argv);
   if (rest.size() > 1) {
@@ -313,6 +553,11 @@ int Main(int argc, char** argv) {
   } else {
     ExitUsageError(argv[0], "--mode must be unary, multi or stream");
   }
+  const std::string client = absl::GetFlag(FLAGS_client);
+  if (client != "h2" && client != "grpc") {
+    ExitUsageError(argv[0], "--client must be h2 or grpc, got '" + client + "'");
+  }
+  const bool h2 = client == "h2";
   config.batch = absl::GetFlag(FLAGS_batch);
   config.keys = absl::GetFlag(FLAGS_keys);
   config.value.assign(absl::GetFlag(FLAGS_value_size), 'v');
@@ -327,7 +572,9 @@ int Main(int argc, char** argv) {
   config.get_fraction = gets / (gets + puts);
   const uint32_t connections = absl::GetFlag(FLAGS_connections);
   const uint32_t concurrency = absl::GetFlag(FLAGS_concurrency);
-  const uint32_t threads = std::min(absl::GetFlag(FLAGS_threads), concurrency);
+  // An h2 thread owns whole connections, so there are no more threads than connections.
+  const uint32_t threads = std::min({absl::GetFlag(FLAGS_threads), concurrency,
+                                     h2 ? connections : concurrency});
   if (connections == 0 || concurrency == 0 || threads == 0 || config.batch == 0 ||
       config.keys == 0) {
     ExitUsageError(argv[0],
@@ -336,10 +583,21 @@ int Main(int argc, char** argv) {
   if (connections > 100'000) ExitUsageError(argv[0], "--connections must be at most 100000");
   const std::string addr = absl::GetFlag(FLAGS_addr);
 
-  // Channels, each its own connection: a local subchannel pool keeps gRPC from sharing one.
+  // Connections. grpc++: channels, each its own connection (a local subchannel pool keeps gRPC
+  // from sharing one).
+  std::vector<std::unique_ptr<H2Channel>> h2_channels;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<pb::KV::Stub>> stubs;
   for (uint32_t i = 0; i < connections; ++i) {
+    if (h2) {
+      absl::StatusOr<std::unique_ptr<H2Channel>> channel = H2Channel::Connect(addr);
+      if (!channel.ok()) {
+        std::fprintf(stderr, "ringkv-loadgen: %s\n", std::string(channel.status().message()).c_str());
+        return 3;
+      }
+      h2_channels.push_back(std::move(*channel));
+      continue;
+    }
     grpc::ChannelArguments args = Client::ChannelArgs();
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt("ringkv.channel", static_cast<int>(i));  // Distinct args: distinct channels.
@@ -361,7 +619,7 @@ int Main(int argc, char** argv) {
   }
 
   if (config.preload) {
-    Client client(addr, absl::Seconds(60));
+    Client loader(addr, absl::Seconds(60));
     // Batches of up to 1,000 keys and about 1 MiB, well under the server's message limit.
     const size_t per_batch =
         std::clamp<size_t>((size_t{1} << 20) / (config.value.size() + 32), 1, 1000);
@@ -369,7 +627,7 @@ int Main(int argc, char** argv) {
     for (uint64_t k = 0; k < config.keys; ++k) {
       items.emplace_back(Key(k), config.value);
       if (items.size() == per_batch || k + 1 == config.keys) {
-        auto result = client.MultiPut(items);
+        auto result = loader.MultiPut(items);
         if (!result.ok()) {
           std::fprintf(stderr, "ringkv-loadgen: pre-load failed: %s\n",
                        std::string(result.status().message()).c_str());
@@ -385,24 +643,20 @@ int Main(int argc, char** argv) {
   std::atomic<bool> stop{false};
   std::vector<Tally> tallies(threads);
   std::vector<std::thread> workers;
+  auto cpu_seconds = [] {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+    return s(usage.ru_utime) + s(usage.ru_stime);
+  };
+  const double cpu0 = cpu_seconds();
   const auto t0 = Clock::now();
   for (uint32_t t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      grpc::CompletionQueue cq;
-      std::vector<std::unique_ptr<Slot>> slots;
-      for (uint32_t s = t; s < concurrency; s += threads) {
-        slots.push_back(std::make_unique<Slot>(stubs[s % connections].get(), &cq, config,
-                                               s * 7919 + 1, &tallies[t]));
-      }
-      for (auto& slot : slots) slot->Start();
-      size_t live = slots.size();
-      void* tag;
-      bool ok;
-      while (live > 0 && cq.Next(&tag, &ok)) {
-        if (!static_cast<Slot*>(tag)->OnEvent(ok, stop.load(std::memory_order_relaxed))) --live;
-      }
-      cq.Shutdown();
-      while (cq.Next(&tag, &ok)) {
+      if (h2) {
+        RunH2Thread(h2_channels, config, t, threads, concurrency, stop, &tallies[t]);
+      } else {
+        RunGrpcThread(stubs, config, t, threads, concurrency, stop, &tallies[t]);
       }
     });
   }
@@ -424,6 +678,7 @@ int Main(int argc, char** argv) {
   stop.store(true, std::memory_order_relaxed);
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   for (auto& w : workers) w.join();
+  const double client_cpu = cpu_seconds() - cpu0;
   if (absl::GetFlag(FLAGS_progress)) std::fprintf(stderr, "\n");
 
   Tally all;
@@ -441,31 +696,34 @@ int Main(int argc, char** argv) {
   }
   const double ops_per_s = static_cast<double>(all.ops) / seconds;
   const double mb_per_s = static_cast<double>(all.value_bytes) / seconds / 1e6;
+  const double client_us_per_op =
+      all.ops == 0 ? 0 : client_cpu * 1e6 / static_cast<double>(all.ops);
   auto ms = [](uint64_t ns) { return static_cast<double>(ns) / 1e6; };
   std::printf(
-      "mode %s, batch %u, %u in flight over %u connection(s), GET:PUT %s, %u-byte values, %llu "
-      "keys, %.1f s\n",
-      mode.c_str(), config.mode == Mode::kUnary ? 1 : config.batch, concurrency, connections,
-      absl::GetFlag(FLAGS_ratio).c_str(), absl::GetFlag(FLAGS_value_size),
+      "mode %s, client %s, batch %u, %u in flight over %u connection(s), GET:PUT %s, %u-byte "
+      "values, %llu keys, %.1f s\n",
+      mode.c_str(), client.c_str(), config.mode == Mode::kUnary ? 1 : config.batch, concurrency,
+      connections, absl::GetFlag(FLAGS_ratio).c_str(), absl::GetFlag(FLAGS_value_size),
       static_cast<unsigned long long>(config.keys), seconds);
   std::printf("ops/s %.0f, MB/s %.2f, latency per call p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, "
-              "max %.3f ms, errors %llu%s%s%s\n",
+              "max %.3f ms, client CPU %.2f us/op, errors %llu%s%s%s\n",
               ops_per_s, mb_per_s, ms(all.latency.Percentile(50)),
               ms(all.latency.Percentile(99)), ms(all.latency.Percentile(99.9)),
-              ms(all.latency.max()), static_cast<unsigned long long>(error_count),
+              ms(all.latency.max()), client_us_per_op, static_cast<unsigned long long>(error_count),
               errors.empty() ? "" : " (", errors.c_str(), errors.empty() ? "" : ")");
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << absl::StrFormat(
-        "{\"mode\":\"%s\",\"batch\":%u,\"concurrency\":%u,\"connections\":%u,\"ratio\":\"%s\","
-        "\"value_size\":%u,\"keys\":%d,\"seconds\":%.3f,\"ops\":%d,\"ops_per_s\":%.1f,"
-        "\"mb_per_s\":%.3f,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"p999_ms\":%.4f,\"max_ms\":%.4f,"
-        "\"errors\":%d}\n",
-        mode, config.batch, concurrency, connections, absl::GetFlag(FLAGS_ratio),
+        "{\"mode\":\"%s\",\"client\":\"%s\",\"batch\":%u,\"concurrency\":%u,\"connections\":%u,"
+        "\"ratio\":\"%s\",\"value_size\":%u,\"keys\":%d,\"seconds\":%.3f,\"ops\":%d,"
+        "\"ops_per_s\":%.1f,\"mb_per_s\":%.3f,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"p999_ms\":%.4f,"
+        "\"max_ms\":%.4f,\"client_cpu_s\":%.4f,\"client_cpu_us_per_op\":%.3f,\"errors\":%d}\n",
+        mode, client, config.batch, concurrency, connections, absl::GetFlag(FLAGS_ratio),
         absl::GetFlag(FLAGS_value_size), config.keys, seconds, all.ops, ops_per_s, mb_per_s,
         ms(all.latency.Percentile(50)), ms(all.latency.Percentile(99)),
-        ms(all.latency.Percentile(99.9)), ms(all.latency.max()), error_count);
+        ms(all.latency.Percentile(99.9)), ms(all.latency.max()), client_cpu, client_us_per_op,
+        error_count);
   }
   return error_count == 0 ? 0 : 1;
 }
