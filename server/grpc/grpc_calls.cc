@@ -59,10 +59,6 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-grpc::Status ShuttingDown() {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "ringkv-server is shutting down");
-}
-
 // What the three adapters share: the handler, the count of grpc++ operations outstanding, and
 // the decision to serve or refuse a call that arrives.
 class Adapter : public GrpcCall {
@@ -85,10 +81,13 @@ class Adapter : public GrpcCall {
 
   Server& server() { return io_.loop().server(); }
 
-  // A call arrived: false if it is to be refused (the server drains and the method is not
-  // served then); else it is counted (if its method is).
+  // A call arrived: refused with UNAVAILABLE (and false) if the server drains and the method
+  // is not served then; else counted, if its method is.
   bool Admit() {
-    if (server().shutting_down() && !method_.served_while_draining) return false;
+    if (server().shutting_down() && !method_.served_while_draining) {
+      Finish(absl::UnavailableError("ringkv-server is shutting down"), nullptr);
+      return false;
+    }
     if (method_.counted) {
       counted_ = true;
       server().CallStarted();
@@ -143,12 +142,7 @@ class UnaryAdapter final : public Adapter {
     if (kind == kAccepted) {
       if (!ok) return NotAccepted();
       (new UnaryAdapter(io_, method_))->Arm();
-      if (!Admit()) {
-        handler_done_ = true;
-        ++pending_;
-        responder_.FinishWithError(ShuttingDown(), &finished_);
-        return;
-      }
+      if (!Admit()) return;
       handler_->OnStart();
       handler_->OnMessage();
       return;
@@ -201,12 +195,7 @@ class ServerStreamAdapter final : public Adapter {
       case kAccepted:
         if (!ok) return NotAccepted();
         (new ServerStreamAdapter(io_, method_))->Arm();
-        if (!Admit()) {
-          handler_done_ = true;
-          ++pending_;
-          writer_.Finish(ShuttingDown(), &finished_);
-          return;
-        }
+        if (!Admit()) return;
         handler_->OnStart();
         handler_->OnMessage();
         return;
@@ -271,12 +260,7 @@ class BidiAdapter final : public Adapter {
       case kAccepted:
         if (!ok) return NotAccepted();
         (new BidiAdapter(io_, method_))->Arm();
-        if (!Admit()) {
-          handler_done_ = true;
-          ++pending_;
-          stream_.Finish(ShuttingDown(), &finished_);
-          return;
-        }
+        if (!Admit()) return;
         handler_->OnStart();
         return;
       case kRead:

@@ -1,7 +1,7 @@
 // ringkv.v1.KV's handlers. Unary methods (Get, Put, Delete, MultiGet, MultiPut, Stats) check
 // their input, submit one Request per key, and Finish once all are back. Stream keeps up to
 // kMaxStreamInFlight operations in flight and coalesces the results that pile up while a Write
-// is outstanding into the next message.
+// is outstanding into the next message (BidiHandler does the reading and writing).
 #include <deque>
 #include <memory>
 #include <string>
@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "ringkv/v1/kv.pb.h"
+#include "server/handlers/internal/bidi_handler.h"
 #include "server/handlers/internal/factories.h"
 #include "server/server.h"
 #include "server/shard_loop.h"
@@ -23,9 +24,6 @@ namespace pb = ::ringkv::v1;
 constexpr size_t kMaxStreamInFlight = 4096;
 // A Stream reply message stops taking results at about this size; more go in the next one.
 constexpr size_t kStreamReplyBytes = size_t{1} << 20;
-// Reply messages a Stream may hold unsent before it stops reading: a client that writes but
-// never reads is held back by HTTP/2 flow control, and the server's memory stays bounded.
-constexpr size_t kMaxStreamRepliesQueued = 4;
 
 absl::Status NotFound() { return absl::NotFoundError("key not found"); }
 absl::Status Cancelled() { return absl::CancelledError("call cancelled"); }
@@ -228,52 +226,17 @@ class StatsHandler : public UnaryHandler<pb::StatsRequest, pb::StatsResponse> {
   void Take(Request&) override {}
 };
 
-// Stream: reads ops while fewer than kMaxStreamInFlight are out and few replies wait, one Read
-// at a time; answers pile up in `replies_` and go out one Write at a time, so answers that
-// finish while a Write is out share the next message. Finishes once the client has closed its
-// side (or the call is gone), every op is back and every reply is written.
-class StreamHandler : public Handler {
+// Stream: up to kMaxStreamInFlight operations in flight; the answers that one engine turn
+// completes, or that pile up while a Write is out, share the next reply message.
+class StreamHandler : public BidiHandler<pb::StreamResponse> {
  public:
-  using Handler::Handler;
+  using BidiHandler::BidiHandler;
 
   google::protobuf::MessageLite* incoming() override { return &incoming_; }
 
-  void OnStart() override { ReadNext(); }
-
-  void OnMessage() override {
-    reading_ = false;
-    TakeOps();
-    ReadNext();
-    Progress();
-  }
-
-  void OnHalfClose() override {
-    reading_ = false;
-    reads_done_ = true;
-    Progress();
-  }
-
-  void OnWriteDone(bool ok) override {
-    writing_ = false;
-    replies_.pop_front();
-    if (!ok) OnCancel();
-    ReadNext();
-    Progress();
-  }
-
-  void OnCancel() override {
-    if (cancelled_) return;
-    cancelled_ = true;
-    reading_ = false;
-    writing_ = false;
-    reads_done_ = true;
-    replies_.clear();
-    Progress();
-  }
-
   void OnRequestDone(Request* request) override {
     InFlight& op = *static_cast<InFlight*>(request);
-    if (!cancelled_) SetItem(AddResult(op.id, request->out.size()), *request);
+    if (!cancelled()) SetItem(AddResult(op.id, request->out.size()), *request);
     op.key_bytes.clear();
     op.value_bytes.clear();
     op.out.clear();
@@ -299,16 +262,10 @@ class StreamHandler : public Handler {
     uint64_t id = 0;
   };
 
-  void ReadNext() {
-    if (reading_ || reads_done_ || in_flight_ >= kMaxStreamInFlight ||
-        replies_.size() >= kMaxStreamRepliesQueued) {
-      return;
-    }
-    reading_ = true;
-    sink_.Read();
-  }
+  bool Busy() const override { return in_flight_ > 0; }
+  bool RoomForMore() const override { return in_flight_ < kMaxStreamInFlight; }
 
-  void TakeOps() {
+  void TakeMessage() override {
     const RequestLimits& limits = LimitsOf(loop_);
     for (pb::StreamOp& in : *incoming_.mutable_ops()) {
       absl::Status status;
@@ -357,42 +314,15 @@ class StreamHandler : public Handler {
 
   // A new result in the reply being gathered; `bytes` is about what it will add.
   pb::ItemResult* AddResult(uint64_t id, size_t bytes) {
-    // The front message is being written while writing_; results go to the back one, or a new
-    // one.
-    if (replies_.size() <= (writing_ ? 1u : 0u) || back_bytes_ > kStreamReplyBytes) {
-      replies_.emplace_back();
-      back_bytes_ = 0;
-    }
-    back_bytes_ += bytes + 16;
-    pb::StreamResult* result = replies_.back().add_results();
+    pb::StreamResult* result = Gathering(bytes + 16, kStreamReplyBytes).add_results();
     result->set_id(id);
     return result->mutable_result();
   }
 
-  void Progress() {
-    if (finished_) return;
-    if (!writing_ && !replies_.empty()) {
-      writing_ = true;
-      sink_.Write(replies_.front());
-      return;
-    }
-    if (reads_done_ && !reading_ && in_flight_ == 0 && !writing_ && replies_.empty()) {
-      finished_ = true;
-      sink_.Finish(cancelled_ ? Cancelled() : absl::OkStatus(), nullptr);
-    }
-  }
-
   pb::StreamRequest incoming_;
-  std::deque<pb::StreamResponse> replies_;      // Front is being written while writing_.
-  size_t back_bytes_ = 0;                       // About the size of replies_.back().
   std::vector<std::unique_ptr<InFlight>> ops_;  // Every one made; free_ lists the idle ones.
   std::vector<InFlight*> free_;
   size_t in_flight_ = 0;
-  bool reading_ = false;
-  bool reads_done_ = false;
-  bool writing_ = false;
-  bool cancelled_ = false;  // The client is gone (or a Write failed): answers are dropped.
-  bool finished_ = false;
   bool flush_requested_ = false;
 };
 

@@ -6,7 +6,6 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpc/reflection/v1/reflection.pb.h"
 #include "grpc/reflection/v1alpha/reflection.pb.h"
+#include "server/handlers/internal/bidi_handler.h"
 #include "server/handlers/internal/factories.h"
 #include "server/handlers/methods.h"
 
@@ -24,65 +24,15 @@ namespace {
 using google::protobuf::DescriptorPool;
 using google::protobuf::FileDescriptor;
 
-// Responses a stream may hold unsent before it stops reading requests.
-constexpr size_t kMaxQueued = 4;
-
 template <typename RequestPb, typename ResponsePb>
-class ReflectionHandler : public Handler {
+class ReflectionHandler : public BidiHandler<ResponsePb> {
  public:
-  using Handler::Handler;
+  using BidiHandler<ResponsePb>::BidiHandler;
 
   google::protobuf::MessageLite* incoming() override { return &request_; }
 
-  void OnStart() override { ReadNext(); }
-
-  void OnMessage() override {
-    reading_ = false;
-    queued_.push_back(Answer(request_));
-    ReadNext();
-    Progress();
-  }
-
-  void OnHalfClose() override {
-    reading_ = false;
-    reads_done_ = true;
-    Progress();
-  }
-
-  void OnWriteDone(bool ok) override {
-    writing_ = false;
-    queued_.pop_front();
-    if (!ok) {
-      OnCancel();
-      return;
-    }
-    ReadNext();
-    Progress();
-  }
-
-  void OnCancel() override {
-    if (finished_) return;
-    finished_ = true;
-    sink_.Finish(absl::CancelledError("call cancelled"), nullptr);
-  }
-
  private:
-  void ReadNext() {
-    if (reading_ || reads_done_ || finished_ || queued_.size() >= kMaxQueued) return;
-    reading_ = true;
-    sink_.Read();
-  }
-
-  void Progress() {
-    if (finished_ || writing_) return;
-    if (!queued_.empty()) {
-      writing_ = true;
-      sink_.Write(queued_.front());
-    } else if (reads_done_ && !reading_) {
-      finished_ = true;
-      sink_.Finish(absl::OkStatus(), nullptr);
-    }
-  }
+  void TakeMessage() override { this->replies_.push_back(Answer(request_)); }
 
   ResponsePb Answer(const RequestPb& request) {
     ResponsePb response;
@@ -164,12 +114,7 @@ class ReflectionHandler : public Handler {
   }
 
   RequestPb request_;
-  std::deque<ResponsePb> queued_;          // Front is being written while writing_.
   absl::flat_hash_set<std::string> sent_;  // Files this stream has sent.
-  bool reading_ = false;
-  bool reads_done_ = false;
-  bool writing_ = false;
-  bool finished_ = false;
 };
 
 }  // namespace
