@@ -14,6 +14,9 @@ namespace ringkv {
 namespace {
 
 constexpr uint8_t kNoCopy = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+// A request or response buffer drops the bytes already handed on once they are this many and
+// at least half of it.
+constexpr size_t kCompactBytes = 64 * 1024;
 
 // A header whose name and value outlive the frame (string literals).
 template <size_t N, size_t M>
@@ -130,9 +133,11 @@ void H2Call::OnData(const uint8_t* data, size_t length) {
     nghttp2_session_consume(connection_->session(), stream_id_, length);
     return;
   }
-  if (in_read_ == in_.size()) {  // All handed over: start the buffer afresh.
-    in_base_ += in_.size();
-    in_.clear();
+  if (in_read_ == in_.size() || (in_read_ >= kCompactBytes && in_read_ * 2 >= in_.size())) {
+    // Drop what was handed over: a long stream whose buffer always ends inside a message
+    // would otherwise grow without end.
+    in_base_ += in_read_;
+    in_.erase(0, in_read_);
     in_read_ = 0;
   }
   in_.append(reinterpret_cast<const char*>(data), length);
@@ -241,8 +246,9 @@ void H2Call::Pump() {
 }
 
 void H2Call::AppendMessage(const google::protobuf::MessageLite& message) {
-  if (out_taken_ == out_.size()) {
-    out_.clear();
+  if (out_taken_ == out_.size() || (out_taken_ >= kCompactBytes && out_taken_ * 2 >= out_.size())) {
+    // nghttp2 keeps no pointer into what it has taken (Connection::AppendData copies it).
+    out_.erase(0, out_taken_);
     out_taken_ = 0;
   }
   const size_t size = message.ByteSizeLong();
