@@ -33,6 +33,8 @@ from ringkv_server import RingkvServer  # noqa: E402
 SERVER, CLI, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None, None, None)
 SERVER_FLAGS = sys.argv[4:]
 GRPCPP = "--transport=grpc" in SERVER_FLAGS  # grpc++ answers; some promises are h2's.
+# Under a sanitizer, resident memory says little (ASan keeps freed memory in quarantine).
+SANITIZED = os.environ.get("RINGKV_SANITIZER", "none") not in ("", "none")
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
@@ -416,9 +418,11 @@ class ResourceTest(ServerCase):
             sockets.append(sock)
         self.assertServing()
         grown = rss_kib(server.process.pid) - before
+        print(f"resident memory grew by {grown} KiB", file=sys.stderr)
         # 4 x 100 responses of 64 KiB wait for a window that never opens (25 MiB), and the
         # socket backlog of each connection stops its reading: the rest is bounded.
-        self.assertLess(grown, 96 << 10, f"RSS grew by {grown} KiB")
+        if not SANITIZED:
+            self.assertLess(grown, 96 << 10, f"RSS grew by {grown} KiB")
         for sock in sockets:
             sock.close()
         self.assertServing()
@@ -463,6 +467,8 @@ class ResourceTest(ServerCase):
         time.sleep(0.2)
         self.assertServing()
 
+    @unittest.skipIf(GRPCPP and SANITIZED, "grpc++ under a sanitizer: every connection costs "
+                     "it suppressed race reports inside gRPC's uninstrumented code")
     def test_ten_thousand_open_connections(self):
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if hard < 10_200:
@@ -489,7 +495,9 @@ class ResourceTest(ServerCase):
             time.sleep(1)
             self.assertServing()
             rss = rss_kib(server.process.pid)
-            self.assertLess(rss, 1 << 20, f"RSS {rss} KiB with 10,000 connections")
+            print(f"resident memory with 10,000 connections: {rss} KiB", file=sys.stderr)
+            if not SANITIZED:
+                self.assertLess(rss, 1 << 20, f"RSS {rss} KiB with 10,000 connections")
         finally:
             for sock in held:
                 sock.close()

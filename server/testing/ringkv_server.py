@@ -30,6 +30,13 @@ class RingkvServer:
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
-        status = self.process.wait(timeout=10)
-        self.process.stderr.close()
+        try:
+            status = self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            # Never leave it running: it holds the test runner's output pipe.
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError("ringkv-server did not stop within 10 s of SIGTERM")
+        finally:
+            self.process.stderr.close()
         assert status == 0, f"ringkv-server exited {status} after SIGTERM"
