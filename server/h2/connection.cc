@@ -52,7 +52,12 @@ Connection::~Connection() {
 }
 
 H2Call* Connection::CallOf(int32_t stream_id) {
-  return static_cast<H2Call*>(nghttp2_session_get_stream_user_data(session_, stream_id));
+  // nghttp2's callbacks come a header at a time: remember the last stream asked for.
+  if (stream_id != last_stream_id_) {
+    last_stream_id_ = stream_id;
+    last_call_ = static_cast<H2Call*>(nghttp2_session_get_stream_user_data(session_, stream_id));
+  }
+  return last_call_;
 }
 
 void Connection::MarkDirty() {
@@ -197,6 +202,8 @@ int Connection::OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* fr
   auto* call = new H2Call(*c, frame->hd.stream_id);
   c->calls_.insert(call);
   nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, call);
+  c->last_stream_id_ = frame->hd.stream_id;
+  c->last_call_ = call;
   return 0;
 }
 
@@ -237,6 +244,8 @@ int Connection::OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t erro
   Connection* c = Of(user_data);
   if (H2Call* call = c->CallOf(stream_id)) {
     c->calls_.erase(call);
+    c->last_stream_id_ = 0;  // The call may be deleted from here on.
+    c->last_call_ = nullptr;
     call->OnStreamClose(error_code);
   }
   return 0;

@@ -105,7 +105,9 @@ class Connection {
   int fd_;
   nghttp2_session* session_ = nullptr;
   absl::flat_hash_set<H2Call*> calls_;  // Open streams' calls.
-  std::string out_;                     // Frames for the socket; out_[out_sent_..] not sent.
+  int32_t last_stream_id_ = 0;          // CallOf's last answer (0: none).
+  H2Call* last_call_ = nullptr;
+  std::string out_;  // Frames for the socket; out_[out_sent_..] not sent.
   size_t out_sent_ = 0;
   uint32_t interest_;  // Events epoll reports for the socket.
   bool read_paused_ = false;

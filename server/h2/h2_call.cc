@@ -55,7 +55,8 @@ void H2Call::OnHeader(std::string_view name, std::string_view value) {
   headers_.bytes += name.size() + value.size() + 32;
   if (headers_.bytes > Connection::kMaxHeaderListBytes) return;  // Start() refuses the call.
   if (name == ":path") {
-    headers_.path = value;
+    headers_.method = FindMethod(value);
+    if (headers_.method == nullptr) headers_.unknown_path = value;
   } else if (name == ":method") {
     headers_.post = value == "POST";
   } else if (name == "content-type") {
@@ -99,9 +100,9 @@ void H2Call::Start() {
         "only protobuf messages are served: content-type application/grpc or "
         "application/grpc+proto"));
   }
-  headers_.method = FindMethod(h.path);
-  if (headers_.method == nullptr) {
-    return SendTrailersOnly(absl::UnimplementedError(absl::StrCat("unknown method ", h.path)));
+  if (h.method == nullptr) {
+    return SendTrailersOnly(
+        absl::UnimplementedError(absl::StrCat("unknown method ", h.unknown_path)));
   }
   if (!h.identity) {
     return SendTrailersOnly(absl::UnimplementedError(
@@ -133,6 +134,18 @@ void H2Call::OnData(const uint8_t* data, size_t length) {
     nghttp2_session_consume(connection_->session(), stream_id_, length);
     return;
   }
+  const bool bidi = headers_.method->kind == MethodKind::kBidiStreaming;
+  if (!bidi && request_parsed_) {
+    return Fail(absl::InternalError("a second request message on a call that takes one"));
+  }
+  if (!bidi && in_.empty() && length >= kMessagePrefixBytes &&
+      length ==
+          kMessagePrefixBytes + ReadMessagePrefix(reinterpret_cast<const char*>(data)).length) {
+    // The usual unary request: one whole message in one chunk, parsed where nghttp2 holds it.
+    in_base_ += length;
+    ParseRequest(reinterpret_cast<const char*>(data), length);
+    return;
+  }
   if (in_read_ == in_.size() || (in_read_ >= kCompactBytes && in_read_ * 2 >= in_.size())) {
     // Drop what was handed over: a long stream whose buffer always ends inside a message
     // would otherwise grow without end.
@@ -141,55 +154,70 @@ void H2Call::OnData(const uint8_t* data, size_t length) {
     in_read_ = 0;
   }
   in_.append(reinterpret_cast<const char*>(data), length);
-  Deliver();
+  if (bidi) return Deliver();
+  // A unary request that came in pieces: parsed once whole (handed over at its end).
+  const size_t available = in_.size();
+  if (available >= kMessagePrefixBytes &&
+      available >= kMessagePrefixBytes + ReadMessagePrefix(in_.data()).length) {
+    in_read_ = available;
+    ParseRequest(in_.data(), available);
+  } else if (available >= kMessagePrefixBytes) {
+    if (absl::Status s = CheckPrefix(ReadMessagePrefix(in_.data())); !s.ok()) return Fail(s);
+    Consume();
+  } else {
+    Consume();
+  }
+}
+
+absl::Status H2Call::CheckPrefix(const MessagePrefix& prefix) const {
+  if (prefix.compressed) {
+    return absl::UnimplementedError(
+        "the request message is compressed; this server accepts grpc-encoding identity");
+  }
+  const size_t max_message = io_.loop().server().options().limits.max_message_bytes();
+  if (prefix.length > max_message) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the request message is ", prefix.length, " bytes; the limit is ", max_message,
+                     " (2 x --max-value-bytes + --max-key-bytes + 1 MiB)"));
+  }
+  return absl::OkStatus();
+}
+
+void H2Call::ParseRequest(const char* bytes, size_t length) {
+  const MessagePrefix prefix = ReadMessagePrefix(bytes);
+  if (absl::Status s = CheckPrefix(prefix); !s.ok()) return Fail(s);
+  if (length > kMessagePrefixBytes + prefix.length) {
+    return Fail(absl::InternalError("a second request message on a call that takes one"));
+  }
+  if (!handler_->incoming()->ParseFromArray(bytes + kMessagePrefixBytes,
+                                            static_cast<int>(prefix.length))) {
+    return Fail(absl::InternalError(
+        absl::StrCat("cannot parse the request message as ", handler_->incoming()->GetTypeName())));
+  }
+  request_parsed_ = true;
+  Consume();
 }
 
 void H2Call::Deliver() {
-  const bool bidi = headers_.method->kind == MethodKind::kBidiStreaming;
-  const size_t max_message = io_.loop().server().options().limits.max_message_bytes();
   while (handler_ != nullptr && !handler_done_ && !cancelled_) {
     const size_t available = in_.size() - in_read_;
     if (available < kMessagePrefixBytes) break;
     const MessagePrefix prefix = ReadMessagePrefix(in_.data() + in_read_);
-    if (prefix.compressed) {
-      return Fail(absl::UnimplementedError(
-          "the request message is compressed; this server accepts grpc-encoding identity"));
-    }
-    if (prefix.length > max_message) {
-      return Fail(absl::ResourceExhaustedError(
-          absl::StrCat("the request message is ", prefix.length, " bytes; the limit is ",
-                       max_message, " (2 x --max-value-bytes + --max-key-bytes + 1 MiB)")));
-    }
+    if (absl::Status s = CheckPrefix(prefix); !s.ok()) return Fail(s);
     const size_t message_end = kMessagePrefixBytes + prefix.length;
-    if (available < message_end) break;
-    if (bidi) {
-      if (!read_wanted_) break;
-    } else {
-      // A unary or server-streaming call starts once its request is whole: one message, then
-      // the end of the stream, so that a second message fails the call before anything ran.
-      // Clients send both together: this costs no round trip.
-      if (available > message_end) {
-        return Fail(absl::InternalError("a second request message on a call that takes one"));
-      }
-      if (!remote_ended_) break;
-    }
+    if (available < message_end || !read_wanted_) break;
     if (!handler_->incoming()->ParseFromArray(in_.data() + in_read_ + kMessagePrefixBytes,
                                               static_cast<int>(prefix.length))) {
       return Fail(absl::InternalError(absl::StrCat("cannot parse the request message as ",
                                                    handler_->incoming()->GetTypeName())));
     }
     in_read_ += message_end;
-    ++messages_;
     Consume();
-    if (deadline_ns_ > 0 && H2LoopIo::NowNs() >= deadline_ns_) {
-      ClearDeadline();
-      return Fail(absl::DeadlineExceededError("deadline exceeded"));
-    }
     read_wanted_ = false;
     handler_->OnMessage();
   }
   Consume();
-  if (bidi && read_wanted_ && remote_ended_ && in_read_ == in_.size() && handler_ != nullptr &&
+  if (read_wanted_ && remote_ended_ && in_read_ == in_.size() && handler_ != nullptr &&
       !handler_done_ && !cancelled_) {
     read_wanted_ = false;
     handler_->OnHalfClose();
@@ -217,17 +245,27 @@ void H2Call::Consume() {
 void H2Call::OnRemoteEnd() {
   remote_ended_ = true;
   if (handler_ == nullptr || handler_done_ || cancelled_) return;
-  const size_t available = in_.size() - in_read_;
-  const bool bidi = headers_.method->kind == MethodKind::kBidiStreaming;
-  if (available > 0 &&
-      (available < kMessagePrefixBytes ||
-       available < kMessagePrefixBytes + ReadMessagePrefix(in_.data() + in_read_).length)) {
-    return Fail(absl::InternalError("the request ended inside a message"));
+  if (headers_.method->kind == MethodKind::kBidiStreaming) {
+    const size_t available = in_.size() - in_read_;
+    if (available > 0 &&
+        (available < kMessagePrefixBytes ||
+         available < kMessagePrefixBytes + ReadMessagePrefix(in_.data() + in_read_).length)) {
+      return Fail(absl::InternalError("the request ended inside a message"));
+    }
+    return Deliver();  // A Read outstanding learns of the half-close.
   }
-  if (!bidi && messages_ == 0 && available == 0) {
-    return Fail(absl::InternalError("the request ended without its message"));
+  // A unary or server-streaming call starts once its request is whole: one message, then the
+  // end of the stream, so that a second message fails the call before anything ran. Clients
+  // send both together: this costs no round trip.
+  if (!request_parsed_) {
+    return Fail(absl::InternalError(in_.empty() ? "the request ended without its message"
+                                                : "the request ended inside a message"));
   }
-  Deliver();  // The unary request is whole; or a Read outstanding learns of the half-close.
+  if (deadline_ns_ > 0 && H2LoopIo::NowNs() >= deadline_ns_) {
+    ClearDeadline();
+    return Fail(absl::DeadlineExceededError("deadline exceeded"));
+  }
+  handler_->OnMessage();
 }
 
 void H2Call::Read() {
@@ -237,7 +275,7 @@ void H2Call::Read() {
 
 void H2Call::Pump() {
   if (handler_ == nullptr || handler_done_ || cancelled_) return;
-  Deliver();
+  if (headers_.method->kind == MethodKind::kBidiStreaming) Deliver();
   if (handler_done_ || cancelled_) return;
   if (write_pending_ && Unsent() < kWriteDoneBytes) {
     write_pending_ = false;
@@ -339,14 +377,19 @@ std::string_view H2Call::TakeResponse(size_t length) {
 }
 
 void H2Call::SubmitTrailers() {
+  ended_ = true;
   const absl::Status& status = *final_status_;
+  if (status.ok()) {  // The common case, with nothing for nghttp2 to copy.
+    nghttp2_nv ok[] = {StaticHeader("grpc-status", "0")};
+    nghttp2_submit_trailer(connection_->session(), stream_id_, ok, 1);
+    return;
+  }
   const std::string code = std::to_string(static_cast<int>(status.code()));
   const std::string message =
       PercentEncode(std::string_view(status.message().data(), status.message().size()));
   nghttp2_nv trailers[] = {CopiedHeader("grpc-status", code),
                            CopiedHeader("grpc-message", message)};
   nghttp2_submit_trailer(connection_->session(), stream_id_, trailers, message.empty() ? 1 : 2);
-  ended_ = true;
 }
 
 void H2Call::SendTrailersOnly(const absl::Status& status, const char* http_status) {

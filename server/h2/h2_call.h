@@ -39,6 +39,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "net/grpc_wire.h"
 #include "server/handlers/handler.h"
 #include "server/handlers/methods.h"
 
@@ -90,8 +91,8 @@ class H2Call final : public CallSink {
  private:
   // Request headers, as they come.
   struct RequestHeaders {
-    const Method* method = nullptr;
-    std::string path;
+    const Method* method = nullptr;  // Null: unknown, or no :path yet.
+    std::string unknown_path;        // Kept for the error message only.
     bool post = false;
     std::string_view content_type_error;  // Empty if application/grpc[+proto].
     bool has_content_type = false;
@@ -103,8 +104,13 @@ class H2Call final : public CallSink {
 
   // Starts the handler, or answers the call itself with the reason it cannot be served.
   void Start();
-  // Hands complete messages to the handler while it takes them.
+  // A bidirectional call: hands whole messages to the handler while it Reads.
   void Deliver();
+  // A unary or server-streaming call: parses its one message (prefix included) into the
+  // handler's incoming(); it is handed over at the end of the stream.
+  void ParseRequest(const char* bytes, size_t length);
+  // UNIMPLEMENTED for a compressed message, RESOURCE_EXHAUSTED for one over the limit.
+  absl::Status CheckPrefix(const MessagePrefix& prefix) const;
   // Acknowledges received bytes up to the end of the first message not yet handed over.
   void Consume();
   // Ends the call on the transport's side: `status` to the client (if it can still be sent),
@@ -135,8 +141,8 @@ class H2Call final : public CallSink {
   size_t in_read_ = 0;
   uint64_t in_base_ = 0;
   uint64_t consumed_ = 0;
-  int messages_ = 0;          // Handed over so far.
-  bool read_wanted_ = false;  // The handler's Read is outstanding.
+  bool request_parsed_ = false;  // Unary and server streaming: the one message is parsed.
+  bool read_wanted_ = false;     // The handler's Read is outstanding.
   bool remote_ended_ = false;
 
   // Response side. out_[out_taken_..] is framed response not yet taken by nghttp2.
