@@ -30,7 +30,11 @@ namespace {
 char kListenerTag;
 char kWakeTag;
 
-constexpr int kEventsPerWait = 64;
+// Ready sockets taken per turn. A turn reads them all, runs the engine, then answers them all,
+// so a request that arrives just after epoll_wait waits for the whole turn before its own:
+// unary GETs over 50 connections had p99 0.95 ms with 64 (about 31 ready per wait, ~300 us a
+// turn), 0.51-0.56 ms with 16 or 8, at the same throughput and CPU per call (BENCHMARKS.md).
+constexpr int kEventsPerWait = 16;
 // Connections accepted per readiness event before the loop's other work gets its turn.
 constexpr int kAcceptsPerEvent = 64;
 // How long a loop that could not even get its spare descriptor back stops accepting.
