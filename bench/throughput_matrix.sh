@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The throughput matrix of seed 001: MB/s of GET-sized transfers for value sizes 4096, 8192,
 # 81920 and 409600 bytes at 1, 10, 100 and 1000 concurrent clients, Redis (redis-benchmark SET,
-# then GET) and ringkv (ringkv-loadgen, unary GET, one connection per client up to 100), each
+# then GET) and ringkv (ringkv-loadgen, unary GET, one connection per client, as Redis), each
 # server alone on the CPU in turn, on free loopback ports; the servers are stopped afterwards.
 # Writes bench-results/matrix/*, a markdown table of medians (min .. max) on stdout, and
 # docs/net-throughput.png (medians).
@@ -50,9 +50,8 @@ for size in $sizes; do
     --concurrency=1 --progress=false >/dev/null
   for run in $(seq "$runs"); do
     for c in $clients; do
-      conns=$(( c < 100 ? c : 100 ))
       build/bench/ringkv-loadgen --addr="$addr" --keys=$keys --value-size="$size" \
-        --preload=false --concurrency="$c" --connections=$conns --duration="$seconds" \
+        --preload=false --concurrency="$c" --connections="$c" --duration="$seconds" \
         --progress=false --json="$out/tmp.json" >/dev/null
       cat "$out/tmp.json" >>"$out/ringkv-$size-$c.txt"
     done
