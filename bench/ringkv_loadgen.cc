@@ -629,7 +629,8 @@ int Main(int argc, char** argv) {
     if (h2) {
       absl::StatusOr<std::unique_ptr<H2Channel>> channel = H2Channel::Connect(addr);
       if (!channel.ok()) {
-        std::fprintf(stderr, "ringkv-loadgen: %s\n", std::string(channel.status().message()).c_str());
+        std::fprintf(stderr, "ringkv-loadgen: %s\n",
+                     std::string(channel.status().message()).c_str());
         return 3;
       }
       h2_channels.push_back(std::move(*channel));

@@ -84,8 +84,9 @@ void Server::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
   shutting_down_.store(true, std::memory_order_release);
-  // New calls are refused from now on (calls.cc) and health says NOT_SERVING; the calls in
-  // flight get the grace period. Each loop is woken to tell its Watch streams.
+  // New calls are refused from now on (by the transports) and health says NOT_SERVING; the
+  // calls in flight get the grace period. Each loop is woken to tell its Watch streams and its
+  // transport.
   for (auto& loop : loops_) loop->WakeIfParked();
   const absl::Time deadline = absl::Now() + options_.shutdown_grace;
   auto loops_told = [this] {

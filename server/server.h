@@ -110,7 +110,8 @@ class Server : public WorkerWaker {
   bool stopped_ = false;
 
   // Shared. shutting_down_: set (release) by Shutdown before the transport stops, read
-  // (acquire) by the transports, which refuse new calls from then on; finished_loops_: see AllLoopsFinished.
+  // (acquire) by the transports, which refuse new calls from then on; finished_loops_: see
+  // AllLoopsFinished.
   // active_calls_: calls being served; Shutdown's acquire load pairs with CallEnded's release.
   std::atomic<bool> shutting_down_{false};
   std::atomic<size_t> finished_loops_{0};

@@ -1,7 +1,7 @@
 // RingEngine: N workers, each owning one Shard, joined by rings. It builds the rings and the
 // workers; the caller runs each worker's loop on a thread of its own (Worker::RunOnce or
 // RunToCompletion), so the same engine serves the bench (a generator per worker) and the daemon
-// (a gRPC completion queue per worker).
+// (a network front end per worker).
 //
 // Request path: a worker's source hands it a request; the worker hashes the key (Router), runs
 // it at once if its own shard owns the key, or passes it through a ring to the owner, which runs

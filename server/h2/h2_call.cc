@@ -311,16 +311,20 @@ void H2Call::StartResponse() {
   response_started_ = true;
 }
 
-void H2Call::Write(const google::protobuf::MessageLite& message) {
-  if (!Alive() || cancelled_) return;  // The handler has been told; nothing reaches the client.
-  AppendMessage(message);
-  write_pending_ = true;
+void H2Call::ResumeResponse() {
   if (!response_started_) {
     StartResponse();
   } else if (data_deferred_) {
     data_deferred_ = false;
     nghttp2_session_resume_data(connection_->session(), stream_id_);
   }
+}
+
+void H2Call::Write(const google::protobuf::MessageLite& message) {
+  if (!Alive() || cancelled_) return;  // The handler has been told; nothing reaches the client.
+  AppendMessage(message);
+  write_pending_ = true;
+  ResumeResponse();
   if (Unsent() < kWriteDoneBytes) io_.MakeReady(this);
   connection_->MarkDirty();
 }
@@ -329,11 +333,7 @@ void H2Call::Finish(const absl::Status& status, const google::protobuf::MessageL
   handler_done_ = true;
   read_wanted_ = false;
   write_pending_ = false;
-  if (connection_ != nullptr && consumed_ < in_base_ + in_.size()) {
-    // What the handler will never read: acknowledged, or the connection's window shrinks.
-    nghttp2_session_consume(connection_->session(), stream_id_, in_base_ + in_.size() - consumed_);
-    consumed_ = in_base_ + in_.size();
-  }
+  ReleaseInput();
   if (!cancelled_ && Alive() && !final_status_.has_value()) {
     ClearDeadline();
     if (status.ok() && response != nullptr) AppendMessage(*response);
@@ -341,12 +341,7 @@ void H2Call::Finish(const absl::Status& status, const google::protobuf::MessageL
       SendTrailersOnly(status);
     } else {
       final_status_ = status;
-      if (!response_started_) {
-        StartResponse();
-      } else if (data_deferred_) {
-        data_deferred_ = false;
-        nghttp2_session_resume_data(connection_->session(), stream_id_);
-      }
+      ResumeResponse();
       connection_->MarkDirty();
     }
   }
@@ -421,10 +416,7 @@ void H2Call::Fail(const absl::Status& status) {
       // Messages not yet framed are dropped; the trailers say why.
       out_taken_ = out_.size();
       final_status_ = status;
-      if (data_deferred_) {
-        data_deferred_ = false;
-        nghttp2_session_resume_data(connection_->session(), stream_id_);
-      }
+      ResumeResponse();
       connection_->MarkDirty();
     }
   }
@@ -438,10 +430,14 @@ void H2Call::Cancel() {
     write_pending_ = false;
     handler_->OnCancel();  // It may Finish at once, or once its Requests are back.
   }
-  if (connection_ != nullptr && !stream_closed_ && consumed_ < in_base_ + in_.size()) {
-    nghttp2_session_consume(connection_->session(), stream_id_, in_base_ + in_.size() - consumed_);
-    consumed_ = in_base_ + in_.size();
-  }
+  ReleaseInput();
+}
+
+void H2Call::ReleaseInput() {
+  if (connection_ == nullptr || stream_closed_ || consumed_ == in_base_ + in_.size()) return;
+  // What no handler will read: acknowledged, or the connection's window shrinks for good.
+  nghttp2_session_consume(connection_->session(), stream_id_, in_base_ + in_.size() - consumed_);
+  consumed_ = in_base_ + in_.size();
 }
 
 void H2Call::OnDeadline() {

@@ -119,6 +119,10 @@ class H2Call final : public CallSink {
   // The response: headers with a data provider, then messages, then trailers.
   void AppendMessage(const google::protobuf::MessageLite& message);
   void StartResponse();
+  // The response has something new to send: starts it, or wakes nghttp2's data provider.
+  void ResumeResponse();
+  // Acknowledges to the flow-control windows every byte received that no handler will read.
+  void ReleaseInput();
   void SendTrailersOnly(const absl::Status& status, const char* http_status = "200");
   void SubmitTrailers();
   void Cancel();
