@@ -1,36 +1,40 @@
 #include "shard/shard.h"
 
 namespace ringkv {
+namespace {
 
-static_assert(sizeof(Shard::Key) + sizeof(Shard::Value) == 48, "a map slot should be 48 bytes");
+using internal::Table;
 
-Shard::Shard(size_t reserve) { map_.reserve(reserve); }
+constexpr uint64_t kVersionMask = (uint64_t{1} << 56) - 1;
+
+}  // namespace
 
 bool Shard::Get(const HashedKey& key, std::string* value) const {
-  auto it = map_.find(key);
-  if (it == map_.end()) return false;
-  const std::string_view v = it->second.view();
+  const Table::Entry* e = table_.Find(key.bytes, key.hash);
+  if (e == nullptr) return false;
+  const std::string_view v = Table::ValueOf(*e);
   value->assign(v.data(), v.size());
   return true;
 }
 
 void Shard::Put(const HashedKey& key, std::string_view value) {
-  // try_emplace builds the stored key from the HashedKey only when the key is new.
-  auto [it, inserted] = map_.try_emplace(key);
+  bool inserted;
+  Table::Entry* e = table_.Insert(key.bytes, key.hash, &inserted);
   if (inserted) {
     payload_bytes_ += key.bytes.size();
   } else {
-    payload_bytes_ -= it->second.size();
+    payload_bytes_ -= Table::ValueOf(*e).size();
   }
   payload_bytes_ += value.size();
-  it->second.Assign(value);
+  table_.SetValue(e, value, key.hash);
+  e->meta = (e->meta & ~kVersionMask) | (++revision_ & kVersionMask);
 }
 
 bool Shard::Delete(const HashedKey& key) {
-  auto it = map_.find(key);
-  if (it == map_.end()) return false;
-  payload_bytes_ -= key.bytes.size() + it->second.size();
-  map_.erase(it);
+  Table::Entry* e = table_.Find(key.bytes, key.hash);
+  if (e == nullptr) return false;
+  payload_bytes_ -= key.bytes.size() + Table::ValueOf(*e).size();
+  table_.Erase(e);
   return true;
 }
 

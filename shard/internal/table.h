@@ -1,0 +1,153 @@
+// Table: a shard's hash table, of ringkv's own: open addressing with Robin Hood placement and
+// backward-shift deletion, over 48-byte entries, power-of-two capacity, at most 4/5 full.
+//
+// Why not absl::flat_hash_map, which it replaced:
+//   - an entry carries a version and flags beside its key and value in the same 48 bytes
+//     (a report-style 29-byte key and 8-byte value still need no allocation);
+//   - Robin Hood placement keeps the entries of one home bucket together and in bucket order,
+//     so a scan can walk home buckets in Redis's reverse-binary order and survive growth, and
+//     eviction can sample entries by index;
+//   - a probe reads entries only: at the loads the shards run at, a lookup is one DRAM miss,
+//     where SwissTable reads its control bytes and then, dependent on them, the slot.
+//
+// Entry layout:
+//   meta       8  version (low 56 bits) and flags (high 8 bits), the shard's to use
+//   dist       1  0: empty; else 1 + how many slots the entry sits past its home bucket
+//   key_len    1  the inline key's length, or kHeap
+//   value_len  1  the inline value's length
+//   data      37  inline: key bytes, then value bytes;
+//                 heap: block pointer (8), key length (4), value length (4), hash (8),
+//                 the block holding the key, then the value
+// An entry is inline when key + value fit in 37 bytes. The home bucket of a key is its hash's
+// low bits (Router takes the shard from the top bits).
+//
+// Entry pointers are valid until the next Insert (which may grow the table) or Erase (which
+// shifts the entries after the erased one). Not thread-safe: the shard's owner only.
+//
+//   Table table(/*reserve=*/1000);
+//   bool inserted;
+//   Table::Entry* e = table.Insert("k", Router::Hash("k"), &inserted);
+//   table.SetValue(e, "v");
+//   std::string_view v = Table::ValueOf(*table.Find("k", Router::Hash("k")));
+#ifndef RINGKV_SHARD_INTERNAL_TABLE_H_
+#define RINGKV_SHARD_INTERNAL_TABLE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace ringkv::internal {
+
+class Table {
+ public:
+  static constexpr size_t kInlineBytes = 37;  // Key and value bytes an entry holds itself.
+
+  struct Entry {
+    uint64_t meta;
+    uint8_t dist;
+    uint8_t key_len;
+    uint8_t value_len;
+    char data[kInlineBytes];
+
+    bool full() const { return dist != 0; }
+    bool on_heap() const { return key_len == kHeap; }
+  };
+  static_assert(sizeof(Entry) == 48 && alignof(Entry) == 8);
+
+  static constexpr size_t kMinCapacity = 16;
+
+  // The capacity a table reserved for `n` entries starts with: the smallest power of two (and
+  // kMinCapacity) that holds them at most 4/5 full.
+  static size_t CapacityFor(size_t n);
+
+  explicit Table(size_t reserve = 0);
+  ~Table();
+  Table(const Table&) = delete;
+  Table& operator=(const Table&) = delete;
+
+  // Starts the DRAM fetch of `hash`'s home bucket.
+  void Prefetch(uint64_t hash) const {
+    const char* p = reinterpret_cast<const char*>(&slots_[hash & mask_]);
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + sizeof(Entry) - 1);  // An entry may straddle two cache lines.
+  }
+
+  // The entry of `key`, or null.
+  Entry* Find(std::string_view key, uint64_t hash) const;
+  // The entry of `key`, inserted (empty value, meta 0) if absent; *inserted says which.
+  Entry* Insert(std::string_view key, uint64_t hash, bool* inserted);
+  void Erase(Entry* entry);
+
+  static std::string_view KeyOf(const Entry& e) {
+    if (!e.on_heap()) return {e.data, e.key_len};
+    return {Block(e), HeapKeyLen(e)};
+  }
+  static std::string_view ValueOf(const Entry& e) {
+    if (!e.on_heap()) return {e.data + e.key_len, e.value_len};
+    return {Block(e) + HeapKeyLen(e), HeapValueLen(e)};
+  }
+  // Replaces the value; `hash` is the key's (kept in the entry when it moves to the heap).
+  void SetValue(Entry* e, std::string_view value, uint64_t hash);
+
+  size_t size() const { return size_; }
+  size_t capacity() const { return mask_ + 1; }
+  // Memory: the slot array, and the blocks of heap entries (as the allocator sized them).
+  size_t table_bytes() const { return capacity() * sizeof(Entry); }
+  size_t heap_bytes() const { return heap_bytes_; }
+
+  // Slots by index, for scans and eviction: index i's entry, and the home bucket of a full one.
+  Entry& slot(size_t i) const { return slots_[i]; }
+  size_t HomeOf(size_t i) const { return (i - (slots_[i].dist - 1)) & mask_; }
+  size_t mask() const { return mask_; }
+
+ private:
+  static constexpr uint8_t kHeap = 0xff;
+  static constexpr uint8_t kMaxDist = 250;
+
+  static char* Block(const Entry& e) {
+    char* p;
+    std::memcpy(&p, e.data, sizeof(p));
+    return p;
+  }
+  static uint32_t HeapKeyLen(const Entry& e) {
+    uint32_t n;
+    std::memcpy(&n, e.data + 8, sizeof(n));
+    return n;
+  }
+  static uint32_t HeapValueLen(const Entry& e) {
+    uint32_t n;
+    std::memcpy(&n, e.data + 12, sizeof(n));
+    return n;
+  }
+  static uint64_t HeapHash(const Entry& e) {
+    uint64_t h;
+    std::memcpy(&h, e.data + 16, sizeof(h));
+    return h;
+  }
+  // Makes `e` a heap entry whose block is `block` (key then value).
+  static void SetHeap(Entry* e, char* block, size_t key_len, size_t value_len, uint64_t hash);
+  static uint64_t HashOf(const Entry& e);
+  static bool Matches(const Entry& e, std::string_view key, uint64_t hash);
+
+  // Puts *carry (a full entry; dist is set here) into `slots`, moving on the entries nearer
+  // their home than it is (Robin Hood); *placed is where it went. False if some entry would sit
+  // kMaxDist slots from its home: *carry is then the entry in no slot.
+  static bool Place(Entry* slots, size_t mask, Entry* carry, uint64_t hash, Entry** placed);
+  // Place into this table, growing it as often as needed; false if it grew (then *placed is
+  // stale).
+  bool PlaceOrGrow(Entry entry, uint64_t hash, Entry** placed);
+  void Grow(size_t min_capacity);
+  void FreeBlock(char* block);
+  char* NewBlock(size_t bytes);
+
+  Entry* slots_;
+  size_t mask_;
+  size_t size_ = 0;
+  size_t grow_at_;         // Size at which the next Insert grows the table.
+  size_t heap_bytes_ = 0;  // Blocks of heap entries, as the allocator sized them.
+};
+
+}  // namespace ringkv::internal
+
+#endif  // RINGKV_SHARD_INTERNAL_TABLE_H_
