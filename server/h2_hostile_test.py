@@ -206,7 +206,11 @@ class ProtocolTest(ServerCase):
         self.assertEqual(call.headers[":status"], "200")
         self.assertEqual(call.headers["content-type"], "application/grpc")
         self.assertEqual(call.headers["grpc-accept-encoding"], "identity")
-        self.assertEqual(call.data, grpc_message(b""))  # PutResponse is empty.
+        # One message: a PutResponse holding only its version (field 1, a varint, never 0).
+        flags, length = struct.unpack(">BI", call.data[:5])
+        self.assertEqual((flags, length), (0, len(call.data) - 5))
+        self.assertEqual(call.data[5], 0x08)
+        self.assertNotEqual(call.data[6:], b"\x00")
 
     def test_unknown_method_or_service_is_unimplemented(self):
         for path in ("/ringkv.v1.KV/Nope", "/no.Such/Get", "/"):

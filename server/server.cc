@@ -49,12 +49,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   std::unique_ptr<Server> server(new Server(options));
   const uint32_t n = options.threads;
   if (options.lock_engine) {
-    server->lock_engine_ = std::make_unique<LockEngine>(n, /*reserve_per_map=*/0);
+    server->lock_engine_ = std::make_unique<LockEngine>(n, /*reserve_per_map=*/0,
+                                                       LockEngine::kDefaultKeyLocks, options.clock);
   } else {
     auto engine = RingEngine::Create({.workers = n,
                                       .ring = options.ring,
                                       .ring_capacity = options.ring_capacity,
-                                      .waker = server.get()});
+                                      .waker = server.get(),
+                                      .clock = options.clock});
     if (!engine.ok()) return engine.status();
     server->ring_engine_ = std::move(*engine);
   }
@@ -131,12 +133,16 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
       shard->set_ring_sent(WorkerCounters::Read(c.sent));
       shard->set_ring_received(WorkerCounters::Read(c.received));
       shard->set_ring_full_waits(WorkerCounters::Read(c.full_waits));
+      shard->set_ttl_keys(WorkerCounters::Read(c.ttl_keys));
+      shard->set_expired(WorkerCounters::Read(c.expired));
       sent += shard->ring_sent();
       received += shard->ring_received();
     } else {
       const LockEngine::MapStats map = lock_engine_->Stats(i);
       shard->set_keys(map.keys);
       shard->set_payload_bytes(map.payload_bytes);
+      shard->set_ttl_keys(map.ttl_keys);
+      shard->set_expired(map.expired);
       shard->set_ops(loops_[i]->lock_ops());
     }
   }

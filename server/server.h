@@ -35,6 +35,7 @@
 #include "server/request_limits.h"
 #include "server/shard_loop.h"
 #include "server/transport.h"
+#include "shard/clock.h"
 #include "shard/engine.h"
 #include "shard/lock_engine.h"
 
@@ -59,6 +60,8 @@ struct ServerOptions {
   uint32_t max_connections = 10000;
   // Calls in flight per connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS).
   uint32_t max_concurrent_streams = 100;
+  // What TTL deadlines are compared with (wall-clock ms); tests may set a clock of their own.
+  Clock clock = SystemClockMs;
 };
 
 class Server : public WorkerWaker {

@@ -57,6 +57,7 @@ size_t ShardLoop::RunEngineTurn() {
     Complete(request);
     ++n;
   }
+  if (++lock_turns_ % kLockExpireEvery == 0) lock_engine_->ExpireDue(id_, kLockExpireBudget);
   if (n > 0)
     lock_ops_.store(lock_ops_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   return n;

@@ -11,7 +11,9 @@
 // end of the turn. A call, its handler and its Requests live and die on this thread; only
 // Request pointers cross rings.
 //
-// One turn: io.Poll(), an engine turn, the handlers' flushes, io.EndTurn().
+// One turn: io.Poll(), an engine turn, the handlers' flushes, io.EndTurn(). With the lock
+// engine, every kLockExpireEvery-th turn also reclaims a few expired keys of map `id` (the ring
+// engine's Worker does that in its own turn).
 //
 // Idle: after kSpinTurns empty turns, and once `ServerOptions::spin` has passed since its last
 // work, the loop parks in io.Wait(). Before parking it sets `parked_` and runs one more engine
@@ -52,6 +54,8 @@ class ShardLoop : public RequestSource {
   // poller lock, and the blocking wait polls the sockets itself. With 64 turns, two workers
   // served 29k unary calls/s here; with 4, 52k (BENCHMARKS.md).
   static constexpr int kSpinTurns = 4;
+  static constexpr uint32_t kLockExpireEvery = 64;
+  static constexpr size_t kLockExpireBudget = 256;
 
   // Exactly one of `worker` (ring engine) and `lock_engine` is set.
   ShardLoop(uint16_t id, Server& server, Worker* worker, LockEngine* lock_engine);
@@ -121,6 +125,7 @@ class ShardLoop : public RequestSource {
   std::vector<Handler*> flush_;     // Handlers to flush after this engine turn.
   std::vector<Handler*> watchers_;  // Health Watch handlers open on this loop.
   uint64_t in_flight_ = 0;          // Submitted, not yet completed.
+  uint32_t lock_turns_ = 0;         // Engine turns, lock engine only.
   bool counted_finished_ = false;
 
   // Shared. parked_: stored seq_cst by this loop before its last engine turn, read after a

@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "ring/ring.h"
+#include "shard/clock.h"
 #include "shard/router.h"
 #include "shard/worker.h"
 
@@ -41,6 +42,7 @@ struct EngineOptions {
   size_t reserve_per_shard = 0;   // Keys each shard's map is sized for up front.
   bool profile = false;           // RDTSCP cycle accounting in WorkerCounters.
   WorkerWaker* waker = nullptr;   // Wakes parked workers (the daemon); outlives the engine.
+  Clock clock = SystemClockMs;    // What TTL deadlines are compared with.
 };
 
 class RingEngine {

@@ -144,7 +144,8 @@ TEST_P(EngineTest, RandomOpsMatchTheModel) {
     for (const auto& [key, value] : source->model_) {
       const uint64_t h = Router::Hash(key);
       std::string got;
-      ASSERT_TRUE((*engine)->worker((*engine)->router().ShardOf(h)).shard().Get({key, h}, &got))
+      ASSERT_TRUE((*engine)->worker((*engine)->router().ShardOf(h)).shard().Peek(
+          {key, h}, SystemClockMs(), &got))
           << key;
       EXPECT_EQ(got, value);
     }

@@ -1,8 +1,9 @@
 // LockEngine: the lock-based baseline of the report, for side-by-side runs with RingEngine.
 // There are `maps` Shards, a key's map chosen by the same Router as the ring engine. Every caller
 // runs its own requests directly: it takes the key's stripe lock (one of `key_locks` mutexes,
-// chosen by hash), then the map's std::shared_mutex, exclusively to write and shared to read.
-// Requests are not prefetched: probing a map outside its lock would race with its writers.
+// chosen by hash), then the map's std::shared_mutex, exclusively to write and shared to read
+// (Shard::ReadsOnly). Requests are not prefetched: probing a map outside its lock would race with
+// its writers. Whoever runs the engine reclaims expired keys (ExpireDue) now and then.
 //
 // Threads: Execute from any thread; shard(i) only while no thread executes.
 //
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "shard/clock.h"
 #include "shard/request.h"
 #include "shard/router.h"
 #include "shard/shard.h"
@@ -28,10 +30,13 @@ class LockEngine {
  public:
   static constexpr size_t kDefaultKeyLocks = 100'000;
 
-  LockEngine(uint32_t maps, size_t reserve_per_map, size_t key_locks = kDefaultKeyLocks);
+  LockEngine(uint32_t maps, size_t reserve_per_map, size_t key_locks = kDefaultKeyLocks,
+             Clock clock = SystemClockMs);
 
   // Hashes the key, runs the request on its map under the locks, sets r.result.
   void Execute(Request& r);
+  // Reclaims up to `budget` expired keys of map `i`, under its lock; returns how many.
+  size_t ExpireDue(uint32_t i, size_t budget);
 
   const Shard& shard(uint32_t i) const { return maps_[i]->shard; }
   uint32_t maps() const { return static_cast<uint32_t>(maps_.size()); }
@@ -40,6 +45,8 @@ class LockEngine {
   struct MapStats {
     uint64_t keys = 0;
     uint64_t payload_bytes = 0;
+    uint64_t ttl_keys = 0;
+    uint64_t expired = 0;
   };
   MapStats Stats(uint32_t i) const;
   const Router& router() const { return router_; }
@@ -54,6 +61,7 @@ class LockEngine {
 
   // Constant after construction; the locks and maps inside are shared, guarded as marked.
   const Router router_;
+  const Clock clock_;
   std::vector<std::unique_ptr<LockedShard>> maps_;
   std::vector<std::mutex> key_locks_;
 };

@@ -1,5 +1,5 @@
-// Request: one GET, PUT or DELETE on its way from the thread that made it (its origin) to the
-// shard that owns its key and back.
+// Request: one operation on one key, on its way from the thread that made it (its origin) to the
+// shard that owns its key and back. Shard::Execute says what each operation does.
 //
 // Ownership: the origin allocates the request and owns the bytes `key` and `value` point to until
 // the request comes back to it; the request is freed by its origin only (so no allocator ever
@@ -15,26 +15,51 @@
 
 namespace ringkv {
 
-enum class Op : uint8_t { kGet, kPut, kDelete };
+enum class Op : uint8_t {
+  kGet,        // out: the value; version; deadline_ms (0: no TTL).
+  kPut,        // value; deadline_ms (0: none, and any TTL the key had goes); condition.
+  kDelete,     // condition (kNone or kVersion).
+  kExpire,     // deadline_ms: the key's new TTL. NOT_FOUND if the key is absent.
+  kPersist,    // The key's TTL goes. NOT_FOUND if the key is absent.
+  kIncrement,  // number: the delta in, the new value out (also stored as decimal text).
+};
+
+// What must hold for a Put or Delete to happen.
+enum class Condition : uint8_t {
+  kNone,
+  kAbsent,   // Put only: the key does not exist.
+  kPresent,  // Put only: the key exists.
+  kVersion,  // The key's version is `version` (0: the key does not exist).
+};
 
 // The outcome, set by the owning shard. A small code, not a Status: this is the shard path.
 enum class Result : uint8_t {
-  kPending,   // Not executed yet.
-  kOk,        // GET found the key (value in `out`), PUT stored it, DELETE removed it.
-  kNotFound,  // GET or DELETE of a key the shard does not hold.
+  kPending,          // Not executed yet.
+  kOk,               // Done.
+  kNotFound,         // GET, DELETE, EXPIRE or PERSIST of a key the shard does not hold.
+  kConditionFailed,  // The condition did not hold; `version` is the key's (0: absent).
+  kNotInteger,       // INCREMENT of a value that is not a decimal 64-bit integer.
+  kOverflow,         // INCREMENT past the 64-bit range.
 };
 
 struct Request {
   // Set by the origin.
   Op op = Op::kGet;
+  Condition condition = Condition::kNone;
   std::string_view key;
   std::string_view value;  // PUT only.
-  void* tag = nullptr;     // The origin's own, untouched by the engine.
+  int64_t deadline_ms = 0;  // PUT, EXPIRE: wall-clock milliseconds since the Unix epoch.
+  void* tag = nullptr;      // The origin's own, untouched by the engine.
 
   // Set by the engine when the origin hands it in.
   uint16_t origin = 0;
   uint16_t owner = 0;
   uint64_t hash = 0;
+
+  // Both ways: the expected version in (Condition::kVersion), the key's version out (after a
+  // write, or what failed a condition); INCREMENT's delta in and new value out.
+  uint64_t version = 0;
+  int64_t number = 0;
 
   // Set by the owning shard.
   Result result = Result::kPending;

@@ -1,26 +1,66 @@
 #include "shard/shard.h"
 
+#include <charconv>
+#include <limits>
+
 namespace ringkv {
 namespace {
 
 using internal::Table;
 
+// Entry::meta: the version in the low 56 bits; the table's kHasAux bit on top is left alone.
 constexpr uint64_t kVersionMask = (uint64_t{1} << 56) - 1;
+
+uint64_t VersionOf(const Table::Entry& e) { return e.meta & kVersionMask; }
+
+// A decimal int64 in canonical form: an optional '-', then digits without leading zeros (just
+// "0" for zero; no "-0"), as Increment writes them.
+bool ParseCanonicalInt64(std::string_view text, int64_t* out) {
+  const bool negative = !text.empty() && text.front() == '-';
+  const std::string_view digits = text.substr(negative ? 1 : 0);
+  if (digits.empty() || (digits.front() == '0' && (digits.size() > 1 || negative))) return false;
+  uint64_t magnitude = 0;
+  const auto [end, error] =
+      std::from_chars(digits.data(), digits.data() + digits.size(), magnitude);
+  if (error != std::errc() || end != digits.data() + digits.size()) return false;
+  const uint64_t limit = uint64_t{std::numeric_limits<int64_t>::max()} + (negative ? 1 : 0);
+  if (magnitude > limit) return false;
+  *out = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+  return true;
+}
 
 }  // namespace
 
-bool Shard::Get(const HashedKey& key, std::string* value) const {
-  const Table::Entry* e = table_.Find(key.bytes, key.hash);
+Shard::Entry* Shard::Live(const HashedKey& key, int64_t now_ms) const {
+  Entry* e = table_.Find(key.bytes, key.hash);
+  if (e != nullptr && e->has_aux() && static_cast<int64_t>(Table::Aux(*e)) <= now_ms) {
+    return nullptr;  // Expired: never returned, reclaimed by ExpireDue or the next write.
+  }
+  return e;
+}
+
+bool Shard::Peek(const HashedKey& key, int64_t now_ms, std::string* value) const {
+  const Entry* e = Live(key, now_ms);
   if (e == nullptr) return false;
   const std::string_view v = Table::ValueOf(*e);
   value->assign(v.data(), v.size());
   return true;
 }
 
-void Shard::Put(const HashedKey& key, std::string_view value) {
-  bool inserted;
-  Table::Entry* e = table_.Insert(key.bytes, key.hash, &inserted);
-  if (inserted) {
+Shard::Entry* Shard::LiveForWrite(const HashedKey& key, int64_t now_ms) {
+  Entry* e = table_.Find(key.bytes, key.hash);
+  if (e != nullptr && e->has_aux() && static_cast<int64_t>(Table::Aux(*e)) <= now_ms) {
+    Remove(key, e);
+    ++expired_;
+    return nullptr;
+  }
+  return e;
+}
+
+Shard::Entry* Shard::Write(const HashedKey& key, Entry* e, std::string_view value) {
+  if (e == nullptr) {
+    bool inserted;
+    e = table_.Insert(key.bytes, key.hash, &inserted);
     payload_bytes_ += key.bytes.size();
   } else {
     payload_bytes_ -= Table::ValueOf(*e).size();
@@ -28,14 +68,149 @@ void Shard::Put(const HashedKey& key, std::string_view value) {
   payload_bytes_ += value.size();
   table_.SetValue(e, value, key.hash);
   e->meta = (e->meta & ~kVersionMask) | (++revision_ & kVersionMask);
+  return e;
 }
 
-bool Shard::Delete(const HashedKey& key) {
-  Table::Entry* e = table_.Find(key.bytes, key.hash);
-  if (e == nullptr) return false;
+void Shard::Remove(const HashedKey& key, Entry* e) {
+  ClearDeadline(key, e);
   payload_bytes_ -= key.bytes.size() + Table::ValueOf(*e).size();
   table_.Erase(e);
-  return true;
+}
+
+void Shard::SetDeadline(const HashedKey& key, Entry* e, int64_t deadline_ms) {
+  if (e->has_aux()) {
+    const int64_t old = static_cast<int64_t>(Table::Aux(*e));
+    if (old == deadline_ms) return;
+    by_deadline_.erase(std::pair<int64_t, std::string_view>(old, key.bytes));
+  }
+  table_.SetAux(e, static_cast<uint64_t>(deadline_ms), key.hash);
+  by_deadline_.emplace(deadline_ms, std::string(key.bytes));
+}
+
+void Shard::ClearDeadline(const HashedKey& key, Entry* e) {
+  if (!e->has_aux()) return;
+  by_deadline_.erase(
+      std::pair<int64_t, std::string_view>(static_cast<int64_t>(Table::Aux(*e)), key.bytes));
+  Table::ClearAux(e);
+}
+
+bool Shard::ConditionHolds(Request& r, const Entry* e) const {
+  const uint64_t version = e == nullptr ? 0 : VersionOf(*e);
+  bool holds = true;
+  switch (r.condition) {
+    case Condition::kNone:
+      break;
+    case Condition::kAbsent:
+      holds = e == nullptr;
+      break;
+    case Condition::kPresent:
+      holds = e != nullptr;
+      break;
+    case Condition::kVersion:
+      holds = version == r.version;
+      break;
+  }
+  if (!holds) {
+    r.result = Result::kConditionFailed;
+    r.version = version;
+  }
+  return holds;
+}
+
+void Shard::Increment(const HashedKey& key, Entry* e, Request& r) {
+  int64_t current = 0;
+  if (e != nullptr && !ParseCanonicalInt64(Table::ValueOf(*e), &current)) {
+    r.result = Result::kNotInteger;
+    return;
+  }
+  int64_t sum;
+  if (__builtin_add_overflow(current, r.number, &sum)) {
+    r.result = Result::kOverflow;
+    return;
+  }
+  char text[24];
+  const auto [end, error] = std::to_chars(text, text + sizeof text, sum);
+  e = Write(key, e, std::string_view(text, static_cast<size_t>(end - text)));
+  r.number = sum;
+  r.version = VersionOf(*e);
+  r.result = Result::kOk;
+}
+
+void Shard::Execute(Request& r, int64_t now_ms) {
+  const HashedKey key{r.key, r.hash};
+  if (r.op == Op::kGet) {
+    const Entry* e = Live(key, now_ms);
+    if (e == nullptr) {
+      r.result = Result::kNotFound;
+      return;
+    }
+    const std::string_view value = Table::ValueOf(*e);
+    r.out.assign(value.data(), value.size());
+    r.version = VersionOf(*e);
+    r.deadline_ms = e->has_aux() ? static_cast<int64_t>(Table::Aux(*e)) : 0;
+    r.result = Result::kOk;
+    return;
+  }
+  Entry* e = LiveForWrite(key, now_ms);
+  switch (r.op) {
+    case Op::kGet:
+      break;  // Above.
+    case Op::kPut:
+      if (!ConditionHolds(r, e)) return;
+      e = Write(key, e, r.value);
+      if (r.deadline_ms > 0) {
+        SetDeadline(key, e, r.deadline_ms);
+      } else {
+        ClearDeadline(key, e);
+      }
+      r.version = VersionOf(*e);
+      r.result = Result::kOk;
+      return;
+    case Op::kDelete:
+      if (e == nullptr) {
+        r.result = Result::kNotFound;
+        r.version = 0;
+        return;
+      }
+      if (!ConditionHolds(r, e)) return;
+      Remove(key, e);
+      r.result = Result::kOk;
+      return;
+    case Op::kExpire:
+    case Op::kPersist:
+      if (e == nullptr) {
+        r.result = Result::kNotFound;
+        return;
+      }
+      if (r.op == Op::kExpire) {
+        SetDeadline(key, e, r.deadline_ms);
+      } else {
+        ClearDeadline(key, e);
+      }
+      r.version = VersionOf(*e);
+      r.result = Result::kOk;
+      return;
+    case Op::kIncrement:
+      Increment(key, e, r);
+      return;
+  }
+}
+
+size_t Shard::ExpireDue(int64_t now_ms, size_t budget) {
+  size_t reclaimed = 0;
+  while (reclaimed < budget && !by_deadline_.empty() && by_deadline_.begin()->first <= now_ms) {
+    // The index and the entries' deadlines agree exactly: every change of one changes the other.
+    const std::string& bytes = by_deadline_.begin()->second;
+    const HashedKey key{bytes, Router::Hash(bytes)};
+    Entry* e = table_.Find(key.bytes, key.hash);
+    Table::ClearAux(e);
+    payload_bytes_ -= key.bytes.size() + Table::ValueOf(*e).size();
+    table_.Erase(e);
+    by_deadline_.erase(by_deadline_.begin());
+    ++expired_;
+    ++reclaimed;
+  }
+  return reclaimed;
 }
 
 }  // namespace ringkv

@@ -13,7 +13,7 @@ using internal::Rdtscp;
 
 Worker::Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, bool profile,
                std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters,
-               WorkerWaker* waker)
+               WorkerWaker* waker, Clock clock)
     : id_(id),
       router_(router),
       burst_(burst),
@@ -22,6 +22,7 @@ Worker::Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, 
       inbound_(std::move(inbound)),
       counters_(counters),
       waker_(waker),
+      clock_(clock),
       shard_(reserve),
       outboxes_(outbound_.size()) {
   ABSL_RAW_CHECK(burst_ >= 1 && burst_ <= kMaxBurst, "burst out of range");
@@ -40,7 +41,23 @@ size_t Worker::RunOnce(RequestSource& source) {
   }
   handled += DrainInbound(source);
   if (backlog_ > 0) Flush();
+  if (shard_.has_ttls()) handled += ExpireDue();
   return handled;
+}
+
+size_t Worker::ExpireDue() {
+  const size_t reclaimed = shard_.ExpireDue(clock_(), expire_budget_);
+  expire_budget_ = reclaimed == expire_budget_ ? std::min(expire_budget_ * 2, kMaxExpireBudget)
+                                               : kMinExpireBudget;
+  if (reclaimed > 0) PublishShardCounters();
+  return reclaimed;
+}
+
+void Worker::PublishShardCounters() {
+  counters_.keys.store(shard_.size(), std::memory_order_relaxed);
+  counters_.payload_bytes.store(shard_.payload_bytes(), std::memory_order_relaxed);
+  counters_.ttl_keys.store(shard_.ttl_keys(), std::memory_order_relaxed);
+  counters_.expired.store(shard_.expired(), std::memory_order_relaxed);
 }
 
 namespace {
@@ -128,29 +145,15 @@ void Worker::Execute(Request** batch, size_t n) {
   // Start every slot's DRAM fetch before touching any: a burst's misses then overlap instead of
   // queueing one behind another.
   for (size_t i = 0; i < n; ++i) shard_.Prefetch({batch[i]->key, batch[i]->hash});
-  for (size_t i = 0; i < n; ++i) {
-    Request* r = batch[i];
-    const HashedKey key{r->key, r->hash};
-    switch (r->op) {
-      case Op::kGet:
-        r->result = shard_.Get(key, &r->out) ? Result::kOk : Result::kNotFound;
-        break;
-      case Op::kPut:
-        shard_.Put(key, r->value);
-        r->result = Result::kOk;
-        break;
-      case Op::kDelete:
-        r->result = shard_.Delete(key) ? Result::kOk : Result::kNotFound;
-        break;
-    }
-  }
+  // The clock only matters to keys with a TTL; a shard without any never reads it.
+  const int64_t now_ms = shard_.has_ttls() ? clock_() : 0;
+  for (size_t i = 0; i < n; ++i) shard_.Execute(*batch[i], now_ms);
   if (profile_) {
     WorkerCounters::Add(counters_.map_cycles, Rdtscp() - t0);
     WorkerCounters::Add(counters_.map_ops, n);
   }
   WorkerCounters::Add(counters_.executed, n);
-  counters_.keys.store(shard_.size(), std::memory_order_relaxed);
-  counters_.payload_bytes.store(shard_.payload_bytes(), std::memory_order_relaxed);
+  PublishShardCounters();
 }
 
 void Worker::Push(uint16_t to, Request* request) {

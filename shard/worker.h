@@ -10,7 +10,10 @@
 //      in the outbox of their owner;
 //   2. dequeue a burst from each inbound ring: answers to its own requests are completed,
 //      requests from others are run (prefetched as a batch) and queued back to their origin;
-//   3. flush each outbox with one EnqueueBurst; what does not fit stays for the next turn.
+//   3. flush each outbox with one EnqueueBurst; what does not fit stays for the next turn;
+//   4. if the shard has keys with a TTL, reclaim those due (Shard::ExpireDue), up to a budget
+//      that doubles while it is all used (from kMinExpireBudget to kMaxExpireBudget), so that
+//      a write rate of TTL keys is matched without an unbounded stall in any one turn.
 // Nothing blocks and nothing is dropped: a full ring is back-pressure on the source (step 1 is
 // skipped while the outboxes hold more than kMaxBacklog requests), and the worker keeps draining
 // its inbound rings meanwhile, so two workers full towards each other cannot deadlock.
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "ring/ring.h"
+#include "shard/clock.h"
 #include "shard/request.h"
 #include "shard/router.h"
 #include "shard/shard.h"
@@ -63,6 +67,8 @@ struct alignas(64) WorkerCounters {
   std::atomic<uint64_t> full_waits{0};  // Outbox flushes that a full ring cut short.
   std::atomic<uint64_t> keys{0};        // The shard's size and payload after the last batch.
   std::atomic<uint64_t> payload_bytes{0};
+  std::atomic<uint64_t> ttl_keys{0};    // Keys with a TTL, after the last batch.
+  std::atomic<uint64_t> expired{0};     // Keys reclaimed because their TTL passed.
   // RDTSCP cycle accounting, kept only when EngineOptions::profile is set. Ring polls count as
   // the report counted them: a poll that moves n counts n, an empty poll counts 1.
   std::atomic<uint64_t> hash_cycles{0};
@@ -85,13 +91,15 @@ class Worker {
  public:
   static constexpr size_t kMaxBurst = 256;
   static constexpr size_t kMaxBacklog = 4096;
+  static constexpr size_t kMinExpireBudget = 64;
+  static constexpr size_t kMaxExpireBudget = 4096;
 
   // `outbound[d]` carries requests and answers to worker d (null for this worker), `inbound` are
   // the rings this worker consumes. Rings, router and counters outlive the worker.
   // `waker` may be null.
   Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, bool profile,
          std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters,
-         WorkerWaker* waker = nullptr);
+         WorkerWaker* waker = nullptr, Clock clock = SystemClockMs);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -120,6 +128,9 @@ class Worker {
   void Admit(Request** batch, size_t n, RequestSource& source);
   size_t DrainInbound(RequestSource& source);
   void Execute(Request** batch, size_t n);
+  // Step 4 of the turn; returns how many keys it reclaimed.
+  size_t ExpireDue();
+  void PublishShardCounters();
   void Push(uint16_t to, Request* request);
   void Flush();
 
@@ -132,11 +143,13 @@ class Worker {
   const std::vector<Ring*> inbound_;
   WorkerCounters& counters_;
   WorkerWaker* const waker_;
+  const Clock clock_;
 
   // Worker thread only.
   Shard shard_;
   std::vector<Outbox> outboxes_;
   size_t backlog_ = 0;  // Requests waiting in outboxes_, all destinations.
+  size_t expire_budget_ = kMinExpireBudget;
 };
 
 }  // namespace ringkv

@@ -334,6 +334,9 @@ void GrpcCall::ArmAll(GrpcLoopIo& io, int per_method) {
   Arm<UnaryAdapter, &Kv::RequestMultiPut>(io, MethodId::kMultiPut, n);
   Arm<BidiAdapter, &Kv::RequestStream>(io, MethodId::kStream, n);
   Arm<UnaryAdapter, &Kv::RequestStats>(io, MethodId::kStats, n);
+  Arm<UnaryAdapter, &Kv::RequestExpire>(io, MethodId::kExpire, n);
+  Arm<UnaryAdapter, &Kv::RequestPersist>(io, MethodId::kPersist, n);
+  Arm<UnaryAdapter, &Kv::RequestIncrement>(io, MethodId::kIncrement, n);
   Arm<UnaryAdapter, &Health::RequestCheck>(io, MethodId::kHealthCheck, n);
   Arm<ServerStreamAdapter, &Health::RequestWatch>(io, MethodId::kHealthWatch, n);
   Arm<BidiAdapter, &ReflectionV1alpha::RequestServerReflectionInfo>(

@@ -12,6 +12,7 @@
 #include "ringkv/v1/kv.pb.h"
 #include "server/handlers/internal/bidi_handler.h"
 #include "server/handlers/internal/factories.h"
+#include "server/handlers/internal/kv_ops.h"
 #include "server/server.h"
 #include "server/shard_loop.h"
 
@@ -25,25 +26,10 @@ constexpr size_t kMaxStreamInFlight = 4096;
 // A Stream reply message stops taking results at about this size; more go in the next one.
 constexpr size_t kStreamReplyBytes = size_t{1} << 20;
 
-absl::Status NotFound() { return absl::NotFoundError("key not found"); }
 absl::Status Cancelled() { return absl::CancelledError("call cancelled"); }
 
-void SetItem(pb::ItemResult* item, const absl::Status& status) {
-  item->set_code(static_cast<int>(status.code()));
-  item->set_message(std::string(status.message()));
-}
-
-// A Request's outcome as a batch item.
-void SetItem(pb::ItemResult* item, Request& request) {
-  if (request.result == Result::kOk) {
-    item->set_code(0);
-    if (request.op == Op::kGet) item->set_value(std::move(request.out));
-  } else {
-    SetItem(item, NotFound());
-  }
-}
-
 const RequestLimits& LimitsOf(ShardLoop& loop) { return loop.server().options().limits; }
+int64_t NowMs(ShardLoop& loop) { return loop.server().options().clock(); }
 
 // The parts every unary method shares: its messages, the count of Requests out, and one reply
 // once the last is back (or at once, with no Request out). Derived supplies Start (the request
@@ -91,30 +77,23 @@ class UnaryHandler : public Handler {
   bool cancelled_ = false;
 };
 
-// Get, Put and Delete: one key, one Request.
+// The single-key methods: one Request, prepared from the call's fields (or the call answered
+// at once with what is wrong), and the reply is that Request's status. Derived supplies Prepare
+// and, for what the reply carries, Take.
 template <typename RequestPb, typename ResponsePb>
 class SingleKeyHandler : public UnaryHandler<RequestPb, ResponsePb> {
  public:
   using UnaryHandler<RequestPb, ResponsePb>::UnaryHandler;
 
  protected:
-  // Checks the limits (a PUT's value too) and submits, or replies INVALID_ARGUMENT.
-  void StartOp(Op op, const std::string& key, const std::string* value = nullptr) {
-    const RequestLimits& limits = LimitsOf(this->loop_);
-    absl::Status status = value == nullptr ? limits.CheckKey(key) : limits.CheckPut(key, *value);
-    if (!status.ok()) {
-      this->Reply(status);
-      return;
-    }
-    op_.op = op;
-    op_.key = key;
-    if (value != nullptr) op_.value = *value;
+  virtual absl::Status Prepare(Request* op) = 0;
+
+  void Start() final {
+    if (absl::Status s = Prepare(&op_); !s.ok()) return this->Reply(s);
     this->SubmitCounted(op_);
   }
-
-  absl::Status Result() override {
-    return op_.result == Result::kOk ? absl::OkStatus() : NotFound();
-  }
+  void Take(Request&) override {}
+  absl::Status Result() final { return StatusOf(op_); }
 
   Request op_;
 };
@@ -122,24 +101,63 @@ class SingleKeyHandler : public UnaryHandler<RequestPb, ResponsePb> {
 class GetHandler : public SingleKeyHandler<pb::GetRequest, pb::GetResponse> {
  public:
   using SingleKeyHandler::SingleKeyHandler;
-  void Start() override { StartOp(Op::kGet, request_.key()); }
-  void Take(Request& request) override {
-    if (request.result == Result::kOk) response_.set_value(std::move(request.out));
+  absl::Status Prepare(Request* op) override {
+    return PrepareGet(LimitsOf(loop_), request_.key(), op);
+  }
+  void Take(Request& r) override {
+    if (r.result != ringkv::Result::kOk) return;
+    response_.set_value(std::move(r.out));
+    response_.set_version(r.version);
+    response_.set_ttl_ms(TtlLeft(r.deadline_ms, NowMs(loop_)));
   }
 };
 
 class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
  public:
   using SingleKeyHandler::SingleKeyHandler;
-  void Start() override { StartOp(Op::kPut, request_.key(), &request_.value()); }
-  void Take(Request&) override {}
+  absl::Status Prepare(Request* op) override {
+    return PreparePut(LimitsOf(loop_), NowMs(loop_), request_.key(), request_.value(),
+                      request_.ttl_ms(),
+                      request_.has_condition() ? &request_.condition() : nullptr, op);
+  }
+  void Take(Request& r) override { response_.set_version(r.version); }
 };
 
 class DeleteHandler : public SingleKeyHandler<pb::DeleteRequest, pb::DeleteResponse> {
  public:
   using SingleKeyHandler::SingleKeyHandler;
-  void Start() override { StartOp(Op::kDelete, request_.key()); }
-  void Take(Request&) override {}
+  absl::Status Prepare(Request* op) override {
+    return PrepareDelete(LimitsOf(loop_), request_.key(),
+                         request_.has_condition() ? &request_.condition() : nullptr, op);
+  }
+};
+
+class ExpireHandler : public SingleKeyHandler<pb::ExpireRequest, pb::ExpireResponse> {
+ public:
+  using SingleKeyHandler::SingleKeyHandler;
+  absl::Status Prepare(Request* op) override {
+    return PrepareExpire(LimitsOf(loop_), NowMs(loop_), request_.key(), request_.ttl_ms(), op);
+  }
+};
+
+class PersistHandler : public SingleKeyHandler<pb::PersistRequest, pb::PersistResponse> {
+ public:
+  using SingleKeyHandler::SingleKeyHandler;
+  absl::Status Prepare(Request* op) override {
+    return PreparePersist(LimitsOf(loop_), request_.key(), op);
+  }
+};
+
+class IncrementHandler : public SingleKeyHandler<pb::IncrementRequest, pb::IncrementResponse> {
+ public:
+  using SingleKeyHandler::SingleKeyHandler;
+  absl::Status Prepare(Request* op) override {
+    return PrepareIncrement(LimitsOf(loop_), request_.key(), request_.delta(), op);
+  }
+  void Take(Request& r) override {
+    response_.set_value(r.number);
+    response_.set_version(r.version);
+  }
 };
 
 // MultiGet and MultiPut: one Request per item, answered per item; a bad item is answered at
@@ -151,31 +169,28 @@ class BatchHandler : public UnaryHandler<RequestPb, ResponsePb> {
 
  protected:
   void Take(Request& request) override {
-    SetItem(this->response_.mutable_results(static_cast<int>(&request - ops_.data())), request);
+    SetItem(this->response_.mutable_results(static_cast<int>(&request - ops_.data())), request,
+            NowMs(this->loop_));
   }
 
-  // Sizes the results; then each item is either Reject()ed or Add()ed, then Run().
-  void Prepare(int items) {
+  // Sizes the results and prepares every item with `prepare(i, request)`: an item it refuses
+  // is answered at once, the others are submitted.
+  template <typename Prepare>
+  void Run(int items, Prepare prepare) {
     ops_.resize(static_cast<size_t>(items));
-    for (int i = 0; i < items; ++i) this->response_.add_results();
-  }
-  void Reject(int i, const absl::Status& status) {
-    SetItem(this->response_.mutable_results(i), status);
-  }
-  void Add(int i, Op op, std::string_view key, std::string_view value = {}) {
-    Request& request = ops_[static_cast<size_t>(i)];
-    request.op = op;
-    request.key = key;
-    request.value = value;
-  }
-  void Run() {
-    bool any = false;
-    for (Request& request : ops_) {
-      if (request.key.data() == nullptr) continue;  // Rejected items have no key.
-      this->SubmitCounted(request);
-      any = true;
+    std::vector<Request*> accepted;
+    for (int i = 0; i < items; ++i) {
+      pb::ItemResult* result = this->response_.add_results();
+      Request& op = ops_[static_cast<size_t>(i)];
+      if (absl::Status s = prepare(i, &op); !s.ok()) {
+        SetItem(result, s);
+      } else {
+        accepted.push_back(&op);
+      }
     }
-    if (!any) this->Reply(absl::OkStatus());
+    if (accepted.empty()) return this->Reply(absl::OkStatus());
+    // Each is counted as it is submitted: a completion comes only from a later engine turn.
+    for (Request* op : accepted) this->SubmitCounted(*op);
   }
 
  private:
@@ -186,16 +201,9 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
  public:
   using BatchHandler::BatchHandler;
   void Start() override {
-    Prepare(request_.keys_size());
-    for (int i = 0; i < request_.keys_size(); ++i) {
-      const std::string& key = request_.keys(i);
-      if (absl::Status s = LimitsOf(loop_).CheckKey(key); !s.ok()) {
-        Reject(i, s);
-      } else {
-        Add(i, Op::kGet, key);
-      }
-    }
-    Run();
+    Run(request_.keys_size(), [&](int i, Request* op) {
+      return PrepareGet(LimitsOf(loop_), request_.keys(i), op);
+    });
   }
 };
 
@@ -203,16 +211,12 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
  public:
   using BatchHandler::BatchHandler;
   void Start() override {
-    Prepare(request_.items_size());
-    for (int i = 0; i < request_.items_size(); ++i) {
+    const int64_t now = NowMs(loop_);
+    Run(request_.items_size(), [&](int i, Request* op) {
       const pb::KeyValue& item = request_.items(i);
-      if (absl::Status s = LimitsOf(loop_).CheckPut(item.key(), item.value()); !s.ok()) {
-        Reject(i, s);
-      } else {
-        Add(i, Op::kPut, item.key(), item.value());
-      }
-    }
-    Run();
+      return PreparePut(LimitsOf(loop_), now, item.key(), item.value(), item.ttl_ms(),
+                        item.has_condition() ? &item.condition() : nullptr, op);
+    });
   }
 };
 
@@ -236,11 +240,8 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
 
   void OnRequestDone(Request* request) override {
     InFlight& op = *static_cast<InFlight*>(request);
-    if (!cancelled()) SetItem(AddResult(op.id, request->out.size()), *request);
-    op.key_bytes.clear();
-    op.value_bytes.clear();
-    op.out.clear();
-    free_.push_back(&op);
+    if (!cancelled()) SetItem(AddResult(op.id, request->out.size()), *request, NowMs(loop_));
+    Release(op);
     --in_flight_;
     ReadNext();
     if (!flush_requested_) {  // Write once this engine turn is over, with whatever it answered.
@@ -267,39 +268,55 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
 
   void TakeMessage() override {
     const RequestLimits& limits = LimitsOf(loop_);
+    const int64_t now = NowMs(loop_);
     for (pb::StreamOp& in : *incoming_.mutable_ops()) {
-      absl::Status status;
-      Op kind = Op::kGet;
-      switch (in.type()) {
-        case pb::OP_TYPE_GET:
-          status = limits.CheckKey(in.key());
-          break;
-        case pb::OP_TYPE_PUT:
-          kind = Op::kPut;
-          status = limits.CheckPut(in.key(), in.value());
-          break;
-        case pb::OP_TYPE_DELETE:
-          kind = Op::kDelete;
-          status = limits.CheckKey(in.key());
-          break;
-        default:
-          status = absl::InvalidArgumentError("op type is unset; use GET, PUT or DELETE");
-      }
-      if (!status.ok()) {
-        SetItem(AddResult(in.id(), status.message().size()), status);
-        continue;
-      }
       InFlight& op = NewOp();
       op.id = in.id();
       op.key_bytes.swap(*in.mutable_key());
       op.value_bytes.swap(*in.mutable_value());
-      op.op = kind;
-      op.key = op.key_bytes;
-      op.value = op.value_bytes;
+      const std::string_view key = op.key_bytes;
+      const pb::Condition* condition = in.has_condition() ? &in.condition() : nullptr;
+      absl::Status status;
+      switch (in.type()) {
+        case pb::OP_TYPE_GET:
+          status = PrepareGet(limits, key, &op);
+          break;
+        case pb::OP_TYPE_PUT:
+          status = PreparePut(limits, now, key, op.value_bytes, in.ttl_ms(), condition, &op);
+          break;
+        case pb::OP_TYPE_DELETE:
+          status = PrepareDelete(limits, key, condition, &op);
+          break;
+        case pb::OP_TYPE_INCREMENT:
+          status = PrepareIncrement(limits, key, in.delta(), &op);
+          break;
+        case pb::OP_TYPE_EXPIRE:
+          status = PrepareExpire(limits, now, key, in.ttl_ms(), &op);
+          break;
+        case pb::OP_TYPE_PERSIST:
+          status = PreparePersist(limits, key, &op);
+          break;
+        default:
+          status = absl::InvalidArgumentError(
+              "op type is unset or unknown; use GET, PUT, DELETE, INCREMENT, EXPIRE or PERSIST");
+      }
+      if (!status.ok()) {
+        SetItem(AddResult(in.id(), status.message().size()), status);
+        Release(op);
+        continue;
+      }
       ++in_flight_;
       Submit(op);
     }
     incoming_.Clear();
+  }
+
+  // Back to the free list, with its strings emptied (their memory kept for the next op).
+  void Release(InFlight& op) {
+    op.key_bytes.clear();
+    op.value_bytes.clear();
+    op.out.clear();
+    free_.push_back(&op);
   }
 
   InFlight& NewOp() {
@@ -348,6 +365,15 @@ std::unique_ptr<Handler> MakeStreamHandler(ShardLoop& loop, CallSink& sink) {
 }
 std::unique_ptr<Handler> MakeStatsHandler(ShardLoop& loop, CallSink& sink) {
   return std::make_unique<StatsHandler>(loop, sink);
+}
+std::unique_ptr<Handler> MakeExpireHandler(ShardLoop& loop, CallSink& sink) {
+  return std::make_unique<ExpireHandler>(loop, sink);
+}
+std::unique_ptr<Handler> MakePersistHandler(ShardLoop& loop, CallSink& sink) {
+  return std::make_unique<PersistHandler>(loop, sink);
+}
+std::unique_ptr<Handler> MakeIncrementHandler(ShardLoop& loop, CallSink& sink) {
+  return std::make_unique<IncrementHandler>(loop, sink);
 }
 
 }  // namespace ringkv::internal

@@ -10,11 +10,14 @@ namespace ringkv {
 namespace {
 
 using internal::MakeDeleteHandler;
+using internal::MakeExpireHandler;
+using internal::MakeIncrementHandler;
 using internal::MakeGetHandler;
 using internal::MakeHealthCheckHandler;
 using internal::MakeHealthWatchHandler;
 using internal::MakeMultiGetHandler;
 using internal::MakeMultiPutHandler;
+using internal::MakePersistHandler;
 using internal::MakePutHandler;
 using internal::MakeReflectionV1alphaHandler;
 using internal::MakeReflectionV1Handler;
@@ -33,6 +36,10 @@ const std::array<Method, kMethodCount> kMethods = {{
     {MethodId::kStream, "/ringkv.v1.KV/Stream", MethodKind::kBidiStreaming, false, true,
      MakeStreamHandler},
     {MethodId::kStats, "/ringkv.v1.KV/Stats", kUnary, false, true, MakeStatsHandler},
+    {MethodId::kExpire, "/ringkv.v1.KV/Expire", kUnary, false, true, MakeExpireHandler},
+    {MethodId::kPersist, "/ringkv.v1.KV/Persist", kUnary, false, true, MakePersistHandler},
+    {MethodId::kIncrement, "/ringkv.v1.KV/Increment", kUnary, false, true,
+     MakeIncrementHandler},
     {MethodId::kHealthCheck, "/grpc.health.v1.Health/Check", kUnary, true, true,
      MakeHealthCheckHandler},
     {MethodId::kHealthWatch, "/grpc.health.v1.Health/Watch", MethodKind::kServerStreaming, true,

@@ -51,6 +51,9 @@ Table::~Table() {
 }
 
 void Table::SetHeap(Entry* e, char* block, size_t key_len, size_t value_len, uint64_t hash) {
+  // The aux word keeps its value across the move (it is at offset 29 inline, 24 on the heap).
+  uint64_t aux = 0;
+  if (e->has_aux()) aux = Aux(*e);
   const uint32_t k = static_cast<uint32_t>(key_len);
   const uint32_t v = static_cast<uint32_t>(value_len);
   std::memcpy(e->data, &block, sizeof(block));
@@ -59,6 +62,7 @@ void Table::SetHeap(Entry* e, char* block, size_t key_len, size_t value_len, uin
   std::memcpy(e->data + 16, &hash, sizeof(hash));
   e->key_len = kHeap;
   e->value_len = 0;
+  std::memcpy(e->data + kHeapAuxOffset, &aux, sizeof(aux));
 }
 
 uint64_t Table::HashOf(const Entry& e) {
@@ -189,9 +193,17 @@ void Table::Erase(Entry* entry) {
   --size_;
 }
 
+void Table::MoveToHeap(Entry* e, uint64_t hash) {
+  const size_t key_len = e->key_len;
+  const size_t value_len = e->value_len;
+  char* block = NewBlock(key_len + value_len);
+  std::memcpy(block, e->data, key_len + value_len);
+  SetHeap(e, block, key_len, value_len, hash);
+}
+
 void Table::SetValue(Entry* e, std::string_view value, uint64_t hash) {
   if (!e->on_heap()) {
-    if (e->key_len + value.size() <= kInlineBytes) {
+    if (e->key_len + value.size() <= InlineRoom(*e)) {
       std::memmove(e->data + e->key_len, value.data(), value.size());
       e->value_len = static_cast<uint8_t>(value.size());
       return;
@@ -205,11 +217,13 @@ void Table::SetValue(Entry* e, std::string_view value, uint64_t hash) {
   }
   const size_t key_len = HeapKeyLen(*e);
   char* old = Block(*e);
-  if (key_len + value.size() <= kInlineBytes) {  // Back inline: key from the block.
+  if (key_len + value.size() <= InlineRoom(*e)) {  // Back inline: key from the block.
+    const uint64_t aux = e->has_aux() ? Aux(*e) : 0;
     std::memmove(e->data + key_len, value.data(), value.size());
     std::memcpy(e->data, old, key_len);
     e->key_len = static_cast<uint8_t>(key_len);
     e->value_len = static_cast<uint8_t>(value.size());
+    if (e->has_aux()) std::memcpy(e->data + kInlineBytesWithAux, &aux, sizeof(aux));
     FreeBlock(old);
     return;
   }
@@ -218,6 +232,12 @@ void Table::SetValue(Entry* e, std::string_view value, uint64_t hash) {
   std::memcpy(block + key_len, value.data(), value.size());
   FreeBlock(old);
   SetHeap(e, block, key_len, value.size(), hash);
+}
+
+void Table::SetAux(Entry* e, uint64_t aux, uint64_t hash) {
+  if (!e->on_heap() && e->key_len + e->value_len > kInlineBytesWithAux) MoveToHeap(e, hash);
+  e->meta |= kHasAux;
+  std::memcpy(e->data + (e->on_heap() ? kHeapAuxOffset : kInlineBytesWithAux), &aux, sizeof(aux));
 }
 
 }  // namespace ringkv::internal

@@ -11,15 +11,19 @@
 //     where SwissTable reads its control bytes and then, dependent on them, the slot.
 //
 // Entry layout:
-//   meta       8  version (low 56 bits) and flags (high 8 bits), the shard's to use
+//   meta       8  the owner's (the shard keeps a version and flags there), but for the top
+//                 bit, kHasAux, which is the table's
 //   dist       1  0: empty; else 1 + how many slots the entry sits past its home bucket
 //   key_len    1  the inline key's length, or kHeap
 //   value_len  1  the inline value's length
-//   data      37  inline: key bytes, then value bytes;
-//                 heap: block pointer (8), key length (4), value length (4), hash (8),
-//                 the block holding the key, then the value
-// An entry is inline when key + value fit in 37 bytes. The home bucket of a key is its hash's
-// low bits (Router takes the shard from the top bits).
+//   data      37  inline: key bytes, then value bytes, and with an aux word its 8 bytes at the
+//                 end (offset 29);
+//                 heap: block pointer (8), key length (4), value length (4), hash (8), aux (8);
+//                 the block holds the key, then the value
+// An entry is inline when key + value fit in 37 bytes, 29 with an aux word. The aux word is an
+// optional 8 bytes the owner keeps with an entry (the shard: a TTL's deadline), so entries
+// without one pay nothing for it. The home bucket of a key is its hash's low bits (Router takes
+// the shard from the top bits).
 //
 // Entry pointers are valid until the next Insert (which may grow the table) or Erase (which
 // shifts the entries after the erased one). Not thread-safe: the shard's owner only.
@@ -42,6 +46,9 @@ namespace ringkv::internal {
 class Table {
  public:
   static constexpr size_t kInlineBytes = 37;  // Key and value bytes an entry holds itself.
+  static constexpr size_t kInlineBytesWithAux = kInlineBytes - 8;
+  // The bit of Entry::meta that is the table's; the owner must leave it as it is.
+  static constexpr uint64_t kHasAux = uint64_t{1} << 63;
 
   struct Entry {
     uint64_t meta;
@@ -52,6 +59,7 @@ class Table {
 
     bool full() const { return dist != 0; }
     bool on_heap() const { return key_len == kHeap; }
+    bool has_aux() const { return (meta & kHasAux) != 0; }
   };
   static_assert(sizeof(Entry) == 48 && alignof(Entry) == 8);
 
@@ -90,6 +98,16 @@ class Table {
   // Replaces the value; `hash` is the key's (kept in the entry when it moves to the heap).
   void SetValue(Entry* e, std::string_view value, uint64_t hash);
 
+  // The aux word: set (the entry may move its key and value to the heap to make room), read,
+  // and removed.
+  void SetAux(Entry* e, uint64_t aux, uint64_t hash);
+  static uint64_t Aux(const Entry& e) {
+    uint64_t aux;
+    std::memcpy(&aux, e.data + (e.on_heap() ? kHeapAuxOffset : kInlineBytesWithAux), sizeof(aux));
+    return aux;
+  }
+  static void ClearAux(Entry* e) { e->meta &= ~kHasAux; }
+
   size_t size() const { return size_; }
   size_t capacity() const { return mask_ + 1; }
   // Memory: the slot array, and the blocks of heap entries (as the allocator sized them).
@@ -104,6 +122,13 @@ class Table {
  private:
   static constexpr uint8_t kHeap = 0xff;
   static constexpr uint8_t kMaxDist = 250;
+  static constexpr size_t kHeapAuxOffset = 24;
+
+  static size_t InlineRoom(const Entry& e) {
+    return e.has_aux() ? kInlineBytesWithAux : kInlineBytes;
+  }
+  // Moves an inline entry's key and value (and aux word) to a heap block.
+  void MoveToHeap(Entry* e, uint64_t hash);
 
   static char* Block(const Entry& e) {
     char* p;

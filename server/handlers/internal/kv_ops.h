@@ -1,0 +1,48 @@
+// KV operations between the wire and the engine, for every KV handler (unary calls, batch items
+// and stream operations alike): Prepare* fill in an engine Request from the fields a client
+// sent, or say what is wrong with them (INVALID_ARGUMENT, naming the limit); StatusOf and
+// SetItem turn a Request's outcome back into a status or a batch item. `now_ms` (the server's
+// clock) turns a TTL into an absolute deadline and back.
+#ifndef RINGKV_SERVER_HANDLERS_INTERNAL_KV_OPS_H_
+#define RINGKV_SERVER_HANDLERS_INTERNAL_KV_OPS_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "ringkv/v1/kv.pb.h"
+#include "server/request_limits.h"
+#include "shard/request.h"
+
+namespace ringkv::internal {
+
+// The longest TTL accepted: 100 years, in milliseconds.
+inline constexpr int64_t kMaxTtlMs = int64_t{100} * 365 * 24 * 3600 * 1000;
+
+// `condition` null: the request has none.
+absl::Status PrepareGet(const RequestLimits& limits, std::string_view key, Request* r);
+absl::Status PreparePut(const RequestLimits& limits, int64_t now_ms, std::string_view key,
+                        std::string_view value, int64_t ttl_ms,
+                        const ringkv::v1::Condition* condition, Request* r);
+absl::Status PrepareDelete(const RequestLimits& limits, std::string_view key,
+                           const ringkv::v1::Condition* condition, Request* r);
+absl::Status PrepareExpire(const RequestLimits& limits, int64_t now_ms, std::string_view key,
+                           int64_t ttl_ms, Request* r);
+absl::Status PreparePersist(const RequestLimits& limits, std::string_view key, Request* r);
+absl::Status PrepareIncrement(const RequestLimits& limits, std::string_view key, int64_t delta,
+                              Request* r);
+
+// The status of a done request: OK, NOT_FOUND, FAILED_PRECONDITION naming the key's version,
+// INVALID_ARGUMENT (an increment of a non-integer), OUT_OF_RANGE (an increment's overflow).
+absl::Status StatusOf(const Request& r);
+// A done request as a batch item: its status, and what its operation returns (a Get's value,
+// version and time left; a write's version; an increment's sum). Moves the value out.
+void SetItem(ringkv::v1::ItemResult* item, Request& r, int64_t now_ms);
+// An item that failed before reaching the engine.
+void SetItem(ringkv::v1::ItemResult* item, const absl::Status& status);
+// Milliseconds before `deadline_ms` (at least 1: an expired key is not returned); -1 for none.
+int64_t TtlLeft(int64_t deadline_ms, int64_t now_ms);
+
+}  // namespace ringkv::internal
+
+#endif  // RINGKV_SERVER_HANDLERS_INTERNAL_KV_OPS_H_

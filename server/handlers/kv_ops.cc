@@ -1,0 +1,158 @@
+#include "server/handlers/internal/kv_ops.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace ringkv::internal {
+namespace {
+
+namespace pb = ::ringkv::v1;
+
+// A deadline `ttl_ms` from now; 0 for none (ttl_ms 0) unless `required`.
+absl::Status Deadline(int64_t now_ms, int64_t ttl_ms, bool required, int64_t* deadline) {
+  if (ttl_ms == 0 && !required) {
+    *deadline = 0;
+    return absl::OkStatus();
+  }
+  if (ttl_ms < 1 || ttl_ms > kMaxTtlMs) {
+    return absl::InvalidArgumentError(absl::StrCat("ttl_ms is ", ttl_ms, "; it must be 1 .. ",
+                                                   kMaxTtlMs, " (100 years)",
+                                                   required ? "" : ", or 0 for none"));
+  }
+  *deadline = now_ms + ttl_ms;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyCondition(const pb::Condition* condition, bool put, Request* r) {
+  r->condition = Condition::kNone;
+  if (condition == nullptr) return absl::OkStatus();
+  switch (condition->check_case()) {
+    case pb::Condition::CHECK_NOT_SET:
+      return absl::OkStatus();
+    case pb::Condition::kAbsent:
+    case pb::Condition::kPresent: {
+      if (!put) {
+        return absl::InvalidArgumentError(
+            "a delete's condition can only be a version (it needs the key to be present)");
+      }
+      const bool absent = condition->check_case() == pb::Condition::kAbsent;
+      if (!(absent ? condition->absent() : condition->present())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("condition.", absent ? "absent" : "present", " must be true if set"));
+      }
+      r->condition = absent ? Condition::kAbsent : Condition::kPresent;
+      return absl::OkStatus();
+    }
+    case pb::Condition::kVersion:
+      r->condition = Condition::kVersion;
+      r->version = condition->version();
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+void Reset(Op op, std::string_view key, Request* r) {
+  r->op = op;
+  r->key = key;
+  r->value = {};
+  r->deadline_ms = 0;
+  r->condition = Condition::kNone;
+  r->version = 0;
+  r->number = 0;
+}
+
+}  // namespace
+
+absl::Status PrepareGet(const RequestLimits& limits, std::string_view key, Request* r) {
+  Reset(Op::kGet, key, r);
+  return limits.CheckKey(key);
+}
+
+absl::Status PreparePut(const RequestLimits& limits, int64_t now_ms, std::string_view key,
+                        std::string_view value, int64_t ttl_ms, const pb::Condition* condition,
+                        Request* r) {
+  Reset(Op::kPut, key, r);
+  r->value = value;
+  if (absl::Status s = limits.CheckPut(key, value); !s.ok()) return s;
+  if (absl::Status s = Deadline(now_ms, ttl_ms, false, &r->deadline_ms); !s.ok()) return s;
+  return ApplyCondition(condition, true, r);
+}
+
+absl::Status PrepareDelete(const RequestLimits& limits, std::string_view key,
+                           const pb::Condition* condition, Request* r) {
+  Reset(Op::kDelete, key, r);
+  if (absl::Status s = limits.CheckKey(key); !s.ok()) return s;
+  return ApplyCondition(condition, false, r);
+}
+
+absl::Status PrepareExpire(const RequestLimits& limits, int64_t now_ms, std::string_view key,
+                           int64_t ttl_ms, Request* r) {
+  Reset(Op::kExpire, key, r);
+  if (absl::Status s = limits.CheckKey(key); !s.ok()) return s;
+  return Deadline(now_ms, ttl_ms, true, &r->deadline_ms);
+}
+
+absl::Status PreparePersist(const RequestLimits& limits, std::string_view key, Request* r) {
+  Reset(Op::kPersist, key, r);
+  return limits.CheckKey(key);
+}
+
+absl::Status PrepareIncrement(const RequestLimits& limits, std::string_view key, int64_t delta,
+                              Request* r) {
+  Reset(Op::kIncrement, key, r);
+  r->number = delta;
+  return limits.CheckKey(key);
+}
+
+absl::Status StatusOf(const Request& r) {
+  switch (r.result) {
+    case Result::kOk:
+      return absl::OkStatus();
+    case Result::kNotFound:
+      return absl::NotFoundError("key not found");
+    case Result::kConditionFailed:
+      return absl::FailedPreconditionError(
+          r.version == 0 ? std::string("condition failed: the key does not exist (version 0)")
+                         : absl::StrCat("condition failed: the key's version is ", r.version));
+    case Result::kNotInteger:
+      return absl::InvalidArgumentError(
+          "the key's value is not a decimal 64-bit integer, so it cannot be incremented");
+    case Result::kOverflow:
+      return absl::OutOfRangeError("the sum would not fit in a 64-bit integer");
+    case Result::kPending:
+      break;
+  }
+  return absl::InternalError("the request was never run");
+}
+
+int64_t TtlLeft(int64_t deadline_ms, int64_t now_ms) {
+  return deadline_ms == 0 ? -1 : std::max<int64_t>(1, deadline_ms - now_ms);
+}
+
+void SetItem(pb::ItemResult* item, const absl::Status& status) {
+  item->set_code(static_cast<int>(status.code()));
+  item->set_message(std::string(status.message()));
+}
+
+void SetItem(pb::ItemResult* item, Request& r, int64_t now_ms) {
+  SetItem(item, StatusOf(r));
+  if (r.result == Result::kOk || r.result == Result::kConditionFailed) {
+    item->set_version(r.version);
+  }
+  if (r.result != Result::kOk) return;
+  switch (r.op) {
+    case Op::kGet:
+      item->set_value(std::move(r.out));
+      item->set_ttl_ms(TtlLeft(r.deadline_ms, now_ms));
+      break;
+    case Op::kIncrement:
+      item->set_number(r.number);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace ringkv::internal
