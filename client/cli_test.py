@@ -2,7 +2,8 @@
 """End-to-end test of the `ringkv` CLI against a real ringkv-server on a free loopback port.
 
 Usage: cli_test.py SERVER_BINARY CLI_BINARY [SERVER_FLAG...]
-Each command's output and exit code is checked: 0 ok, 1 not found, 2 usage, 3 server error.
+Each command's output and exit code is checked: 0 ok, 1 not found, 2 usage, 3 server error,
+4 condition failed.
 The server flags pick the transport (meson runs this once per transport).
 """
 import json
@@ -10,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server", "testing"))
@@ -42,13 +44,52 @@ class CliTest(unittest.TestCase):
         r = self.cli("get", "cli:k")
         self.assertEqual((r.returncode, r.stdout), (0, b"hello"))
         r = self.cli("--json", "get", "cli:k")
-        self.assertEqual(json.loads(r.stdout), {"key": "cli:k", "value": "hello"})
+        got = json.loads(r.stdout)
+        self.assertEqual((got["key"], got["value"], got["ttl_ms"]), ("cli:k", "hello", -1))
+        self.assertGreater(got["version"], 0)
         self.assertEqual(self.cli("del", "cli:k").returncode, 0)
         r = self.cli("get", "cli:k")
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"key not found: cli:k", r.stderr)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1)
         self.assertEqual(self.cli("del", "cli:k").returncode, 1)
+
+    def test_conditions_ttls_and_counters(self):
+        put = json.loads(self.cli("--json", "put", "cli:c", "1").stdout)
+        r = self.cli("put", "--if-absent", "cli:c", "2")
+        self.assertEqual(r.returncode, 4)
+        self.assertIn(f"version is {put['version']}".encode(), r.stderr)
+        r = self.cli("put", f"--if-version={put['version']}", "cli:c", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = json.loads(self.cli("--json", "get", "cli:c").stdout)
+        self.assertEqual(got["value"], "2")
+        self.assertGreater(got["version"], put["version"])
+        self.assertEqual(got["ttl_ms"], -1)
+        self.assertEqual(self.cli("del", f"--if-version={put['version']}", "cli:c").returncode, 4)
+        self.assertEqual(self.cli("get", "cli:c").stdout, b"2")
+
+        self.assertEqual(self.cli("incr", "cli:c").stdout, b"3\n")
+        self.assertEqual(self.cli("incr", "cli:c", "-10").stdout, b"-7\n")
+        r = self.cli("incr", "cli:c", "ten")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"not a 64-bit integer", r.stderr)
+        self.cli("put", "cli:text", "abc")
+        r = self.cli("incr", "cli:text")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"not a decimal 64-bit integer", r.stderr)
+
+        self.assertEqual(self.cli("put", "--ttl=1h", "cli:t", "v").returncode, 0)
+        ttl = int(self.cli("ttl", "cli:t").stdout)
+        self.assertTrue(3_500_000 < ttl <= 3_600_000, ttl)
+        self.assertEqual(self.cli("expire", "cli:t", "30").returncode, 0)
+        self.assertTrue(29_000 < int(self.cli("ttl", "cli:t").stdout) <= 30_000)
+        self.assertEqual(self.cli("persist", "cli:t").returncode, 0)
+        self.assertEqual(self.cli("ttl", "cli:t").stdout, b"-1\n")
+        self.assertEqual(self.cli("ttl", "cli:none").returncode, 1)
+        self.assertEqual(self.cli("expire", "cli:none", "5").returncode, 1)
+        self.assertEqual(self.cli("put", "--ttl=200ms", "cli:short", "v").returncode, 0)
+        time.sleep(0.3)
+        self.assertEqual(self.cli("get", "cli:short").returncode, 1)
 
     def test_binary_value_through_stdin(self):
         value = bytes(range(256)) * 64 + b"\x00\n\xff"
@@ -68,7 +109,9 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertEqual(r.stdout, b"m1\ta\nm2\tb=c\nm3\t\nmissing\t(not found)\n")
         r = self.cli("--json", "mget", "m1", "missing")
-        self.assertEqual(json.loads(r.stdout)[0], {"key": "m1", "value": "a"})
+        first = json.loads(r.stdout)[0]
+        self.assertEqual((first["key"], first["value"]), ("m1", "a"))
+        self.assertGreater(first["version"], 0)
         self.assertIn("error", json.loads(r.stdout)[1])
         r = self.cli("mput", "ok=1", "=empty-key")
         self.assertEqual(r.returncode, 2)
@@ -85,7 +128,10 @@ class CliTest(unittest.TestCase):
 
     def test_usage_errors_exit_2(self):
         for args in (["get"], ["put", "k"], ["frobnicate"], [], ["--bogus", "get", "k"],
-                     ["--timeout=-1", "get", "k"], ["mput", "novalue"]):
+                     ["--timeout=-1", "get", "k"], ["mput", "novalue"], ["incr", "k", "1", "2"],
+                     ["--ttl=0", "put", "k", "v"], ["--ttl=soon", "put", "k", "v"],
+                     ["--ttl=5s", "get", "k"], ["--if-version=1", "mput", "k=v"],
+                     ["--if-absent", "--if-present", "put", "k", "v"], ["expire", "k", "-1s"]):
             r = self.cli(*args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, (args, r.stderr))
@@ -99,7 +145,8 @@ class CliTest(unittest.TestCase):
     def test_help_lists_the_flags_and_exits_0(self):
         r = subprocess.run([CLI, "--help"], capture_output=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
-        for flag in (b"--addr", b"--json", b"--timeout"):
+        for flag in (b"--addr", b"--json", b"--timeout", b"--ttl", b"--if_absent", b"--if_present",
+                     b"--if_version"):
             self.assertIn(flag, r.stdout)
         r = subprocess.run([SERVER, "--help"], capture_output=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)

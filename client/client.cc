@@ -43,31 +43,89 @@ absl::Status Client::ToStatus(const grpc::Status& status) const {
   return absl::Status(code, status.error_message());
 }
 
+void WriteCondition::ToProto(pb::Condition* out) const {
+  switch (kind_) {
+    case Kind::kNone:
+      break;
+    case Kind::kAbsent:
+      out->set_absent(true);
+      break;
+    case Kind::kPresent:
+      out->set_present(true);
+      break;
+    case Kind::kVersion:
+      out->set_version(version_);
+      break;
+  }
+}
+
 absl::StatusOr<std::string> Client::Get(std::string_view key) {
+  absl::StatusOr<Entry> entry = GetEntry(key);
+  if (!entry.ok()) return entry.status();
+  return std::move(entry->value);
+}
+
+absl::StatusOr<Client::Entry> Client::GetEntry(std::string_view key) {
   pb::GetRequest request;
   request.set_key(std::string(key));
   pb::GetResponse response;
   auto context = NewContext();
   grpc::Status status = stub_->Get(context.get(), request, &response);
   if (!status.ok()) return ToStatus(status);
-  return std::move(*response.mutable_value());
+  return Entry{std::move(*response.mutable_value()), response.version(), response.ttl_ms()};
 }
 
-absl::Status Client::Put(std::string_view key, std::string_view value) {
+absl::StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
+                                     const PutOptions& options) {
   pb::PutRequest request;
   request.set_key(std::string(key));
   request.set_value(std::string(value));
+  request.set_ttl_ms(options.ttl_ms);
+  if (options.condition.kind() != WriteCondition::Kind::kNone) {
+    options.condition.ToProto(request.mutable_condition());
+  }
   pb::PutResponse response;
   auto context = NewContext();
-  return ToStatus(stub_->Put(context.get(), request, &response));
+  grpc::Status status = stub_->Put(context.get(), request, &response);
+  if (!status.ok()) return ToStatus(status);
+  return response.version();
 }
 
-absl::Status Client::Delete(std::string_view key) {
+absl::Status Client::Delete(std::string_view key, const WriteCondition& condition) {
   pb::DeleteRequest request;
   request.set_key(std::string(key));
+  if (condition.kind() != WriteCondition::Kind::kNone) condition.ToProto(request.mutable_condition());
   pb::DeleteResponse response;
   auto context = NewContext();
   return ToStatus(stub_->Delete(context.get(), request, &response));
+}
+
+absl::Status Client::Expire(std::string_view key, int64_t ttl_ms) {
+  pb::ExpireRequest request;
+  request.set_key(std::string(key));
+  request.set_ttl_ms(ttl_ms);
+  pb::ExpireResponse response;
+  auto context = NewContext();
+  return ToStatus(stub_->Expire(context.get(), request, &response));
+}
+
+absl::Status Client::Persist(std::string_view key) {
+  pb::PersistRequest request;
+  request.set_key(std::string(key));
+  pb::PersistResponse response;
+  auto context = NewContext();
+  return ToStatus(stub_->Persist(context.get(), request, &response));
+}
+
+absl::StatusOr<int64_t> Client::Increment(std::string_view key, int64_t delta) {
+  pb::IncrementRequest request;
+  request.set_key(std::string(key));
+  request.set_delta(delta);
+  pb::IncrementResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->Increment(context.get(), request, &response);
+  if (!status.ok()) return ToStatus(status);
+  return response.value();
 }
 
 namespace {
@@ -76,7 +134,7 @@ std::vector<Client::Item> ToItems(google::protobuf::RepeatedPtrField<pb::ItemRes
   items.reserve(static_cast<size_t>(results->size()));
   for (pb::ItemResult& r : *results) {
     items.push_back({absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()),
-                     std::move(*r.mutable_value())});
+                     std::move(*r.mutable_value()), r.version()});
   }
   return items;
 }
@@ -93,12 +151,16 @@ absl::StatusOr<std::vector<Client::Item>> Client::MultiGet(const std::vector<std
 }
 
 absl::StatusOr<std::vector<Client::Item>> Client::MultiPut(
-    const std::vector<std::pair<std::string, std::string>>& items) {
+    const std::vector<std::pair<std::string, std::string>>& items, const PutOptions& options) {
   pb::MultiPutRequest request;
   for (const auto& [key, value] : items) {
     pb::KeyValue* item = request.add_items();
     item->set_key(key);
     item->set_value(value);
+    item->set_ttl_ms(options.ttl_ms);
+    if (options.condition.kind() != WriteCondition::Kind::kNone) {
+      options.condition.ToProto(item->mutable_condition());
+    }
   }
   pb::MultiPutResponse response;
   auto context = NewContext();

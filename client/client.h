@@ -3,14 +3,19 @@
 // UNAVAILABLE and its message names the address. Every call has the client's timeout as its
 // deadline. Thread-safe: one Client may serve many threads (the channel multiplexes them).
 //
+// A write whose condition fails is FAILED_PRECONDITION, its message giving the key's version.
+//
 //   ringkv::Client client("127.0.0.1:50051", absl::Seconds(5));
-//   absl::Status s = client.Put("user:42", "alice");
+//   absl::StatusOr<uint64_t> version = client.Put("user:42", "alice");
 //   absl::StatusOr<std::string> v = client.Get("user:42");
+//   // Compare-and-set: replace the value only if nobody wrote it since.
+//   client.Put("user:42", "bob", {.condition = WriteCondition::Version(*version)});
 #ifndef RINGKV_CLIENT_CLIENT_H_
 #define RINGKV_CLIENT_CLIENT_H_
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -24,23 +29,71 @@
 
 namespace ringkv {
 
+// What must hold for a write to happen (ringkv.v1.Condition).
+class WriteCondition {
+ public:
+  enum class Kind { kNone, kAbsent, kPresent, kVersion };
+
+  WriteCondition() = default;  // None: always.
+  static WriteCondition Absent() { return WriteCondition(Kind::kAbsent, 0); }
+  static WriteCondition Present() { return WriteCondition(Kind::kPresent, 0); }
+  // The key's version must be `version`; 0: the key must not exist.
+  static WriteCondition Version(uint64_t version) {
+    return WriteCondition(Kind::kVersion, version);
+  }
+
+  Kind kind() const { return kind_; }
+  // Sets `out` unless kind() is kNone.
+  void ToProto(ringkv::v1::Condition* out) const;
+
+ private:
+  WriteCondition(Kind kind, uint64_t version) : kind_(kind), version_(version) {}
+
+  Kind kind_ = Kind::kNone;
+  uint64_t version_ = 0;
+};
+
+struct PutOptions {
+  int64_t ttl_ms = 0;  // > 0: the key expires this long after the write; 0: no TTL.
+  WriteCondition condition = WriteCondition();
+};
+
 class Client {
  public:
-  // One key's outcome in a batch: OK with a value (MultiGet), NOT_FOUND, or INVALID_ARGUMENT.
+  // One key's outcome in a batch: OK with a value (MultiGet), NOT_FOUND, INVALID_ARGUMENT or
+  // FAILED_PRECONDITION; the key's version (after a write, or what failed a condition).
   struct Item {
     absl::Status status;
     std::string value;
+    uint64_t version = 0;
   };
 
   // Connects lazily: the first call reports an unreachable server.
   Client(std::string address, absl::Duration timeout);
 
+  // A key's value with its version and the milliseconds it has left (-1: no TTL).
+  struct Entry {
+    std::string value;
+    uint64_t version = 0;
+    int64_t ttl_ms = -1;
+  };
+
   absl::StatusOr<std::string> Get(std::string_view key);
-  absl::Status Put(std::string_view key, std::string_view value);
-  absl::Status Delete(std::string_view key);
+  absl::StatusOr<Entry> GetEntry(std::string_view key);
+  // Returns the key's version after the write.
+  absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value,
+                               const PutOptions& options = {});
+  // `condition`: kNone or kVersion.
+  absl::Status Delete(std::string_view key, const WriteCondition& condition = {});
+  absl::Status Expire(std::string_view key, int64_t ttl_ms);
+  absl::Status Persist(std::string_view key);
+  // Returns the sum now stored.
+  absl::StatusOr<int64_t> Increment(std::string_view key, int64_t delta);
   absl::StatusOr<std::vector<Item>> MultiGet(const std::vector<std::string>& keys);
+  // `options` apply to every item.
   absl::StatusOr<std::vector<Item>> MultiPut(
-      const std::vector<std::pair<std::string, std::string>>& items);
+      const std::vector<std::pair<std::string, std::string>>& items,
+      const PutOptions& options = {});
   absl::StatusOr<ringkv::v1::StatsResponse> Stats();
 
   // For what the blocking calls do not cover (Stream, the async load generator).

@@ -21,6 +21,17 @@ bool IsAbseilBuiltin(std::string_view name) {
          name == "undefok";
 }
 
+// Abseil's flags that take a value, which "--flag value" gives in the next argument.
+bool AbseilBuiltinTakesValue(std::string_view name) {
+  return name == "flagfile" || name == "fromenv" || name == "tryfromenv" || name == "undefok" ||
+         name == "helpon" || name == "helpmatch";
+}
+
+// "-5", "-0.5": an operand (a negative delta), not a flag.
+bool IsNegativeNumber(std::string_view arg) {
+  return arg.size() >= 2 && arg[0] == '-' && arg[1] >= '0' && arg[1] <= '9';
+}
+
 // --help: the usage message and the program's own flags (not Abseil's), sorted, then exit 0.
 [[noreturn]] void PrintHelp(const char* program) {
   std::string name = program;
@@ -55,10 +66,15 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
   static std::vector<std::string> storage;
   static std::vector<char*> args;
   storage.assign(argv, argv + argc);
+  // The operands, found here rather than by Abseil, which would take "-5" for a flag.
+  std::vector<size_t> operands;
   bool positional_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string& arg = storage[static_cast<size_t>(i)];
-    if (positional_only || arg.size() < 2 || arg[0] != '-') continue;
+    if (positional_only || arg.size() < 2 || arg[0] != '-' || IsNegativeNumber(arg)) {
+      operands.push_back(static_cast<size_t>(i));
+      continue;
+    }
     if (arg == "--") {
       positional_only = true;
       continue;
@@ -72,7 +88,10 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
     }
     arg = "--" + name + (eq == std::string::npos ? "" : arg.substr(eq));
     if (name == "help" || name == "h") PrintHelp(argv[0]);
-    if (IsAbseilBuiltin(name)) continue;
+    if (IsAbseilBuiltin(name)) {
+      if (eq == std::string::npos && AbseilBuiltinTakesValue(name)) ++i;
+      continue;
+    }
 
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr && name.rfind("no", 0) == 0) {
@@ -97,9 +116,14 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
       ExitUsageError(argv[0], "bad value '" + value + "' for --" + name + ": " + error);
     }
   }
+  // Abseil parses the flags (and runs its own, such as --flagfile) without the negative numbers.
   args.clear();
-  for (std::string& arg : storage) args.push_back(arg.data());
-  std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
+  for (std::string& arg : storage) {
+    if (!IsNegativeNumber(arg)) args.push_back(arg.data());
+  }
+  (void)absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  std::vector<char*> rest = {storage[0].data()};
+  for (size_t i : operands) rest.push_back(storage[i].data());
   return rest;
 }
 

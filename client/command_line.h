@@ -3,7 +3,8 @@
 // and any usage error (an unknown flag, a value that does not parse) prints one line naming
 // the flag and exits with status 2, where Abseil alone would exit with 1. --help prints the
 // usage message and the program's own flags and exits 0; --helpfull and friends are Abseil's.
-// Returns the positional arguments, argv[0] first. Call once, from main.
+// Returns the positional arguments, argv[0] first; a negative number ("-5") is one of them, not
+// a flag. Call once, from main.
 //
 //   std::vector<char*> args = ParseCommandLineOrExit(argc, argv);
 #ifndef RINGKV_CLIENT_COMMAND_LINE_H_

@@ -1,27 +1,42 @@
 // ringkv: the command-line client of ringkv-server.
 //
 //   ringkv [--addr=HOST:PORT] [--json] [--timeout=SECONDS] COMMAND ARGS...
-//     get KEY              print the value (raw bytes)
-//     put KEY VALUE        store VALUE; VALUE "-" reads it from stdin (binary-safe)
-//     del KEY              remove the key
+//     get KEY              print the value (raw bytes); --json adds its version and TTL
+//     put KEY VALUE        store VALUE; VALUE "-" reads it from stdin (binary-safe);
+//                          --ttl=DURATION, and at most one of --if-absent, --if-present,
+//                          --if-version=N
+//     del KEY              remove the key; --if-version=N
+//     ttl KEY              the milliseconds the key has left, or -1 if it has no TTL
+//     expire KEY DURATION  give the key a TTL
+//     persist KEY          remove the key's TTL
+//     incr KEY [DELTA]     add DELTA (default 1, may be negative) to a decimal counter; prints
+//                          the sum
 //     mget KEY...          one line per key: KEY<TAB>VALUE, or KEY<TAB>(not found)
-//     mput KEY=VALUE...    store several; one line per item
+//     mput KEY=VALUE...    store several; one line per item; --ttl and --if-absent/--if-present
+//                          apply to each
 //     stats                per-shard counters, memory, uptime
+// A DURATION is a whole number of seconds ("30"), or a number with a unit: "1500ms", "10s",
+// "1.5h". With --json the output is one JSON document on stdout.
 //
 // Exit status: 0 ok, 1 not found (any key, for mget), 2 usage error (or input the server
-// refused as invalid), 3 server or connection error. Errors are one line on stderr.
+// refused as invalid), 3 server or connection error, 4 a condition failed (nothing was
+// written). Errors are one line on stderr.
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "client/client.h"
 #include "client/command_line.h"
 #include "google/protobuf/util/json_util.h"
@@ -29,6 +44,14 @@
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address, HOST:PORT");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON document on stdout");
 ABSL_FLAG(double, timeout, 5.0, "seconds to wait for the server before giving up");
+ABSL_FLAG(std::string, ttl, "",
+          "put, mput: the key expires this long after the write (a DURATION: 30, 1500ms, 10s, "
+          "1.5h); without it, a put removes any TTL the key had");
+ABSL_FLAG(bool, if_absent, false, "put, mput: write only if the key does not exist");
+ABSL_FLAG(bool, if_present, false, "put, mput: write only if the key exists");
+ABSL_FLAG(std::optional<uint64_t>, if_version, std::nullopt,
+          "put, del: write only if the key's version is N (get --json shows it); 0: only if "
+          "the key does not exist");
 
 namespace ringkv {
 namespace {
@@ -37,18 +60,26 @@ constexpr int kOk = 0;
 constexpr int kNotFound = 1;
 constexpr int kUsage = 2;
 constexpr int kServerError = 3;
+constexpr int kConditionFailed = 4;
+
+// The longest TTL the server accepts: 100 years.
+constexpr int64_t kMaxTtlMs = int64_t{100} * 365 * 24 * 3600 * 1000;
 
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "ringkv: %s\n", message.c_str());
   return code;
 }
 
-int FailStatus(const absl::Status& status) {
+int FailStatus(const absl::Status& status, std::string_view key = {}) {
   switch (status.code()) {
     case absl::StatusCode::kNotFound:
-      return Fail(kNotFound, std::string(status.message()));
+      return Fail(kNotFound, key.empty() ? std::string(status.message())
+                                         : absl::StrCat("key not found: ", std::string(key)));
     case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
       return Fail(kUsage, std::string(status.message()));
+    case absl::StatusCode::kFailedPrecondition:
+      return Fail(kConditionFailed, std::string(status.message()));
     default:
       return Fail(kServerError, std::string(status.message()));
   }
@@ -76,161 +107,301 @@ void PrintRaw(std::string_view value) {
   if (isatty(STDOUT_FILENO)) std::fputc('\n', stdout);  // A terminal gets its line back.
 }
 
+// A DURATION (see the top of this file) in milliseconds, 1 ms .. 100 years.
+std::optional<int64_t> ParseTtl(const std::string& text, std::string* error) {
+  absl::Duration d;
+  int64_t seconds;
+  if (absl::SimpleAtoi(text, &seconds) && absl::ascii_isdigit(text[0])) {
+    d = seconds > kMaxTtlMs / 1000 ? absl::InfiniteDuration() : absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(text, &d)) {
+    *error = absl::StrCat("'", text, "' is not a duration (30, 1500ms, 10s, 1.5h)");
+    return std::nullopt;
+  }
+  if (d < absl::Milliseconds(1) || d > absl::Milliseconds(kMaxTtlMs)) {
+    *error = absl::StrCat("a TTL must be 1ms .. 100 years, got '", text, "'");
+    return std::nullopt;
+  }
+  return absl::ToInt64Milliseconds(d);
+}
+
+struct Invocation {
+  Client& client;
+  const std::vector<std::string>& operands;
+  bool json;
+  PutOptions put;  // From --ttl and the --if-* flags.
+};
+
+void PrintOk(const Invocation& in) { std::printf(in.json ? "{\"ok\":true}\n" : "OK\n"); }
+
+int Get(Invocation& in) {
+  const std::string& key = in.operands[0];
+  absl::StatusOr<Client::Entry> entry = in.client.GetEntry(key);
+  if (!entry.ok()) return FailStatus(entry.status(), key);
+  if (in.json) {
+    std::printf("{\"key\":%s,\"value\":%s,\"version\":%lu,\"ttl_ms\":%ld}\n",
+                JsonString(key).c_str(), JsonString(entry->value).c_str(), entry->version,
+                entry->ttl_ms);
+  } else {
+    PrintRaw(entry->value);
+  }
+  return kOk;
+}
+
+int Put(Invocation& in) {
+  std::string value = in.operands[1];
+  if (value == "-") {
+    std::cin >> std::noskipws;
+    value.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  absl::StatusOr<uint64_t> version = in.client.Put(in.operands[0], value, in.put);
+  if (!version.ok()) return FailStatus(version.status());
+  if (in.json) {
+    std::printf("{\"ok\":true,\"version\":%lu}\n", *version);
+  } else {
+    std::printf("OK\n");
+  }
+  return kOk;
+}
+
+int Del(Invocation& in) {
+  const std::string& key = in.operands[0];
+  if (absl::Status s = in.client.Delete(key, in.put.condition); !s.ok()) {
+    return FailStatus(s, key);
+  }
+  PrintOk(in);
+  return kOk;
+}
+
+int Ttl(Invocation& in) {
+  const std::string& key = in.operands[0];
+  absl::StatusOr<Client::Entry> entry = in.client.GetEntry(key);
+  if (!entry.ok()) return FailStatus(entry.status(), key);
+  if (in.json) {
+    std::printf("{\"key\":%s,\"ttl_ms\":%ld}\n", JsonString(key).c_str(), entry->ttl_ms);
+  } else {
+    std::printf("%ld\n", entry->ttl_ms);
+  }
+  return kOk;
+}
+
+int Expire(Invocation& in) {
+  const std::string& key = in.operands[0];
+  std::string error;
+  std::optional<int64_t> ttl_ms = ParseTtl(in.operands[1], &error);
+  if (!ttl_ms) return Fail(kUsage, absl::StrCat("expire: ", error));
+  if (absl::Status s = in.client.Expire(key, *ttl_ms); !s.ok()) return FailStatus(s, key);
+  PrintOk(in);
+  return kOk;
+}
+
+int Persist(Invocation& in) {
+  const std::string& key = in.operands[0];
+  if (absl::Status s = in.client.Persist(key); !s.ok()) return FailStatus(s, key);
+  PrintOk(in);
+  return kOk;
+}
+
+int Incr(Invocation& in) {
+  int64_t delta = 1;
+  if (in.operands.size() == 2 && !absl::SimpleAtoi(in.operands[1], &delta)) {
+    return Fail(kUsage, absl::StrCat("incr: DELTA '", in.operands[1],
+                                     "' is not a 64-bit integer"));
+  }
+  absl::StatusOr<int64_t> sum = in.client.Increment(in.operands[0], delta);
+  if (!sum.ok()) return FailStatus(sum.status());
+  if (in.json) {
+    std::printf("{\"key\":%s,\"value\":%ld}\n", JsonString(in.operands[0]).c_str(), *sum);
+  } else {
+    std::printf("%ld\n", *sum);
+  }
+  return kOk;
+}
+
+int Mget(Invocation& in) {
+  auto items = in.client.MultiGet(in.operands);
+  if (!items.ok()) return FailStatus(items.status());
+  int rc = kOk;
+  std::string out = in.json ? "[" : "";
+  for (size_t i = 0; i < items->size(); ++i) {
+    const Client::Item& item = (*items)[i];
+    const std::string& key = in.operands[i];
+    if (item.status.code() == absl::StatusCode::kNotFound) rc = std::max(rc, kNotFound);
+    if (!item.status.ok() && item.status.code() != absl::StatusCode::kNotFound) rc = kUsage;
+    if (in.json) {
+      absl::StrAppend(&out, i ? "," : "", "{\"key\":", JsonString(key),
+                      item.status.ok()
+                          ? absl::StrCat(",\"value\":", JsonString(item.value),
+                                         ",\"version\":", item.version)
+                          : ",\"error\":" + JsonString(std::string(item.status.message())),
+                      "}");
+    } else {
+      absl::StrAppend(&out, key, "\t",
+                      item.status.ok() ? item.value
+                      : item.status.code() == absl::StatusCode::kNotFound
+                          ? std::string("(not found)")
+                          : absl::StrCat("(error: ", item.status.message(), ")"),
+                      "\n");
+    }
+  }
+  if (in.json) out += "]\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return rc;
+}
+
+int Mput(Invocation& in) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const std::string& operand : in.operands) {
+    const size_t eq = operand.find('=');
+    if (eq == std::string::npos) {
+      return Fail(kUsage, absl::StrCat("mput: '", operand, "' is not KEY=VALUE"));
+    }
+    pairs.emplace_back(operand.substr(0, eq), operand.substr(eq + 1));
+  }
+  auto items = in.client.MultiPut(pairs, in.put);
+  if (!items.ok()) return FailStatus(items.status());
+  int rc = kOk;
+  std::string out = in.json ? "[" : "";
+  for (size_t i = 0; i < items->size(); ++i) {
+    const Client::Item& item = (*items)[i];
+    const absl::Status& s = item.status;
+    if (s.code() == absl::StatusCode::kFailedPrecondition) {
+      rc = std::max(rc, kConditionFailed);
+    } else if (!s.ok()) {
+      rc = rc == kConditionFailed ? rc : kUsage;
+    }
+    if (in.json) {
+      absl::StrAppend(&out, i ? "," : "", "{\"key\":", JsonString(pairs[i].first),
+                      s.ok() ? absl::StrCat(",\"ok\":true,\"version\":", item.version)
+                             : ",\"error\":" + JsonString(std::string(s.message())),
+                      "}");
+    } else {
+      absl::StrAppend(&out, pairs[i].first, "\t",
+                      s.ok() ? std::string("OK") : absl::StrCat("(error: ", s.message(), ")"),
+                      "\n");
+    }
+  }
+  if (in.json) out += "]\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return rc;
+}
+
+int Stats(Invocation& in) {
+  auto stats = in.client.Stats();
+  if (!stats.ok()) return FailStatus(stats.status());
+  if (in.json) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions options;
+    options.always_print_primitive_fields = true;
+    options.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(*stats, &out, options);
+    std::printf("%s\n", out.c_str());
+    return kOk;
+  }
+  std::printf("engine %s%s, uptime %.1f s, memory %.1f MiB allocated, %.1f MiB resident\n",
+              stats->engine().c_str(),
+              stats->ring().empty() ? "" : (" (" + stats->ring() + " rings)").c_str(),
+              stats->uptime_seconds(), stats->memory_allocated_bytes() / 1048576.0,
+              stats->memory_resident_bytes() / 1048576.0);
+  std::printf("%-6s %12s %14s %12s %12s %14s %12s %12s %10s\n", "shard", "keys",
+              "payload_bytes", "ttl_keys", "expired", "ops", "ring_sent", "ring_recv",
+              "full_waits");
+  for (const auto& s : stats->shards()) {
+    std::printf("%-6u %12lu %14lu %12lu %12lu %14lu %12lu %12lu %10lu\n", s.shard(), s.keys(),
+                s.payload_bytes(), s.ttl_keys(), s.expired(), s.ops(), s.ring_sent(),
+                s.ring_received(), s.ring_full_waits());
+  }
+  std::printf("in rings now: %lu\n", stats->ring_in_flight());
+  return kOk;
+}
+
+// Which of the write flags a command takes.
+enum Takes : unsigned { kTtl = 1, kIfExists = 2, kIfVersion = 4 };
+
+struct Command {
+  const char* name;
+  const char* usage;
+  size_t min_operands;
+  size_t max_operands;
+  unsigned takes;
+  int (*run)(Invocation&);
+};
+
+constexpr size_t kMany = ~size_t{0};
+constexpr Command kCommands[] = {
+    {"get", "get KEY", 1, 1, 0, Get},
+    {"put", "put KEY VALUE   (VALUE - reads stdin)", 2, 2, kTtl | kIfExists | kIfVersion, Put},
+    {"del", "del KEY", 1, 1, kIfVersion, Del},
+    {"ttl", "ttl KEY", 1, 1, 0, Ttl},
+    {"expire", "expire KEY DURATION", 2, 2, 0, Expire},
+    {"persist", "persist KEY", 1, 1, 0, Persist},
+    {"incr", "incr KEY [DELTA]", 1, 2, 0, Incr},
+    {"mget", "mget KEY...", 1, kMany, 0, Mget},
+    {"mput", "mput KEY=VALUE...", 1, kMany, kTtl | kIfExists, Mput},
+    {"stats", "stats", 0, 0, 0, Stats},
+};
+
+// The --ttl and --if-* flags as PutOptions, checked against what `command` takes.
+int ParseWriteFlags(const Command& command, PutOptions* put) {
+  const std::string ttl = absl::GetFlag(FLAGS_ttl);
+  const bool if_absent = absl::GetFlag(FLAGS_if_absent);
+  const bool if_present = absl::GetFlag(FLAGS_if_present);
+  const std::optional<uint64_t> if_version = absl::GetFlag(FLAGS_if_version);
+  auto refuse = [&](const char* flag) {
+    return Fail(kUsage, absl::StrCat(flag, " does not apply to '", command.name, "'"));
+  };
+  if (!ttl.empty()) {
+    if (!(command.takes & kTtl)) return refuse("--ttl");
+    std::string error;
+    std::optional<int64_t> ttl_ms = ParseTtl(ttl, &error);
+    if (!ttl_ms) return Fail(kUsage, absl::StrCat("--ttl: ", error));
+    put->ttl_ms = *ttl_ms;
+  }
+  if (int(if_absent) + int(if_present) + int(if_version.has_value()) > 1) {
+    return Fail(kUsage, "give at most one of --if-absent, --if-present, --if-version");
+  }
+  if ((if_absent || if_present) && !(command.takes & kIfExists)) {
+    return refuse(if_absent ? "--if-absent" : "--if-present");
+  }
+  if (if_version && !(command.takes & kIfVersion)) return refuse("--if-version");
+  if (if_absent) put->condition = WriteCondition::Absent();
+  if (if_present) put->condition = WriteCondition::Present();
+  if (if_version) put->condition = WriteCondition::Version(*if_version);
+  return kOk;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "the command-line client of ringkv-server.\n"
       "  ringkv [--addr=HOST:PORT] [--json] [--timeout=SECONDS] COMMAND ARGS...\n"
-      "  commands: get KEY | put KEY VALUE (VALUE - reads stdin) | del KEY | mget KEY... |\n"
+      "  commands: get KEY | put KEY VALUE (VALUE - reads stdin) | del KEY | ttl KEY |\n"
+      "            expire KEY DURATION | persist KEY | incr KEY [DELTA] | mget KEY... |\n"
       "            mput KEY=VALUE... | stats\n"
-      "Exit status: 0 ok, 1 not found, 2 usage error, 3 server or connection error.");
+      "  put and mput take --ttl=DURATION and --if-absent or --if-present; put and del take\n"
+      "  --if-version=N. A DURATION is whole seconds (30) or has a unit (1500ms, 10s, 1.5h).\n"
+      "Exit status: 0 ok, 1 not found, 2 usage error, 3 server or connection error,\n"
+      "4 a condition failed (nothing was written).");
   std::vector<char*> args = ParseCommandLineOrExit(argc, argv);
   if (args.size() < 2) return Fail(kUsage, "no command given (see --help)");
-  const std::string command = args[1];
+  const std::string name = args[1];
   const std::vector<std::string> operands(args.begin() + 2, args.end());
-  const bool json = absl::GetFlag(FLAGS_json);
+  const Command* command = nullptr;
+  std::string names;
+  for (const Command& c : kCommands) {
+    if (name == c.name) command = &c;
+    absl::StrAppend(&names, " ", c.name);
+  }
+  if (command == nullptr) {
+    return Fail(kUsage, absl::StrCat("unknown command '", name, "'; commands:", names));
+  }
+  if (operands.size() < command->min_operands || operands.size() > command->max_operands) {
+    return Fail(kUsage, absl::StrCat("usage: ringkv ", command->usage));
+  }
   const double timeout = absl::GetFlag(FLAGS_timeout);
   if (!(timeout > 0 && timeout <= 86400)) return Fail(kUsage, "--timeout must be 0 .. 86400 s");
   Client client(absl::GetFlag(FLAGS_addr), absl::Seconds(timeout));
-
-  auto want = [&](size_t n, const char* usage) {
-    return operands.size() == n ? std::string() : absl::StrCat("usage: ringkv ", usage);
-  };
-  if (command == "get") {
-    if (auto u = want(1, "get KEY"); !u.empty()) return Fail(kUsage, u);
-    absl::StatusOr<std::string> value = client.Get(operands[0]);
-    if (!value.ok()) {
-      if (value.status().code() == absl::StatusCode::kNotFound) {
-        return Fail(kNotFound, absl::StrCat("key not found: ", operands[0]));
-      }
-      return FailStatus(value.status());
-    }
-    if (json) {
-      std::printf("{\"key\":%s,\"value\":%s}\n", JsonString(operands[0]).c_str(),
-                  JsonString(*value).c_str());
-    } else {
-      PrintRaw(*value);
-    }
-    return kOk;
-  }
-  if (command == "put") {
-    if (auto u = want(2, "put KEY VALUE   (VALUE - reads stdin)"); !u.empty()) {
-      return Fail(kUsage, u);
-    }
-    std::string value = operands[1];
-    if (value == "-") {
-      std::cin >> std::noskipws;
-      value.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    }
-    if (absl::Status s = client.Put(operands[0], value); !s.ok()) return FailStatus(s);
-    if (json) {
-      std::printf("{\"ok\":true}\n");
-    } else {
-      std::printf("OK\n");
-    }
-    return kOk;
-  }
-  if (command == "del") {
-    if (auto u = want(1, "del KEY"); !u.empty()) return Fail(kUsage, u);
-    if (absl::Status s = client.Delete(operands[0]); !s.ok()) {
-      if (s.code() == absl::StatusCode::kNotFound) {
-        return Fail(kNotFound, absl::StrCat("key not found: ", operands[0]));
-      }
-      return FailStatus(s);
-    }
-    std::printf(json ? "{\"ok\":true}\n" : "OK\n");
-    return kOk;
-  }
-  if (command == "mget") {
-    if (operands.empty()) return Fail(kUsage, "usage: ringkv mget KEY...");
-    auto items = client.MultiGet(operands);
-    if (!items.ok()) return FailStatus(items.status());
-    int rc = kOk;
-    std::string out = json ? "[" : "";
-    for (size_t i = 0; i < items->size(); ++i) {
-      const Client::Item& item = (*items)[i];
-      if (item.status.code() == absl::StatusCode::kNotFound) rc = std::max(rc, kNotFound);
-      if (!item.status.ok() && item.status.code() != absl::StatusCode::kNotFound) rc = kUsage;
-      if (json) {
-        absl::StrAppend(&out, i ? "," : "", "{\"key\":", JsonString(operands[i]),
-                        item.status.ok() ? ",\"value\":" + JsonString(item.value)
-                                         : ",\"error\":" +
-                                               JsonString(std::string(item.status.message())),
-                        "}");
-      } else {
-        absl::StrAppend(&out, operands[i], "\t",
-                        item.status.ok() ? item.value
-                        : item.status.code() == absl::StatusCode::kNotFound
-                            ? std::string("(not found)")
-                            : absl::StrCat("(error: ", item.status.message(), ")"),
-                        "\n");
-      }
-    }
-    if (json) out += "]\n";
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    return rc;
-  }
-  if (command == "mput") {
-    if (operands.empty()) return Fail(kUsage, "usage: ringkv mput KEY=VALUE...");
-    std::vector<std::pair<std::string, std::string>> pairs;
-    for (const std::string& operand : operands) {
-      const size_t eq = operand.find('=');
-      if (eq == std::string::npos) {
-        return Fail(kUsage, absl::StrCat("mput: '", operand, "' is not KEY=VALUE"));
-      }
-      pairs.emplace_back(operand.substr(0, eq), operand.substr(eq + 1));
-    }
-    auto items = client.MultiPut(pairs);
-    if (!items.ok()) return FailStatus(items.status());
-    int rc = kOk;
-    std::string out = json ? "[" : "";
-    for (size_t i = 0; i < items->size(); ++i) {
-      const absl::Status& s = (*items)[i].status;
-      if (!s.ok()) rc = kUsage;
-      if (json) {
-        absl::StrAppend(&out, i ? "," : "", "{\"key\":", JsonString(pairs[i].first),
-                        s.ok() ? ",\"ok\":true"
-                               : ",\"error\":" + JsonString(std::string(s.message())),
-                        "}");
-      } else {
-        absl::StrAppend(&out, pairs[i].first, "\t",
-                        s.ok() ? std::string("OK") : absl::StrCat("(error: ", s.message(), ")"),
-                        "\n");
-      }
-    }
-    if (json) out += "]\n";
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    return rc;
-  }
-  if (command == "stats") {
-    if (auto u = want(0, "stats"); !u.empty()) return Fail(kUsage, u);
-    auto stats = client.Stats();
-    if (!stats.ok()) return FailStatus(stats.status());
-    if (json) {
-      std::string out;
-      google::protobuf::util::JsonPrintOptions options;
-      options.always_print_primitive_fields = true;
-      options.preserve_proto_field_names = true;
-      (void)google::protobuf::util::MessageToJsonString(*stats, &out, options);
-      std::printf("%s\n", out.c_str());
-      return kOk;
-    }
-    std::printf("engine %s%s, uptime %.1f s, memory %.1f MiB allocated, %.1f MiB resident\n",
-                stats->engine().c_str(),
-                stats->ring().empty() ? "" : (" (" + stats->ring() + " rings)").c_str(),
-                stats->uptime_seconds(), stats->memory_allocated_bytes() / 1048576.0,
-                stats->memory_resident_bytes() / 1048576.0);
-    std::printf("%-6s %12s %14s %14s %12s %12s %10s\n", "shard", "keys", "payload_bytes", "ops",
-                "ring_sent", "ring_recv", "full_waits");
-    for (const auto& s : stats->shards()) {
-      std::printf("%-6u %12lu %14lu %14lu %12lu %12lu %10lu\n", s.shard(), s.keys(),
-                  s.payload_bytes(), s.ops(), s.ring_sent(), s.ring_received(),
-                  s.ring_full_waits());
-    }
-    std::printf("in rings now: %lu\n", stats->ring_in_flight());
-    return kOk;
-  }
-  return Fail(kUsage, absl::StrCat("unknown command '", command,
-                                   "'; commands: get put del mget mput stats"));
+  Invocation in{client, operands, absl::GetFlag(FLAGS_json), {}};
+  if (int rc = ParseWriteFlags(*command, &in.put); rc != kOk) return rc;
+  return command->run(in);
 }
 
 }  // namespace

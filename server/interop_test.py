@@ -68,13 +68,26 @@ class InteropTest(unittest.TestCase):
         self.assertIn("ringkv.v1.KV", services)
         self.assertIn("grpc.health.v1.Health", services)
         described = self.grpcurl("describe", "ringkv.v1.KV")
-        for method in ("Get", "Put", "Delete", "MultiGet", "MultiPut", "Stream", "Stats"):
+        for method in ("Get", "Put", "Delete", "MultiGet", "MultiPut", "Stream", "Stats",
+                       "Expire", "Persist", "Increment"):
             self.assertIn(f"rpc {method}", described)
         self.grpcurl("describe", "grpc.health.v1.Health")
         b64 = lambda s: base64.b64encode(s).decode()
         self.grpcurl("ringkv.v1.KV/Put", data={"key": b64(b"curl:k"), "value": b64(b"from-grpcurl")})
         got = json.loads(self.grpcurl("ringkv.v1.KV/Get", data={"key": b64(b"curl:k")}))
         self.assertEqual(base64.b64decode(got["value"]), b"from-grpcurl")
+        # A compare-and-set with the version Get gave (proto3 JSON writes 64-bit as strings).
+        put = json.loads(self.grpcurl("ringkv.v1.KV/Put", data={
+            "key": b64(b"curl:k"), "value": b64(b"cas"), "ttlMs": "60000",
+            "condition": {"version": got["version"]}}))
+        self.assertGreater(int(put["version"]), int(got["version"]))
+        got = json.loads(self.grpcurl("ringkv.v1.KV/Get", data={"key": b64(b"curl:k")}))
+        self.assertEqual(base64.b64decode(got["value"]), b"cas")
+        # grpcurl names fields as the reflected descriptor does (no json_name there).
+        self.assertTrue(0 < int(got.get("ttlMs", got.get("ttl_ms"))) <= 60000, got)
+        total = json.loads(self.grpcurl("ringkv.v1.KV/Increment",
+                                        data={"key": b64(b"curl:n"), "delta": "-4"}))
+        self.assertEqual(total["value"], "-4")
         health = json.loads(self.grpcurl("grpc.health.v1.Health/Check", data={}))
         self.assertEqual(health["status"], "SERVING")
 
@@ -94,6 +107,13 @@ class InteropTest(unittest.TestCase):
             with self.assertRaises(grpc.RpcError) as bad:
                 kv.Put(kv_pb2.PutRequest(key=b"", value=b"x"), timeout=10)
             self.assertEqual(bad.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            with self.assertRaises(grpc.RpcError) as taken:
+                kv.Put(kv_pb2.PutRequest(key=b"py:1", value=b"x",
+                                         condition=kv_pb2.Condition(absent=True)), timeout=10)
+            self.assertEqual(taken.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIn("version is", taken.exception.details())
+            self.assertEqual(kv.Increment(kv_pb2.IncrementRequest(key=b"py:n", delta=3),
+                                          timeout=10).value, 3)
             multi = kv.MultiGet(kv_pb2.MultiGetRequest(keys=[b"py:1", b"py:none", b"py:2"]),
                                 timeout=10)
             self.assertEqual([r.code for r in multi.results], [0, 5, 0])

@@ -77,6 +77,9 @@ void ShardLoop::BlockWakeups() {
 }
 
 bool ShardLoop::Park() {
+  // An idle loop reclaims expired keys of its lock-engine map before it sleeps, since its turns
+  // (and so its every-kLockExpireEvery-th reclaim) are few while parked.
+  if (lock_engine_ != nullptr) lock_engine_->ExpireDue(id_, kLockExpireBudget);
   parked_.store(true, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   bool woken = RunEngine() > 0;

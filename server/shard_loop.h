@@ -12,8 +12,8 @@
 // Request pointers cross rings.
 //
 // One turn: io.Poll(), an engine turn, the handlers' flushes, io.EndTurn(). With the lock
-// engine, every kLockExpireEvery-th turn also reclaims a few expired keys of map `id` (the ring
-// engine's Worker does that in its own turn).
+// engine, every kLockExpireEvery-th turn, and every park, also reclaims a few expired keys of
+// map `id` (the ring engine's Worker does that in its own turn).
 //
 // Idle: after kSpinTurns empty turns, and once `ServerOptions::spin` has passed since its last
 // work, the loop parks in io.Wait(). Before parking it sets `parked_` and runs one more engine
