@@ -71,6 +71,7 @@ class InteropTest(unittest.TestCase):
         for method in ("Get", "Put", "Delete", "MultiGet", "MultiPut", "Stream", "Stats",
                        "Expire", "Persist", "Increment"):
             self.assertIn(f"rpc {method}", described)
+        self.assertIn("// Gives a key a TTL", described)  # The .proto's comments come along.
         self.grpcurl("describe", "grpc.health.v1.Health")
         b64 = lambda s: base64.b64encode(s).decode()
         self.grpcurl("ringkv.v1.KV/Put", data={"key": b64(b"curl:k"), "value": b64(b"from-grpcurl")})

@@ -2,7 +2,8 @@
 // names; one template serves both). Each request is answered, in order, from the descriptors
 // compiled into the binary (protobuf's generated pool): the services of the method table, and
 // the files that define a symbol, with those of their dependencies this stream has not sent
-// yet.
+// yet. A file is sent as protoc wrote it with its comments (proto/descriptor_set.h) where the
+// binary has that copy, so that grpcurl's `describe` shows them.
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 
@@ -10,10 +11,12 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "grpc/reflection/v1/reflection.pb.h"
 #include "grpc/reflection/v1alpha/reflection.pb.h"
+#include "proto/descriptor_set.h"
 #include "server/handlers/internal/bidi_handler.h"
 #include "server/handlers/internal/factories.h"
 #include "server/handlers/methods.h"
@@ -23,6 +26,20 @@ namespace {
 
 using google::protobuf::DescriptorPool;
 using google::protobuf::FileDescriptor;
+
+// File name -> its FileDescriptorProto with source info, serialized; built once.
+const absl::flat_hash_map<std::string, std::string>& FilesWithComments() {
+  static const auto* files = [] {
+    auto* map = new absl::flat_hash_map<std::string, std::string>();
+    google::protobuf::FileDescriptorSet set;
+    if (set.ParseFromArray(SourceDescriptorSet().data(),
+                           static_cast<int>(SourceDescriptorSet().size()))) {
+      for (const auto& file : set.file()) (*map)[file.name()] = file.SerializeAsString();
+    }
+    return map;
+  }();
+  return *files;
+}
 
 template <typename RequestPb, typename ResponsePb>
 class ReflectionHandler : public BidiHandler<ResponsePb> {
@@ -100,9 +117,13 @@ class ReflectionHandler : public BidiHandler<ResponsePb> {
       // The file asked for is always sent; dependencies only once per stream.
       if (!sent_.insert(f->name()).second && !first) continue;
       first = false;
-      google::protobuf::FileDescriptorProto proto;
-      f->CopyTo(&proto);
-      files->add_file_descriptor_proto(proto.SerializeAsString());
+      if (auto it = FilesWithComments().find(f->name()); it != FilesWithComments().end()) {
+        files->add_file_descriptor_proto(it->second);
+      } else {
+        google::protobuf::FileDescriptorProto proto;
+        f->CopyTo(&proto);
+        files->add_file_descriptor_proto(proto.SerializeAsString());
+      }
       for (int i = 0; i < f->dependency_count(); ++i) todo.push_back(f->dependency(i));
     }
   }
