@@ -91,6 +91,20 @@ class CliTest(unittest.TestCase):
         time.sleep(0.3)
         self.assertEqual(self.cli("get", "cli:short").returncode, 1)
 
+    def test_scan(self):
+        self.cli("mput", *[f"scan:{i}=v" for i in range(25)], "other=v")
+        r = self.cli("scan", "--prefix=scan:")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(r.stdout.split()), sorted(f"scan:{i}".encode() for i in range(25)))
+        first = json.loads(self.cli("--json", "scan", "--prefix=scan:", "--limit=10").stdout)
+        self.assertEqual(len(first["keys"]), 10)
+        self.assertNotEqual(first["cursor"], 0)
+        rest = self.cli("scan", "--prefix=scan:", f"--cursor={first['cursor']}").stdout.split()
+        self.assertEqual(sorted(first["keys"] + [k.decode() for k in rest]),
+                         sorted(f"scan:{i}" for i in range(25)))
+        r = self.cli("scan", "--limit=3")
+        self.assertIn(b"--cursor=", r.stderr)
+
     def test_binary_value_through_stdin(self):
         value = bytes(range(256)) * 64 + b"\x00\n\xff"
         r = self.cli("put", "cli:bin", "-", stdin=value)
@@ -131,7 +145,8 @@ class CliTest(unittest.TestCase):
                      ["--timeout=-1", "get", "k"], ["mput", "novalue"], ["incr", "k", "1", "2"],
                      ["--ttl=0", "put", "k", "v"], ["--ttl=soon", "put", "k", "v"],
                      ["--ttl=5s", "get", "k"], ["--if-version=1", "mput", "k=v"],
-                     ["--if-absent", "--if-present", "put", "k", "v"], ["expire", "k", "-1s"]):
+                     ["--if-absent", "--if-present", "put", "k", "v"], ["expire", "k", "-1s"],
+                     ["--prefix=a", "get", "k"], ["scan", "extra"]):
             r = self.cli(*args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, (args, r.stderr))

@@ -94,7 +94,8 @@ absl::StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view valu
 absl::Status Client::Delete(std::string_view key, const WriteCondition& condition) {
   pb::DeleteRequest request;
   request.set_key(std::string(key));
-  if (condition.kind() != WriteCondition::Kind::kNone) condition.ToProto(request.mutable_condition());
+  if (condition.kind() != WriteCondition::Kind::kNone)
+    condition.ToProto(request.mutable_condition());
   pb::DeleteResponse response;
   auto context = NewContext();
   return ToStatus(stub_->Delete(context.get(), request, &response));
@@ -126,6 +127,22 @@ absl::StatusOr<int64_t> Client::Increment(std::string_view key, int64_t delta) {
   grpc::Status status = stub_->Increment(context.get(), request, &response);
   if (!status.ok()) return ToStatus(status);
   return response.value();
+}
+
+absl::StatusOr<Client::ScanPage> Client::Scan(uint64_t cursor, std::string_view prefix,
+                                              uint32_t limit) {
+  pb::ScanRequest request;
+  request.set_cursor(cursor);
+  request.set_prefix(std::string(prefix));
+  request.set_limit(limit);
+  pb::ScanResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->Scan(context.get(), request, &response);
+  if (!status.ok()) return ToStatus(status);
+  ScanPage page;
+  page.cursor = response.cursor();
+  for (std::string& key : *response.mutable_keys()) page.keys.push_back(std::move(key));
+  return page;
 }
 
 namespace {

@@ -89,6 +89,13 @@ class Client {
   absl::Status Persist(std::string_view key);
   // Returns the sum now stored.
   absl::StatusOr<int64_t> Increment(std::string_view key, int64_t delta);
+  // One page of a scan (ringkv.v1.KV/Scan): the keys, and the cursor of the next page (0: the
+  // scan is done). `limit` 0: the server's default.
+  struct ScanPage {
+    std::vector<std::string> keys;
+    uint64_t cursor = 0;
+  };
+  absl::StatusOr<ScanPage> Scan(uint64_t cursor, std::string_view prefix, uint32_t limit);
   absl::StatusOr<std::vector<Item>> MultiGet(const std::vector<std::string>& keys);
   // `options` apply to every item.
   absl::StatusOr<std::vector<Item>> MultiPut(

@@ -14,6 +14,9 @@
 //     mget KEY...          one line per key: KEY<TAB>VALUE, or KEY<TAB>(not found)
 //     mput KEY=VALUE...    store several; one line per item; --ttl and --if-absent/--if-present
 //                          apply to each
+//     scan                 every key, one per line (raw bytes); --prefix=P only those starting
+//                          with P; --limit=N stops after N keys, and then names the --cursor=C
+//                          that goes on from there (on stderr; in --json output, "cursor")
 //     stats                per-shard counters, memory, uptime
 // A DURATION is a whole number of seconds ("30"), or a number with a unit: "1500ms", "10s",
 // "1.5h". With --json the output is one JSON document on stdout.
@@ -49,6 +52,9 @@ ABSL_FLAG(std::string, ttl, "",
           "1.5h); without it, a put removes any TTL the key had");
 ABSL_FLAG(bool, if_absent, false, "put, mput: write only if the key does not exist");
 ABSL_FLAG(bool, if_present, false, "put, mput: write only if the key exists");
+ABSL_FLAG(std::string, prefix, "", "scan: only keys that start with this");
+ABSL_FLAG(uint64_t, limit, 0, "scan: stop after this many keys (0: all)");
+ABSL_FLAG(uint64_t, cursor, 0, "scan: go on from where an earlier scan stopped");
 ABSL_FLAG(std::optional<uint64_t>, if_version, std::nullopt,
           "put, del: write only if the key's version is N (get --json shows it); 0: only if "
           "the key does not exist");
@@ -204,8 +210,7 @@ int Persist(Invocation& in) {
 int Incr(Invocation& in) {
   int64_t delta = 1;
   if (in.operands.size() == 2 && !absl::SimpleAtoi(in.operands[1], &delta)) {
-    return Fail(kUsage, absl::StrCat("incr: DELTA '", in.operands[1],
-                                     "' is not a 64-bit integer"));
+    return Fail(kUsage, absl::StrCat("incr: DELTA '", in.operands[1], "' is not a 64-bit integer"));
   }
   absl::StatusOr<int64_t> sum = in.client.Increment(in.operands[0], delta);
   if (!sum.ok()) return FailStatus(sum.status());
@@ -228,12 +233,12 @@ int Mget(Invocation& in) {
     if (item.status.code() == absl::StatusCode::kNotFound) rc = std::max(rc, kNotFound);
     if (!item.status.ok() && item.status.code() != absl::StatusCode::kNotFound) rc = kUsage;
     if (in.json) {
-      absl::StrAppend(&out, i ? "," : "", "{\"key\":", JsonString(key),
-                      item.status.ok()
-                          ? absl::StrCat(",\"value\":", JsonString(item.value),
-                                         ",\"version\":", item.version)
-                          : ",\"error\":" + JsonString(std::string(item.status.message())),
-                      "}");
+      absl::StrAppend(
+          &out, i ? "," : "", "{\"key\":", JsonString(key),
+          item.status.ok()
+              ? absl::StrCat(",\"value\":", JsonString(item.value), ",\"version\":", item.version)
+              : ",\"error\":" + JsonString(std::string(item.status.message())),
+          "}");
     } else {
       absl::StrAppend(&out, key, "\t",
                       item.status.ok() ? item.value
@@ -285,6 +290,40 @@ int Mput(Invocation& in) {
   return rc;
 }
 
+int Scan(Invocation& in) {
+  // Pages of up to kPage keys, the last cut to what --limit leaves, so that the cursor it ends
+  // on resumes exactly after the last key printed.
+  constexpr uint64_t kPage = 1000;
+  const std::string prefix = absl::GetFlag(FLAGS_prefix);
+  const uint64_t limit = absl::GetFlag(FLAGS_limit);
+  uint64_t cursor = absl::GetFlag(FLAGS_cursor);
+  uint64_t printed = 0;
+  std::string json = "{\"keys\":[";
+  do {
+    const uint64_t want = limit == 0 ? kPage : std::min(kPage, limit - printed);
+    absl::StatusOr<Client::ScanPage> page =
+        in.client.Scan(cursor, prefix, static_cast<uint32_t>(want));
+    if (!page.ok()) return FailStatus(page.status());
+    for (const std::string& key : page->keys) {
+      if (in.json) {
+        absl::StrAppend(&json, printed > 0 ? "," : "", JsonString(key));
+      } else {
+        std::fwrite(key.data(), 1, key.size(), stdout);
+        std::fputc('\n', stdout);
+      }
+      ++printed;
+    }
+    cursor = page->cursor;
+  } while (cursor != 0 && (limit == 0 || printed < limit));
+  if (in.json) {
+    std::printf("%s],\"cursor\":%lu}\n", json.c_str(), cursor);
+  } else if (cursor != 0) {
+    std::fprintf(stderr, "ringkv: stopped at --limit=%lu; --cursor=%lu goes on from here\n", limit,
+                 cursor);
+  }
+  return kOk;
+}
+
 int Stats(Invocation& in) {
   auto stats = in.client.Stats();
   if (!stats.ok()) return FailStatus(stats.status());
@@ -302,9 +341,8 @@ int Stats(Invocation& in) {
               stats->ring().empty() ? "" : (" (" + stats->ring() + " rings)").c_str(),
               stats->uptime_seconds(), stats->memory_allocated_bytes() / 1048576.0,
               stats->memory_resident_bytes() / 1048576.0);
-  std::printf("%-6s %12s %14s %12s %12s %14s %12s %12s %10s\n", "shard", "keys",
-              "payload_bytes", "ttl_keys", "expired", "ops", "ring_sent", "ring_recv",
-              "full_waits");
+  std::printf("%-6s %12s %14s %12s %12s %14s %12s %12s %10s\n", "shard", "keys", "payload_bytes",
+              "ttl_keys", "expired", "ops", "ring_sent", "ring_recv", "full_waits");
   for (const auto& s : stats->shards()) {
     std::printf("%-6u %12lu %14lu %12lu %12lu %14lu %12lu %12lu %10lu\n", s.shard(), s.keys(),
                 s.payload_bytes(), s.ttl_keys(), s.expired(), s.ops(), s.ring_sent(),
@@ -315,7 +353,7 @@ int Stats(Invocation& in) {
 }
 
 // Which of the write flags a command takes.
-enum Takes : unsigned { kTtl = 1, kIfExists = 2, kIfVersion = 4 };
+enum Takes : unsigned { kTtl = 1, kIfExists = 2, kIfVersion = 4, kScanFlags = 8 };
 
 struct Command {
   const char* name;
@@ -337,10 +375,12 @@ constexpr Command kCommands[] = {
     {"incr", "incr KEY [DELTA]", 1, 2, 0, Incr},
     {"mget", "mget KEY...", 1, kMany, 0, Mget},
     {"mput", "mput KEY=VALUE...", 1, kMany, kTtl | kIfExists, Mput},
+    {"scan", "scan [--prefix=P] [--limit=N] [--cursor=C]", 0, 0, kScanFlags, Scan},
     {"stats", "stats", 0, 0, 0, Stats},
 };
 
-// The --ttl and --if-* flags as PutOptions, checked against what `command` takes.
+// The --ttl and --if-* flags as PutOptions; every command-specific flag checked against what
+// `command` takes.
 int ParseWriteFlags(const Command& command, PutOptions* put) {
   const std::string ttl = absl::GetFlag(FLAGS_ttl);
   const bool if_absent = absl::GetFlag(FLAGS_if_absent);
@@ -363,6 +403,11 @@ int ParseWriteFlags(const Command& command, PutOptions* put) {
     return refuse(if_absent ? "--if-absent" : "--if-present");
   }
   if (if_version && !(command.takes & kIfVersion)) return refuse("--if-version");
+  if (!(command.takes & kScanFlags)) {
+    if (!absl::GetFlag(FLAGS_prefix).empty()) return refuse("--prefix");
+    if (absl::GetFlag(FLAGS_limit) != 0) return refuse("--limit");
+    if (absl::GetFlag(FLAGS_cursor) != 0) return refuse("--cursor");
+  }
   if (if_absent) put->condition = WriteCondition::Absent();
   if (if_present) put->condition = WriteCondition::Present();
   if (if_version) put->condition = WriteCondition::Version(*if_version);
@@ -375,9 +420,10 @@ int Main(int argc, char** argv) {
       "  ringkv [--addr=HOST:PORT] [--json] [--timeout=SECONDS] COMMAND ARGS...\n"
       "  commands: get KEY | put KEY VALUE (VALUE - reads stdin) | del KEY | ttl KEY |\n"
       "            expire KEY DURATION | persist KEY | incr KEY [DELTA] | mget KEY... |\n"
-      "            mput KEY=VALUE... | stats\n"
+      "            mput KEY=VALUE... | scan | stats\n"
       "  put and mput take --ttl=DURATION and --if-absent or --if-present; put and del take\n"
-      "  --if-version=N. A DURATION is whole seconds (30) or has a unit (1500ms, 10s, 1.5h).\n"
+      "  --if-version=N; scan takes --prefix=P, --limit=N and --cursor=C. A DURATION is whole\n"
+      "  seconds (30) or has a unit (1500ms, 10s, 1.5h).\n"
       "Exit status: 0 ok, 1 not found, 2 usage error, 3 server or connection error,\n"
       "4 a condition failed (nothing was written).");
   std::vector<char*> args = ParseCommandLineOrExit(argc, argv);

@@ -69,7 +69,7 @@ class InteropTest(unittest.TestCase):
         self.assertIn("grpc.health.v1.Health", services)
         described = self.grpcurl("describe", "ringkv.v1.KV")
         for method in ("Get", "Put", "Delete", "MultiGet", "MultiPut", "Stream", "Stats",
-                       "Expire", "Persist", "Increment"):
+                       "Expire", "Persist", "Increment", "Scan"):
             self.assertIn(f"rpc {method}", described)
         self.assertIn("// Gives a key a TTL", described)  # The .proto's comments come along.
         self.grpcurl("describe", "grpc.health.v1.Health")

@@ -207,7 +207,8 @@ TEST_P(ServerTest, ConditionalWritesFollowTheKeysVersion) {
   const auto failed = absl::StatusCode::kFailedPrecondition;
   absl::StatusOr<uint64_t> v1 = client_->Put("cas", "a", {.condition = WriteCondition::Absent()});
   ASSERT_TRUE(v1.ok()) << v1.status();
-  absl::StatusOr<uint64_t> again = client_->Put("cas", "b", {.condition = WriteCondition::Absent()});
+  absl::StatusOr<uint64_t> again =
+      client_->Put("cas", "b", {.condition = WriteCondition::Absent()});
   EXPECT_EQ(again.status().code(), failed);
   EXPECT_NE(again.status().message().find(absl::StrCat("version is ", *v1)), std::string::npos)
       << again.status();
@@ -219,10 +220,9 @@ TEST_P(ServerTest, ConditionalWritesFollowTheKeysVersion) {
       client_->Put("cas", "c", {.condition = WriteCondition::Version(*v1)});
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_GT(*v2, *v1);
-  EXPECT_EQ(client_->Put("cas", "stale", {.condition = WriteCondition::Version(*v1)})
-                .status()
-                .code(),
-            failed);
+  EXPECT_EQ(
+      client_->Put("cas", "stale", {.condition = WriteCondition::Version(*v1)}).status().code(),
+      failed);
   absl::StatusOr<Client::Entry> entry = client_->GetEntry("cas");
   ASSERT_TRUE(entry.ok()) << entry.status();
   EXPECT_EQ(entry->value, "c");
@@ -270,8 +270,9 @@ TEST_P(ServerTest, ConcurrentCompareAndSetAndIncrementLoseNoUpdate) {
             ++errors;
             break;
           }
-          absl::StatusOr<uint64_t> put = client.Put(
-              "counter-cas", std::to_string(n + 1), {.condition = WriteCondition::Version(version)});
+          absl::StatusOr<uint64_t> put =
+              client.Put("counter-cas", std::to_string(n + 1),
+                         {.condition = WriteCondition::Version(version)});
           if (put.ok()) break;
           if (put.status().code() != absl::StatusCode::kFailedPrecondition) {
             ++errors;
@@ -365,13 +366,13 @@ TEST_P(ServerTest, StreamRunsCountersTtlsAndConditions) {
     op->set_key(key);
     return op;
   };
-  add(pb::OP_TYPE_INCREMENT, "st-a")->set_delta(5);                  // 0: 5
-  add(pb::OP_TYPE_INCREMENT, "st-b")->set_delta(-3);                 // 1: -3
+  add(pb::OP_TYPE_INCREMENT, "st-a")->set_delta(5);                     // 0: 5
+  add(pb::OP_TYPE_INCREMENT, "st-b")->set_delta(-3);                    // 1: -3
   add(pb::OP_TYPE_PUT, "st-c")->mutable_condition()->set_absent(true);  // 2: written
-  add(pb::OP_TYPE_EXPIRE, "st-missing")->set_ttl_ms(1000);          // 3: NOT_FOUND
-  add(pb::OP_TYPE_PERSIST, "st-missing");                           // 4: NOT_FOUND
-  add(pb::OP_TYPE_EXPIRE, "st-b")->set_ttl_ms(0);                   // 5: INVALID_ARGUMENT
-  pb::StreamOp* put = add(pb::OP_TYPE_PUT, "st-d");                 // 6: with a TTL
+  add(pb::OP_TYPE_EXPIRE, "st-missing")->set_ttl_ms(1000);              // 3: NOT_FOUND
+  add(pb::OP_TYPE_PERSIST, "st-missing");                               // 4: NOT_FOUND
+  add(pb::OP_TYPE_EXPIRE, "st-b")->set_ttl_ms(0);                       // 5: INVALID_ARGUMENT
+  pb::StreamOp* put = add(pb::OP_TYPE_PUT, "st-d");                     // 6: with a TTL
   put->set_value("v");
   put->set_ttl_ms(60'000);
   ASSERT_TRUE(stream->Write(request));
@@ -395,6 +396,53 @@ TEST_P(ServerTest, StreamRunsCountersTtlsAndConditions) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_GT(d->ttl_ms, 50'000);
   EXPECT_EQ(d->version, results[6].version());
+}
+
+// A scan pages through every shard while another client writes and deletes keys fast enough
+// to grow every table several times: each key there for the whole scan comes back exactly
+// once, and no page passes its limit.
+TEST_P(ServerTest, ScanUnderConcurrentWritesReturnsEveryLastingKeyOnce) {
+  constexpr int kLasting = 3000;
+  std::vector<std::pair<std::string, std::string>> items;
+  for (int i = 0; i < kLasting; ++i) items.emplace_back(absl::StrCat("keep-", i), "v");
+  ASSERT_TRUE(client_->MultiPut(items).ok());
+  std::atomic<bool> done{false};
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    Client client(server_->address(), absl::Seconds(10));
+    std::vector<std::pair<std::string, std::string>> batch;
+    for (int n = 0; !done.load() && n < 200'000; n += 100) {
+      batch.clear();
+      for (int i = n; i < n + 100; ++i) batch.emplace_back(absl::StrCat("churn-", i), "v");
+      if (!client.MultiPut(batch).ok()) break;
+      if (n >= 100) (void)client.Delete(absl::StrCat("churn-", n - 100));
+      written = n + 100;
+    }
+  });
+  std::map<std::string, int> seen;
+  uint64_t cursor = 0;
+  int pages = 0;
+  do {
+    auto page = client_->Scan(cursor, "", 50);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->keys.size(), 50u);
+    for (const std::string& key : page->keys) ++seen[key];
+    cursor = page->cursor;
+    ++pages;
+    // Let the writer get ahead, so that tables grow between pages.
+    if (pages % 10 == 0) absl::SleepFor(absl::Milliseconds(2));
+  } while (cursor != 0);
+  done = true;
+  writer.join();
+  EXPECT_GT(written.load(), 3000) << "the writer hardly ran during the scan";
+  for (int i = 0; i < kLasting; ++i) EXPECT_EQ(seen[absl::StrCat("keep-", i)], 1) << i;
+  for (const auto& [key, times] : seen) EXPECT_EQ(times, 1) << key;
+
+  auto users = client_->Scan(0, "keep-12", 10000);
+  ASSERT_TRUE(users.ok()) << users.status();
+  EXPECT_EQ(users->keys.size(), 111u);  // keep-12, keep-120 .. keep-129, keep-1200 .. keep-1299.
+  EXPECT_EQ(users->cursor, 0u);
+  EXPECT_EQ(client_->Scan(0, "", 10001).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(ServerTest, BadInputIsRefusedAndNothingIsStored) {

@@ -22,6 +22,11 @@ enum class Op : uint8_t {
   kExpire,     // deadline_ms: the key's new TTL. NOT_FOUND if the key is absent.
   kPersist,    // The key's TTL goes. NOT_FOUND if the key is absent.
   kIncrement,  // number: the delta in, the new value out (also stored as decimal text).
+  // Runs on shard `target`, not the key's: the next keys in scan order (shard/scan.h) from
+  // position `version`, with prefix `key`, as records in `out`; whole home buckets, until
+  // `number` keys or a budget of buckets. Out: `version` is the position reached (every key
+  // before it is in `out`), and `number` is 1 if the shard has no more keys, else 0.
+  kScan,
 };
 
 // What must hold for a Put or Delete to happen.
@@ -46,6 +51,7 @@ struct Request {
   // Set by the origin.
   Op op = Op::kGet;
   Condition condition = Condition::kNone;
+  uint16_t target = 0;  // SCAN only: the shard to run on.
   std::string_view key;
   std::string_view value;  // PUT only.
   int64_t deadline_ms = 0;  // PUT, EXPIRE: wall-clock milliseconds since the Unix epoch.
@@ -63,7 +69,7 @@ struct Request {
 
   // Set by the owning shard.
   Result result = Result::kPending;
-  std::string out;  // GET's value. Reused across uses of a pooled request.
+  std::string out;  // GET's value; SCAN's records. Reused across uses of a pooled request.
 };
 
 }  // namespace ringkv

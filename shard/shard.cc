@@ -1,7 +1,11 @@
 #include "shard/shard.h"
 
+#include <algorithm>
+#include <bit>
 #include <charconv>
 #include <limits>
+#include <utility>
+#include <vector>
 
 namespace ringkv {
 namespace {
@@ -138,6 +142,7 @@ void Shard::Increment(const HashedKey& key, Entry* e, Request& r) {
 
 void Shard::Execute(Request& r, int64_t now_ms) {
   const HashedKey key{r.key, r.hash};
+  if (r.op == Op::kScan) return Scan(r, now_ms);
   if (r.op == Op::kGet) {
     const Entry* e = Live(key, now_ms);
     if (e == nullptr) {
@@ -154,6 +159,7 @@ void Shard::Execute(Request& r, int64_t now_ms) {
   Entry* e = LiveForWrite(key, now_ms);
   switch (r.op) {
     case Op::kGet:
+    case Op::kScan:
       break;  // Above.
     case Op::kPut:
       if (!ConditionHolds(r, e)) return;
@@ -194,6 +200,44 @@ void Shard::Execute(Request& r, int64_t now_ms) {
       Increment(key, e, r);
       return;
   }
+}
+
+void Shard::Scan(Request& r, int64_t now_ms) const {
+  // Buckets one page may visit: enough to find `limit` keys in a table at the usual loads,
+  // few enough (each a likely cache miss) to keep the shard's other requests waiting at most
+  // about a millisecond when the prefix matches nothing.
+  const size_t limit = static_cast<size_t>(r.number);
+  const size_t budget = std::clamp<size_t>(4 * limit, 256, 16384);
+  const std::string_view prefix = r.key;
+  const int bits = std::countr_zero(table_.capacity());  // Bucket bits: 2^bits buckets.
+  const uint64_t buckets = table_.capacity();
+  uint64_t p = r.version >> (64 - bits);  // The bucket, in scan order, the cursor is in.
+  size_t found = 0;
+  std::vector<std::pair<uint64_t, const Entry*>> run;
+  r.out.clear();
+  for (size_t visited = 0; p < buckets && found < limit && visited < budget; ++p, ++visited) {
+    const size_t bucket = static_cast<size_t>(ReverseBits(p) >> (64 - bits));
+    size_t count;
+    size_t slot = table_.BucketRun(bucket, &count);
+    run.clear();
+    for (size_t i = 0; i < count; ++i, slot = (slot + 1) & table_.mask()) {
+      const Entry& e = table_.slot(slot);
+      const uint64_t position = ScanPosition(internal::Table::HashOf(e));
+      if (position < r.version) continue;  // Before the cursor (its first bucket only).
+      if (e.has_aux() && static_cast<int64_t>(internal::Table::Aux(e)) <= now_ms) continue;
+      if (!internal::Table::KeyOf(e).starts_with(prefix)) continue;
+      run.emplace_back(position, &e);
+    }
+    std::sort(run.begin(), run.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [position, e] : run) {
+      AppendScanRecord(&r.out, position, internal::Table::KeyOf(*e));
+    }
+    found += run.size();
+  }
+  r.number = p == buckets ? 1 : 0;
+  r.version = p == buckets ? 0 : p << (64 - bits);
+  r.result = Result::kOk;
 }
 
 size_t Shard::ExpireDue(int64_t now_ms, size_t budget) {

@@ -16,6 +16,9 @@
 //     so their memory is given back even if nobody asks for them again.
 //   - Counters: Increment parses the value as a decimal int64 (a missing key is 0), adds, and
 //     stores the sum as decimal text, keeping the key's TTL.
+//   - Scan: the shard's keys in scan order (shard/scan.h), one home bucket at a time, from a
+//     position on; a table that grows or shrinks between two pages changes nothing for the
+//     cursor.
 //
 // Lookups take a HashedKey, the key with its Router::Hash already computed, so the table reuses
 // that hash instead of hashing the key again. Prefetch() starts the DRAM fetch of a key's home
@@ -37,6 +40,7 @@
 #include "shard/internal/table.h"
 #include "shard/request.h"
 #include "shard/router.h"
+#include "shard/scan.h"
 
 namespace ringkv {
 
@@ -55,7 +59,9 @@ class Shard {
   // outputs. `now_ms` matters only for keys with a TTL (has_ttls()).
   void Execute(Request& request, int64_t now_ms);
   // Whether Execute would only read: a GET. Readers may share the shard (the lock engine).
-  static bool ReadsOnly(const Request& request) { return request.op == Op::kGet; }
+  static bool ReadsOnly(const Request& request) {
+    return request.op == Op::kGet || request.op == Op::kScan;
+  }
   // A key's value as a GET at `now_ms` would return it, for inspection (tests, tools).
   bool Peek(const HashedKey& key, int64_t now_ms, std::string* value) const;
 
@@ -88,6 +94,7 @@ class Shard {
   // False (and the request failed with the key's version) unless the request's condition holds.
   bool ConditionHolds(Request& request, const Entry* e) const;
   void Increment(const HashedKey& key, Entry* e, Request& request);
+  void Scan(Request& request, int64_t now_ms) const;
 
   // (deadline, key), ordered by deadline; finds by (deadline, string_view) without a copy.
   struct ByDeadline {

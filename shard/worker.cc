@@ -88,7 +88,7 @@ void Worker::Admit(Request** batch, size_t n, RequestSource& source) {
   for (size_t i = 0; i < n; ++i) {
     Request* r = batch[i];
     r->hash = Router::Hash(r->key);
-    r->owner = static_cast<uint16_t>(router_.ShardOf(r->hash));
+    r->owner = r->op == Op::kScan ? r->target : static_cast<uint16_t>(router_.ShardOf(r->hash));
     r->origin = id_;
     r->result = Result::kPending;
   }

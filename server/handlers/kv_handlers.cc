@@ -1,5 +1,5 @@
-// ringkv.v1.KV's handlers. Unary methods (Get, Put, Delete, MultiGet, MultiPut, Stats) check
-// their input, submit one Request per key, and Finish once all are back. Stream keeps up to
+// ringkv.v1.KV's handlers. Unary methods check their input, submit one Request per key (Scan:
+// one per shard), and Finish once all are back. Stream keeps up to
 // kMaxStreamInFlight operations in flight and coalesces the results that pile up while a Write
 // is outstanding into the next message (BidiHandler does the reading and writing).
 #include <deque>
@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "ringkv/v1/kv.pb.h"
 #include "server/handlers/internal/bidi_handler.h"
 #include "server/handlers/internal/factories.h"
 #include "server/handlers/internal/kv_ops.h"
 #include "server/server.h"
 #include "server/shard_loop.h"
+#include "shard/scan.h"
 
 namespace ringkv::internal {
 namespace {
@@ -220,6 +222,54 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
   }
 };
 
+// Scan: one Request per shard, all from the page's cursor; the page is what they all covered
+// (MergeScanPages).
+class ScanHandler : public UnaryHandler<pb::ScanRequest, pb::ScanResponse> {
+ public:
+  using UnaryHandler::UnaryHandler;
+  void Start() override {
+    limit_ = request_.limit() == 0 ? kDefaultScanLimit : request_.limit();
+    if (limit_ > kMaxScanLimit) {
+      return Reply(absl::InvalidArgumentError(absl::StrCat("limit is ", limit_,
+                                                           "; it must be 1 .. ", kMaxScanLimit,
+                                                           ", or 0 for ", kDefaultScanLimit)));
+    }
+    const std::string& prefix = request_.prefix();
+    if (prefix.size() > LimitsOf(loop_).max_key_bytes) {
+      return Reply(absl::InvalidArgumentError(
+          absl::StrCat("prefix is ", prefix.size(),
+                       " bytes; the limit is --max-key-bytes=", LimitsOf(loop_).max_key_bytes)));
+    }
+    parts_.resize(loop_.server().options().threads);
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      Request& op = parts_[i];
+      op.op = Op::kScan;
+      op.target = static_cast<uint16_t>(i);
+      op.key = prefix;
+      op.version = request_.cursor();
+      op.number = limit_;
+    }
+    for (Request& op : parts_) SubmitCounted(op);
+  }
+  void Take(Request&) override {}
+  absl::Status Result() override {
+    std::vector<ShardScanPart> parts;
+    for (const Request& op : parts_) parts.push_back({op.out, op.number == 1, op.version});
+    std::vector<std::string_view> keys;
+    response_.set_cursor(MergeScanPages(parts, limit_, kScanPageBytes, &keys));
+    for (std::string_view key : keys) response_.add_keys(std::string(key));
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr uint32_t kDefaultScanLimit = 100;
+  static constexpr uint32_t kMaxScanLimit = 10000;
+  static constexpr size_t kScanPageBytes = size_t{1} << 20;
+
+  uint32_t limit_ = 0;
+  std::vector<Request> parts_;
+};
+
 class StatsHandler : public UnaryHandler<pb::StatsRequest, pb::StatsResponse> {
  public:
   using UnaryHandler::UnaryHandler;
@@ -374,6 +424,9 @@ std::unique_ptr<Handler> MakePersistHandler(ShardLoop& loop, CallSink& sink) {
 }
 std::unique_ptr<Handler> MakeIncrementHandler(ShardLoop& loop, CallSink& sink) {
   return std::make_unique<IncrementHandler>(loop, sink);
+}
+std::unique_ptr<Handler> MakeScanHandler(ShardLoop& loop, CallSink& sink) {
+  return std::make_unique<ScanHandler>(loop, sink);
 }
 
 }  // namespace ringkv::internal

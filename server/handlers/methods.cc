@@ -11,16 +11,17 @@ namespace {
 
 using internal::MakeDeleteHandler;
 using internal::MakeExpireHandler;
-using internal::MakeIncrementHandler;
 using internal::MakeGetHandler;
 using internal::MakeHealthCheckHandler;
 using internal::MakeHealthWatchHandler;
+using internal::MakeIncrementHandler;
 using internal::MakeMultiGetHandler;
 using internal::MakeMultiPutHandler;
 using internal::MakePersistHandler;
 using internal::MakePutHandler;
 using internal::MakeReflectionV1alphaHandler;
 using internal::MakeReflectionV1Handler;
+using internal::MakeScanHandler;
 using internal::MakeStatsHandler;
 using internal::MakeStreamHandler;
 
@@ -38,8 +39,8 @@ const std::array<Method, kMethodCount> kMethods = {{
     {MethodId::kStats, "/ringkv.v1.KV/Stats", kUnary, false, true, MakeStatsHandler},
     {MethodId::kExpire, "/ringkv.v1.KV/Expire", kUnary, false, true, MakeExpireHandler},
     {MethodId::kPersist, "/ringkv.v1.KV/Persist", kUnary, false, true, MakePersistHandler},
-    {MethodId::kIncrement, "/ringkv.v1.KV/Increment", kUnary, false, true,
-     MakeIncrementHandler},
+    {MethodId::kIncrement, "/ringkv.v1.KV/Increment", kUnary, false, true, MakeIncrementHandler},
+    {MethodId::kScan, "/ringkv.v1.KV/Scan", kUnary, false, true, MakeScanHandler},
     {MethodId::kHealthCheck, "/grpc.health.v1.Health/Check", kUnary, true, true,
      MakeHealthCheckHandler},
     {MethodId::kHealthWatch, "/grpc.health.v1.Health/Watch", MethodKind::kServerStreaming, true,

@@ -32,6 +32,7 @@ enum class MethodId {
   kExpire,
   kPersist,
   kIncrement,
+  kScan,
   kHealthCheck,
   kHealthWatch,
   kReflectionV1alpha,

@@ -69,6 +69,26 @@ uint64_t Table::HashOf(const Entry& e) {
   return e.on_heap() ? HeapHash(e) : Router::Hash(KeyOf(e));
 }
 
+size_t Table::BucketRun(size_t bucket, size_t* count) const {
+  // From the home slot on, Robin Hood order puts entries displaced from earlier buckets first
+  // (farther from home than this slot is from `bucket`), then the bucket's own (exactly as
+  // far), then later buckets' (nearer).
+  size_t i = bucket;
+  for (size_t off = 0;; ++off, i = (i + 1) & mask_) {
+    const Entry& e = slots_[i];
+    if (!e.full() || size_t{e.dist} - 1 <= off) break;
+  }
+  const size_t first = i;
+  size_t n = 0;
+  for (size_t off = (first - bucket) & mask_;; ++off, i = (i + 1) & mask_) {
+    const Entry& e = slots_[i];
+    if (!e.full() || size_t{e.dist} - 1 != off) break;
+    ++n;
+  }
+  *count = n;
+  return first;
+}
+
 bool Table::Matches(const Entry& e, std::string_view key, uint64_t hash) {
   if (!e.on_heap()) {
     return e.key_len == key.size() && std::memcmp(e.data, key.data(), key.size()) == 0;

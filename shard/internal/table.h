@@ -5,8 +5,8 @@
 //   - an entry carries a version and flags beside its key and value in the same 48 bytes
 //     (a report-style 29-byte key and 8-byte value still need no allocation);
 //   - Robin Hood placement keeps the entries of one home bucket together and in bucket order,
-//     so a scan can walk home buckets in Redis's reverse-binary order and survive growth, and
-//     eviction can sample entries by index;
+//     so a scan can visit home buckets one at a time in reverse-binary order, which survives
+//     growth (Shard::Scan), and eviction can sample entries by index;
 //   - a probe reads entries only: at the loads the shards run at, a lookup is one DRAM miss,
 //     where SwissTable reads its control bytes and then, dependent on them, the slot.
 //
@@ -118,6 +118,11 @@ class Table {
   Entry& slot(size_t i) const { return slots_[i]; }
   size_t HomeOf(size_t i) const { return (i - (slots_[i].dist - 1)) & mask_; }
   size_t mask() const { return mask_; }
+  // The entries whose home bucket is `bucket`: the slots first, first + 1, ... (mod capacity),
+  // *count of them (Robin Hood keeps them together).
+  size_t BucketRun(size_t bucket, size_t* count) const;
+  // A full entry's key hash (kept in heap entries, computed for inline ones).
+  static uint64_t HashOf(const Entry& e);
 
  private:
   static constexpr uint8_t kHeap = 0xff;
@@ -152,7 +157,6 @@ class Table {
   }
   // Makes `e` a heap entry whose block is `block` (key then value).
   static void SetHeap(Entry* e, char* block, size_t key_len, size_t value_len, uint64_t hash);
-  static uint64_t HashOf(const Entry& e);
   static bool Matches(const Entry& e, std::string_view key, uint64_t hash);
 
   // Puts *carry (a full entry; dist is set here) into `slots`, moving on the entries nearer
