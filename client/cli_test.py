@@ -167,8 +167,20 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         for flag in (b"--listen", b"--transport", b"--threads", b"--ring", b"--engine",
                      b"--max_key_bytes", b"--max_value_bytes", b"--max_connections",
-                     b"--max_concurrent_streams", b"--poll_mode", b"--log_level"):
+                     b"--max_concurrent_streams", b"--poll_mode", b"--log_level", b"--max_memory",
+                     b"--eviction"):
             self.assertIn(flag, r.stdout)
+
+    def test_a_full_max_memory_exits_3_with_the_servers_message(self):
+        server = RingkvServer(SERVER, "--threads=1", "--max-memory=1MiB", *SERVER_FLAGS)
+        self.addCleanup(server.stop)
+        r = self.cli("put", "big", "-", stdin=b"x" * (2 << 20), addr=server.address)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn(b"--max-memory", r.stderr)
+        self.assertEqual(self.cli("get", "big", addr=server.address).returncode, 1)
+        self.assertEqual(self.cli("put", "small", "v", addr=server.address).returncode, 0)
+        r = self.cli("stats", addr=server.address)
+        self.assertIn(b"max memory: 1.0 MiB, eviction noeviction", r.stdout)
 
     def test_unreachable_server_exits_3_and_names_the_address(self):
         addr = f"127.0.0.1:{free_port()}"

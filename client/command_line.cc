@@ -10,6 +10,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 
 namespace ringkv {
 namespace {
@@ -52,6 +54,30 @@ bool IsNegativeNumber(std::string_view arg) {
 }
 
 }  // namespace
+
+std::optional<uint64_t> ParseByteSize(std::string_view text) {
+  size_t digits = 0;
+  while (digits < text.size() &&
+         ((text[digits] >= '0' && text[digits] <= '9') || text[digits] == '.')) {
+    ++digits;
+  }
+  double number;
+  if (digits == 0 || !absl::SimpleAtod(std::string(text.substr(0, digits)), &number)) {
+    return std::nullopt;
+  }
+  const std::string unit = absl::AsciiStrToLower(std::string(text.substr(digits)));
+  double scale = 0;
+  const std::pair<const char*, double> units[] = {
+      {"", 1},       {"b", 1},        {"kb", 1e3},     {"mb", 1e6},      {"gb", 1e9},
+      {"tb", 1e12},  {"k", 1024.0},   {"kib", 1024.0}, {"m", 1048576.0}, {"mib", 1048576.0},
+      {"g", 0x1p30}, {"gib", 0x1p30}, {"t", 0x1p40},   {"tib", 0x1p40}};
+  for (const auto& [name, factor] : units) {
+    if (unit == name) scale = factor;
+  }
+  const double bytes = number * scale;
+  if (scale == 0 || !(bytes < 0x1p63)) return std::nullopt;
+  return static_cast<uint64_t>(bytes);
+}
 
 void ExitUsageError(const char* argv0, const std::string& message) {
   std::string name = argv0;

@@ -10,7 +10,10 @@
 #ifndef RINGKV_CLIENT_COMMAND_LINE_H_
 #define RINGKV_CLIENT_COMMAND_LINE_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ringkv {
@@ -20,6 +23,12 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv);
 // For a usage error found after parsing (a flag value out of range): prints
 // "<program>: <message> (see --help)" on stderr, as the parser does, and exits with status 2.
 [[noreturn]] void ExitUsageError(const char* argv0, const std::string& message);
+
+// A size in bytes: a number, optionally with a unit, case-insensitive: plain bytes ("1048576"
+// or "512B"), KB/MB/GB/TB (powers of 1000), KiB/MiB/GiB/TiB or K/M/G/T (powers of 1024).
+// "1.5GiB" works; the result is rounded down to whole bytes. Nullopt if it does not parse or
+// is past 2^63.
+std::optional<uint64_t> ParseByteSize(std::string_view text);
 
 }  // namespace ringkv
 

@@ -22,8 +22,9 @@
 // "1.5h". With --json the output is one JSON document on stdout.
 //
 // Exit status: 0 ok, 1 not found (any key, for mget), 2 usage error (or input the server
-// refused as invalid), 3 server or connection error, 4 a condition failed (nothing was
-// written). Errors are one line on stderr.
+// refused as invalid), 3 server or connection error (a full --max-memory among them, with the
+// server's message), 4 a condition failed (nothing was written); for mget and mput, that of
+// the first item that failed. Errors are one line on stderr.
 #include <unistd.h>
 
 #include <cstdio>
@@ -76,19 +77,40 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
-int FailStatus(const absl::Status& status, std::string_view key = {}) {
+// The exit status for a failed call (or batch item).
+int ExitCodeOf(const absl::Status& status) {
   switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return kOk;
     case absl::StatusCode::kNotFound:
-      return Fail(kNotFound, key.empty() ? std::string(status.message())
-                                         : absl::StrCat("key not found: ", std::string(key)));
+      return kNotFound;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
-      return Fail(kUsage, std::string(status.message()));
+      return kUsage;
     case absl::StatusCode::kFailedPrecondition:
-      return Fail(kConditionFailed, std::string(status.message()));
-    default:
-      return Fail(kServerError, std::string(status.message()));
+      return kConditionFailed;
+    default:  // RESOURCE_EXHAUSTED (--max-memory) and the server's or the network's errors.
+      return kServerError;
   }
+}
+
+// A batch's exit status: that of its first item that failed otherwise than NOT_FOUND, else 1 if
+// any was not found, else 0.
+int BatchExitCode(const std::vector<Client::Item>& items) {
+  int rc = kOk;
+  for (const Client::Item& item : items) {
+    const int code = ExitCodeOf(item.status);
+    if (code != kOk && code != kNotFound) return code;
+    if (code == kNotFound) rc = kNotFound;
+  }
+  return rc;
+}
+
+int FailStatus(const absl::Status& status, std::string_view key = {}) {
+  if (status.code() == absl::StatusCode::kNotFound && !key.empty()) {
+    return Fail(kNotFound, absl::StrCat("key not found: ", std::string(key)));
+  }
+  return Fail(ExitCodeOf(status), std::string(status.message()));
 }
 
 // A JSON string of arbitrary bytes: printable ASCII as is, anything else as \u00XX (each byte
@@ -225,13 +247,10 @@ int Incr(Invocation& in) {
 int Mget(Invocation& in) {
   auto items = in.client.MultiGet(in.operands);
   if (!items.ok()) return FailStatus(items.status());
-  int rc = kOk;
   std::string out = in.json ? "[" : "";
   for (size_t i = 0; i < items->size(); ++i) {
     const Client::Item& item = (*items)[i];
     const std::string& key = in.operands[i];
-    if (item.status.code() == absl::StatusCode::kNotFound) rc = std::max(rc, kNotFound);
-    if (!item.status.ok() && item.status.code() != absl::StatusCode::kNotFound) rc = kUsage;
     if (in.json) {
       absl::StrAppend(
           &out, i ? "," : "", "{\"key\":", JsonString(key),
@@ -250,7 +269,7 @@ int Mget(Invocation& in) {
   }
   if (in.json) out += "]\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
-  return rc;
+  return BatchExitCode(*items);
 }
 
 int Mput(Invocation& in) {
@@ -264,16 +283,10 @@ int Mput(Invocation& in) {
   }
   auto items = in.client.MultiPut(pairs, in.put);
   if (!items.ok()) return FailStatus(items.status());
-  int rc = kOk;
   std::string out = in.json ? "[" : "";
   for (size_t i = 0; i < items->size(); ++i) {
     const Client::Item& item = (*items)[i];
     const absl::Status& s = item.status;
-    if (s.code() == absl::StatusCode::kFailedPrecondition) {
-      rc = std::max(rc, kConditionFailed);
-    } else if (!s.ok()) {
-      rc = rc == kConditionFailed ? rc : kUsage;
-    }
     if (in.json) {
       absl::StrAppend(&out, i ? "," : "", "{\"key\":", JsonString(pairs[i].first),
                       s.ok() ? absl::StrCat(",\"ok\":true,\"version\":", item.version)
@@ -287,7 +300,7 @@ int Mput(Invocation& in) {
   }
   if (in.json) out += "]\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
-  return rc;
+  return BatchExitCode(*items);
 }
 
 int Scan(Invocation& in) {
@@ -341,12 +354,23 @@ int Stats(Invocation& in) {
               stats->ring().empty() ? "" : (" (" + stats->ring() + " rings)").c_str(),
               stats->uptime_seconds(), stats->memory_allocated_bytes() / 1048576.0,
               stats->memory_resident_bytes() / 1048576.0);
-  std::printf("%-6s %12s %14s %12s %12s %14s %12s %12s %10s\n", "shard", "keys", "payload_bytes",
-              "ttl_keys", "expired", "ops", "ring_sent", "ring_recv", "full_waits");
+  if (stats->max_memory_bytes() == 0) {
+    std::printf("max memory: none\n");
+  } else {
+    std::printf("max memory: %.1f MiB, eviction %s\n", stats->max_memory_bytes() / 1048576.0,
+                stats->eviction().c_str());
+  }
+  std::printf("%-6s %12s %14s %11s %10s %12s %12s %12s %14s %12s %12s %10s\n", "shard", "keys",
+              "payload_bytes", "memory_MiB", "limit_MiB", "ttl_keys", "expired", "evicted", "ops",
+              "ring_sent", "ring_recv", "full_waits");
   for (const auto& s : stats->shards()) {
-    std::printf("%-6u %12lu %14lu %12lu %12lu %14lu %12lu %12lu %10lu\n", s.shard(), s.keys(),
-                s.payload_bytes(), s.ttl_keys(), s.expired(), s.ops(), s.ring_sent(),
-                s.ring_received(), s.ring_full_waits());
+    const std::string limit = s.memory_limit_bytes() == 0
+                                  ? std::string("-")
+                                  : absl::StrFormat("%.1f", s.memory_limit_bytes() / 1048576.0);
+    std::printf("%-6u %12lu %14lu %11.1f %10s %12lu %12lu %12lu %14lu %12lu %12lu %10lu\n",
+                s.shard(), s.keys(), s.payload_bytes(), s.memory_bytes() / 1048576.0, limit.c_str(),
+                s.ttl_keys(), s.expired(), s.evicted(), s.ops(), s.ring_sent(), s.ring_received(),
+                s.ring_full_waits());
   }
   std::printf("in rings now: %lu\n", stats->ring_in_flight());
   return kOk;

@@ -6,8 +6,9 @@
 
 #include <algorithm>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -51,6 +52,14 @@ ABSL_FLAG(bool, poll_mode, false,
           "keeps a core busy)");
 ABSL_FLAG(double, shutdown_grace, 4.0,
           "seconds the calls in flight get to finish on SIGTERM/SIGINT before they are cancelled");
+ABSL_FLAG(std::string, max_memory, "0",
+          "most memory the data may take (keys, values, tables, TTL index; the process adds "
+          "its base and connection buffers), as bytes or with a unit: 512MiB, 2GB, 1.5G; each "
+          "shard gets an equal share. 0: no limit");
+ABSL_FLAG(std::string, eviction, "noeviction",
+          "what a write that needs memory past --max-memory does: noeviction (it fails with "
+          "RESOURCE_EXHAUSTED), allkeys-lru (evict keys not used lately), volatile-ttl (evict "
+          "the keys with a TTL that expire soonest), allkeys-random");
 ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
 
 // LeakSanitizer's entry point, present only in sanitizer builds.
@@ -58,6 +67,9 @@ extern "C" void __lsan_do_leak_check() __attribute__((weak));
 
 namespace ringkv {
 namespace {
+
+// The smallest share of --max-memory a shard may have: room for a table of 16k slots.
+constexpr uint64_t kMinMemoryPerShard = uint64_t{1} << 20;
 
 bool ParseLogLevel(std::string_view text, LogLevel* level) {
   if (text == "error") *level = LogLevel::kError;
@@ -170,6 +182,29 @@ int Main(int argc, char** argv) {
     ExitUsageError(argv[0], "--shutdown-grace must be 0 .. 3600 seconds");
   }
   options.shutdown_grace = absl::Seconds(grace);
+  const std::string max_memory = absl::GetFlag(FLAGS_max_memory);
+  const std::optional<uint64_t> memory_bytes = ParseByteSize(max_memory);
+  if (!memory_bytes) {
+    ExitUsageError(argv[0],
+                   "--max-memory must be bytes or a size with a unit (512MiB, 2GB), "
+                   "got '" +
+                       max_memory + "'");
+  }
+  if (*memory_bytes != 0 && *memory_bytes < kMinMemoryPerShard * options.threads) {
+    ExitUsageError(argv[0], absl::StrCat("--max-memory must be 0 (no limit) or at least 1MiB "
+                                         "per worker (--threads=",
+                                         options.threads, "), got '", max_memory, "'"));
+  }
+  options.memory.bytes = *memory_bytes;
+  const std::string eviction = absl::GetFlag(FLAGS_eviction);
+  const std::optional<Eviction> policy = ParseEviction(eviction);
+  if (!policy) {
+    ExitUsageError(argv[0],
+                   "--eviction must be noeviction, allkeys-lru, volatile-ttl or "
+                   "allkeys-random, got '" +
+                       eviction + "'");
+  }
+  options.memory.eviction = *policy;
 
   // Every thread, gRPC's included, inherits this mask, so the signals reach sigwait below only.
   sigset_t stop_signals;
@@ -200,10 +235,13 @@ int Main(int argc, char** argv) {
     return usage ? 2 : 1;
   }
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  Log(LogLevel::kInfo, "listening on %s:%d (%s transport, %u worker%s, %s engine%s, %s)", host,
+  Log(LogLevel::kInfo, "listening on %s:%d (%s transport, %u worker%s, %s engine%s, %s, %s)", host,
       (*server)->port(), transport, options.threads, options.threads == 1 ? "" : "s", engine,
       options.lock_engine ? "" : ", " + ring + " rings",
-      options.poll_mode ? "poll mode" : absl::StrCat("spin ", spin_us, " us, then park"));
+      options.poll_mode ? "poll mode" : absl::StrCat("spin ", spin_us, " us, then park"),
+      options.memory.bytes == 0
+          ? std::string("no memory limit")
+          : absl::StrCat("--max-memory=", options.memory.bytes, " bytes, ", eviction));
 
   int signal = 0;
   sigwait(&stop_signals, &signal);

@@ -48,15 +48,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   }
   std::unique_ptr<Server> server(new Server(options));
   const uint32_t n = options.threads;
+  const MemoryLimit share = {options.memory.bytes / n, options.memory.eviction};
   if (options.lock_engine) {
-    server->lock_engine_ = std::make_unique<LockEngine>(n, /*reserve_per_map=*/0,
-                                                       LockEngine::kDefaultKeyLocks, options.clock);
+    server->lock_engine_ = std::make_unique<LockEngine>(
+        n, /*reserve_per_map=*/0, LockEngine::kDefaultKeyLocks, options.clock, share);
   } else {
     auto engine = RingEngine::Create({.workers = n,
                                       .ring = options.ring,
                                       .ring_capacity = options.ring_capacity,
                                       .waker = server.get(),
-                                      .clock = options.clock});
+                                      .clock = options.clock,
+                                      .memory = share});
     if (!engine.ok()) return engine.status();
     server->ring_engine_ = std::move(*engine);
   }
@@ -125,6 +127,7 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
   for (uint32_t i = 0; i < n; ++i) {
     ringkv::v1::ShardStats* shard = stats->add_shards();
     shard->set_shard(i);
+    shard->set_memory_limit_bytes(options_.memory.bytes / n);
     if (ring_engine_) {
       const WorkerCounters& c = ring_engine_->counters(i);
       shard->set_keys(WorkerCounters::Read(c.keys));
@@ -135,6 +138,9 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
       shard->set_ring_full_waits(WorkerCounters::Read(c.full_waits));
       shard->set_ttl_keys(WorkerCounters::Read(c.ttl_keys));
       shard->set_expired(WorkerCounters::Read(c.expired));
+      shard->set_memory_bytes(WorkerCounters::Read(c.memory_bytes));
+      shard->set_evicted(WorkerCounters::Read(c.evicted));
+      shard->set_table_bytes(WorkerCounters::Read(c.table_bytes));
       sent += shard->ring_sent();
       received += shard->ring_received();
     } else {
@@ -143,6 +149,9 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
       shard->set_payload_bytes(map.payload_bytes);
       shard->set_ttl_keys(map.ttl_keys);
       shard->set_expired(map.expired);
+      shard->set_memory_bytes(map.memory_bytes);
+      shard->set_evicted(map.evicted);
+      shard->set_table_bytes(map.table_bytes);
       shard->set_ops(loops_[i]->lock_ops());
     }
   }
@@ -157,6 +166,8 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
   stats->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   stats->set_engine(options_.lock_engine ? "lock" : "ring");
   stats->set_ring(options_.lock_engine ? "" : (IsMultiProducer(options_.ring) ? "mpsc" : "spsc"));
+  stats->set_max_memory_bytes(options_.memory.bytes);
+  stats->set_eviction(std::string(EvictionName(options_.memory.eviction)));
 }
 
 }  // namespace ringkv

@@ -38,6 +38,7 @@
 #include "shard/clock.h"
 #include "shard/engine.h"
 #include "shard/lock_engine.h"
+#include "shard/memory.h"
 
 namespace ringkv {
 
@@ -60,6 +61,8 @@ struct ServerOptions {
   uint32_t max_connections = 10000;
   // Calls in flight per connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS).
   uint32_t max_concurrent_streams = 100;
+  // --max-memory (0: none) and --eviction; each shard gets an equal share of the bytes.
+  MemoryLimit memory;
   // What TTL deadlines are compared with (wall-clock ms); tests may set a clock of their own.
   Clock clock = SystemClockMs;
 };

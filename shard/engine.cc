@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<RingEngine>> RingEngine::Create(const EngineOptio
     engine->workers_.push_back(std::make_unique<Worker>(
         static_cast<uint16_t>(id), engine->router_, options.burst, options.reserve_per_shard,
         options.profile, std::move(outbound), std::move(inbound), engine->counters_[id],
-        options.waker, options.clock));
+        options.waker, options.clock, options.memory));
   }
   return engine;
 }

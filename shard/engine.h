@@ -43,6 +43,7 @@ struct EngineOptions {
   bool profile = false;           // RDTSCP cycle accounting in WorkerCounters.
   WorkerWaker* waker = nullptr;   // Wakes parked workers (the daemon); outlives the engine.
   Clock clock = SystemClockMs;    // What TTL deadlines are compared with.
+  MemoryLimit memory = {};        // Each shard's.
 };
 
 class RingEngine {

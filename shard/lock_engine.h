@@ -30,8 +30,9 @@ class LockEngine {
  public:
   static constexpr size_t kDefaultKeyLocks = 100'000;
 
+  // `limit` applies to each map.
   LockEngine(uint32_t maps, size_t reserve_per_map, size_t key_locks = kDefaultKeyLocks,
-             Clock clock = SystemClockMs);
+             Clock clock = SystemClockMs, MemoryLimit limit = {});
 
   // Hashes the key, runs the request on its map under the locks, sets r.result.
   void Execute(Request& r);
@@ -47,6 +48,9 @@ class LockEngine {
     uint64_t payload_bytes = 0;
     uint64_t ttl_keys = 0;
     uint64_t expired = 0;
+    uint64_t memory_bytes = 0;
+    uint64_t evicted = 0;
+    uint64_t table_bytes = 0;
   };
   MapStats Stats(uint32_t i) const;
   const Router& router() const { return router_; }
@@ -54,7 +58,7 @@ class LockEngine {
  private:
   // One map and its lock on cache lines of their own, so two maps' locks never share a line.
   struct alignas(64) LockedShard {
-    explicit LockedShard(size_t reserve) : shard(reserve) {}
+    LockedShard(size_t reserve, MemoryLimit limit) : shard(reserve, limit) {}
     mutable std::shared_mutex mu;
     Shard shard ABSL_GUARDED_BY(mu);
   };

@@ -45,6 +45,9 @@ enum class Result : uint8_t {
   kConditionFailed,  // The condition did not hold; `version` is the key's (0: absent).
   kNotInteger,       // INCREMENT of a value that is not a decimal 64-bit integer.
   kOverflow,         // INCREMENT past the 64-bit range.
+  kNoMemory,         // A write that needs memory the shard may not take (shard/memory.h);
+                     // `number` is the shard's memory in use, `version` its limit, and
+                     // `deadline_ms` the bytes the write needed.
 };
 
 struct Request {

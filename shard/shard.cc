@@ -12,8 +12,10 @@ namespace {
 
 using internal::Table;
 
-// Entry::meta: the version in the low 56 bits; the table's kHasAux bit on top is left alone.
+// Entry::meta: the version in the low 56 bits; bit 62 the referenced bit of allkeys-lru's CLOCK
+// sweep; the table's kHasAux bit on top is left alone.
 constexpr uint64_t kVersionMask = (uint64_t{1} << 56) - 1;
+constexpr uint64_t kReferenced = uint64_t{1} << 62;
 
 uint64_t VersionOf(const Table::Entry& e) { return e.meta & kVersionMask; }
 
@@ -71,7 +73,7 @@ Shard::Entry* Shard::Write(const HashedKey& key, Entry* e, std::string_view valu
   }
   payload_bytes_ += value.size();
   table_.SetValue(e, value, key.hash);
-  e->meta = (e->meta & ~kVersionMask) | (++revision_ & kVersionMask);
+  e->meta = (e->meta & ~kVersionMask) | (++revision_ & kVersionMask) | kReferenced;
   return e;
 }
 
@@ -86,7 +88,8 @@ void Shard::SetDeadline(const HashedKey& key, Entry* e, int64_t deadline_ms) {
     const int64_t old = static_cast<int64_t>(Table::Aux(*e));
     if (old == deadline_ms) return;
     by_deadline_.erase(std::pair<int64_t, std::string_view>(old, key.bytes));
-  }
+  } else
+    ttl_index_bytes_ += TtlIndexBytes(key.bytes.size());
   table_.SetAux(e, static_cast<uint64_t>(deadline_ms), key.hash);
   by_deadline_.emplace(deadline_ms, std::string(key.bytes));
 }
@@ -95,6 +98,7 @@ void Shard::ClearDeadline(const HashedKey& key, Entry* e) {
   if (!e->has_aux()) return;
   by_deadline_.erase(
       std::pair<int64_t, std::string_view>(static_cast<int64_t>(Table::Aux(*e)), key.bytes));
+  ttl_index_bytes_ -= TtlIndexBytes(key.bytes.size());
   Table::ClearAux(e);
 }
 
@@ -144,11 +148,12 @@ void Shard::Execute(Request& r, int64_t now_ms) {
   const HashedKey key{r.key, r.hash};
   if (r.op == Op::kScan) return Scan(r, now_ms);
   if (r.op == Op::kGet) {
-    const Entry* e = Live(key, now_ms);
+    Entry* e = Live(key, now_ms);
     if (e == nullptr) {
       r.result = Result::kNotFound;
       return;
     }
+    if (track_access_ && (e->meta & kReferenced) == 0) e->meta |= kReferenced;
     const std::string_view value = Table::ValueOf(*e);
     r.out.assign(value.data(), value.size());
     r.version = VersionOf(*e);
@@ -157,6 +162,7 @@ void Shard::Execute(Request& r, int64_t now_ms) {
     return;
   }
   Entry* e = LiveForWrite(key, now_ms);
+  if (limit_.bytes != 0 && !MakeRoom(r, key, now_ms, &e)) return;
   switch (r.op) {
     case Op::kGet:
     case Op::kScan:
@@ -200,6 +206,113 @@ void Shard::Execute(Request& r, int64_t now_ms) {
       Increment(key, e, r);
       return;
   }
+}
+
+int64_t Shard::MemoryNeeded(const Request& r, const HashedKey& key, const Entry* e) const {
+  const int64_t old_block = e == nullptr ? 0 : static_cast<int64_t>(Table::BlockBytes(*e));
+  const int64_t growth = e == nullptr ? static_cast<int64_t>(table_.growth_bytes()) : 0;
+  const bool had_ttl = e != nullptr && e->has_aux();
+  const int64_t index = static_cast<int64_t>(TtlIndexBytes(key.bytes.size()));
+  switch (r.op) {
+    case Op::kPut: {
+      const bool ttl = r.deadline_ms > 0;
+      return growth +
+             static_cast<int64_t>(Table::BlockBytesFor(key.bytes.size(), r.value.size(), ttl)) -
+             old_block + (ttl && !had_ttl ? index : 0) - (!ttl && had_ttl ? index : 0);
+    }
+    case Op::kIncrement: {
+      constexpr size_t kLongestInt64 = 20;
+      return growth +
+             static_cast<int64_t>(Table::BlockBytesFor(key.bytes.size(), kLongestInt64, had_ttl)) -
+             old_block;
+    }
+    case Op::kExpire:
+      if (e == nullptr || had_ttl) return 0;
+      return index +
+             static_cast<int64_t>(
+                 Table::BlockBytesFor(key.bytes.size(), Table::ValueOf(*e).size(), true)) -
+             old_block;
+    default:  // Reads, deletes and Persist take no memory.
+      return 0;
+  }
+}
+
+bool Shard::MakeRoom(Request& r, const HashedKey& key, int64_t now_ms, Entry** e) {
+  int64_t need = MemoryNeeded(r, key, *e);
+  auto fits = [&] {
+    return need <= 0 || memory_bytes() + static_cast<uint64_t>(need) <= limit_.bytes;
+  };
+  if (fits()) return true;
+  // Keys whose TTL has passed go first, before any live key is evicted.
+  if (has_ttls() && ExpireDue(now_ms, kMaxExpireOnWrite) > 0) {
+    *e = table_.Find(key.bytes, key.hash);
+    need = MemoryNeeded(r, key, *e);
+  }
+  while (!fits()) {
+    const int64_t victim = PickVictim(key);
+    if (victim < 0) {
+      r.result = Result::kNoMemory;
+      r.number = static_cast<int64_t>(memory_bytes());
+      r.version = limit_.bytes;
+      r.deadline_ms = need;
+      return false;
+    }
+    Evict(static_cast<size_t>(victim));
+    // Erasing shifts entries, and fewer keys may spare the table a growth: look again.
+    *e = table_.Find(key.bytes, key.hash);
+    need = MemoryNeeded(r, key, *e);
+  }
+  return true;
+}
+
+int64_t Shard::PickVictim(const HashedKey& key) {
+  const size_t mask = table_.mask();
+  auto is_key = [&](const Entry& s) { return Table::KeyOf(s) == key.bytes; };
+  switch (limit_.eviction) {
+    case Eviction::kNoEviction:
+      return -1;
+    case Eviction::kAllKeysLru:
+      // CLOCK: a referenced key gets a second chance (its bit cleared); the first one found
+      // without the bit goes. Two sweeps clear every bit, so one is always found.
+      for (size_t step = 0; step <= 2 * (mask + 1); ++step) {
+        const size_t i = clock_hand_ & mask;
+        Entry& s = table_.slot(i);
+        clock_hand_ = i + 1;
+        if (!s.full() || is_key(s)) continue;
+        if (s.meta & kReferenced) {
+          s.meta &= ~kReferenced;
+          continue;
+        }
+        clock_hand_ = i;  // The entry after it shifts into slot i.
+        return static_cast<int64_t>(i);
+      }
+      return -1;
+    case Eviction::kAllKeysRandom: {
+      random_ ^= random_ << 13;
+      random_ ^= random_ >> 7;
+      random_ ^= random_ << 17;
+      for (size_t step = 0, i = random_ & mask; step <= mask; ++step, i = (i + 1) & mask) {
+        if (table_.slot(i).full() && !is_key(table_.slot(i))) return static_cast<int64_t>(i);
+      }
+      return -1;
+    }
+    case Eviction::kVolatileTtl:
+      for (const auto& [deadline, bytes] : by_deadline_) {
+        if (bytes == key.bytes) continue;
+        const Entry* s = table_.Find(bytes, Router::Hash(bytes));
+        return s - &table_.slot(0);
+      }
+      return -1;
+  }
+  return -1;
+}
+
+void Shard::Evict(size_t slot) {
+  Entry* e = &table_.slot(slot);
+  const HashedKey key{Table::KeyOf(*e), Table::HashOf(*e)};
+  // The key's bytes live in the entry (or its block), which Remove frees last.
+  Remove(key, e);
+  ++evicted_;
 }
 
 void Shard::Scan(Request& r, int64_t now_ms) const {
@@ -248,6 +361,7 @@ size_t Shard::ExpireDue(int64_t now_ms, size_t budget) {
     const HashedKey key{bytes, Router::Hash(bytes)};
     Entry* e = table_.Find(key.bytes, key.hash);
     Table::ClearAux(e);
+    ttl_index_bytes_ -= TtlIndexBytes(key.bytes.size());
     payload_bytes_ -= key.bytes.size() + Table::ValueOf(*e).size();
     table_.Erase(e);
     by_deadline_.erase(by_deadline_.begin());

@@ -16,6 +16,9 @@
 //     so their memory is given back even if nobody asks for them again.
 //   - Counters: Increment parses the value as a decimal int64 (a missing key is 0), adds, and
 //     stores the sum as decimal text, keeping the key's TTL.
+//   - Memory: with a MemoryLimit, a write that needs more memory than the shard has left first
+//     evicts keys as the policy says (shard/memory.h), and fails (kNoMemory) if it cannot
+//     make room. The key being written is never the one evicted.
 //   - Scan: the shard's keys in scan order (shard/scan.h), one home bucket at a time, from a
 //     position on; a table that grows or shrinks between two pages changes nothing for the
 //     cursor.
@@ -38,6 +41,7 @@
 
 #include "absl/container/btree_set.h"
 #include "shard/internal/table.h"
+#include "shard/memory.h"
 #include "shard/request.h"
 #include "shard/router.h"
 #include "shard/scan.h"
@@ -51,16 +55,18 @@ struct HashedKey {
 
 class Shard {
  public:
-  explicit Shard(size_t reserve = 0) : table_(reserve) {}
+  explicit Shard(size_t reserve = 0, MemoryLimit limit = {})
+      : limit_(limit), track_access_(limit.eviction == Eviction::kAllKeysLru), table_(reserve) {}
 
   void Prefetch(const HashedKey& key) const { table_.Prefetch(key.hash); }
 
   // Runs `request` (its hash already set) at wall-clock time `now_ms`: sets its result and
   // outputs. `now_ms` matters only for keys with a TTL (has_ttls()).
   void Execute(Request& request, int64_t now_ms);
-  // Whether Execute would only read: a GET. Readers may share the shard (the lock engine).
-  static bool ReadsOnly(const Request& request) {
-    return request.op == Op::kGet || request.op == Op::kScan;
+  // Whether Execute would only read: a SCAN, or a GET unless reads mark keys as used (for
+  // allkeys-lru). Readers may share the shard (the lock engine).
+  bool ReadsOnly(const Request& request) const {
+    return request.op == Op::kScan || (request.op == Op::kGet && !track_access_);
   }
   // A key's value as a GET at `now_ms` would return it, for inspection (tests, tools).
   bool Peek(const HashedKey& key, int64_t now_ms, std::string* value) const;
@@ -78,6 +84,13 @@ class Shard {
   size_t ttl_keys() const { return by_deadline_.size(); }
   // Keys reclaimed because their TTL passed, since the shard was made.
   uint64_t expired() const { return expired_; }
+  // The memory the data holds, as MemoryLimit counts it (shard/memory.h).
+  uint64_t memory_bytes() const {
+    return table_.table_bytes() + table_.heap_bytes() + ttl_index_bytes_;
+  }
+  const MemoryLimit& memory_limit() const { return limit_; }
+  // Keys evicted to make room for writes, since the shard was made.
+  uint64_t evicted() const { return evicted_; }
 
  private:
   using Entry = internal::Table::Entry;
@@ -96,6 +109,23 @@ class Shard {
   void Increment(const HashedKey& key, Entry* e, Request& request);
   void Scan(Request& request, int64_t now_ms) const;
 
+  // The memory `request` would add to the shard (negative: free), `e` being its key's live
+  // entry or null.
+  int64_t MemoryNeeded(const Request& request, const HashedKey& key, const Entry* e) const;
+  // Evicts until `request` fits under the limit; false (the request failed) if it cannot.
+  // *e is looked up again if anything moved.
+  bool MakeRoom(Request& request, const HashedKey& key, int64_t now_ms, Entry** e);
+  // The slot of the next key to evict, never `key`'s; -1 if the policy has none.
+  int64_t PickVictim(const HashedKey& key);
+  void Evict(size_t slot);
+  // What a TTL index entry for a key of `key_len` bytes takes: its share of a B-tree node,
+  // and the key's own heap copy when it is too long for std::string's inline buffer.
+  static size_t TtlIndexBytes(size_t key_len) {
+    return kTtlIndexNodeBytes + (key_len > 15 ? (key_len + 1 + 15) / 16 * 16 : 0);
+  }
+  static constexpr size_t kTtlIndexNodeBytes = 64;
+  static constexpr size_t kMaxExpireOnWrite = 256;
+
   // (deadline, key), ordered by deadline; finds by (deadline, string_view) without a copy.
   struct ByDeadline {
     using is_transparent = void;
@@ -106,12 +136,20 @@ class Shard {
     }
   };
 
+  // Constant after construction.
+  const MemoryLimit limit_;
+  const bool track_access_;  // Reads set the referenced bit (allkeys-lru).
+
   // Owning thread only.
   internal::Table table_;
   absl::btree_set<std::pair<int64_t, std::string>, ByDeadline> by_deadline_;
   uint64_t payload_bytes_ = 0;
   uint64_t revision_ = 0;  // The version the last write gave its key.
   uint64_t expired_ = 0;
+  uint64_t evicted_ = 0;
+  uint64_t ttl_index_bytes_ = 0;
+  size_t clock_hand_ = 0;                 // allkeys-lru: the next slot the sweep looks at.
+  uint64_t random_ = 0x9e3779b97f4a7c15;  // allkeys-random: xorshift64 state.
 };
 
 }  // namespace ringkv

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace ringkv {
 namespace {
 
@@ -418,6 +420,98 @@ TEST(Shard, ScanSkipsOtherPrefixesAndExpiredKeys) {
   EXPECT_EQ(users.size(), 50u);
   for (const std::string& key : users) EXPECT_EQ(key.rfind("user:", 0), 0u) << key;
   EXPECT_EQ(std::count(users.begin(), users.end(), "user:gone"), 0);
+}
+
+// Memory limits: a shard never holds more than its limit, whatever the policy; what goes, and
+// when a write fails instead, is the policy's.
+Shard LimitedShard(Eviction eviction) {
+  // Room for the 16k-slot table (768 KiB) and about 500 values of 1000 bytes.
+  return Shard(/*reserve=*/10'000, {.bytes = (768 + 500) * 1024, .eviction = eviction});
+}
+
+TEST(ShardMemory, NoEvictionRefusesWritesThatNeedMemoryOnly) {
+  Shard shard = LimitedShard(Eviction::kNoEviction);
+  Driver run{shard};
+  const std::string value(1000, 'v');
+  int stored = 0;
+  Request r;
+  for (; stored < 10'000; ++stored) {
+    r = run.Put(absl::StrCat("k", stored), value);
+    if (r.result != Result::kOk) break;
+    ASSERT_LE(shard.memory_bytes(), shard.memory_limit().bytes);
+  }
+  EXPECT_EQ(r.result, Result::kNoMemory);
+  EXPECT_GT(stored, 400);
+  EXPECT_EQ(r.version, shard.memory_limit().bytes);  // The limit, for the message.
+  EXPECT_GT(r.deadline_ms, 0);                       // What the write needed.
+  EXPECT_EQ(shard.size(), static_cast<size_t>(stored));
+  EXPECT_EQ(shard.evicted(), 0u);
+  // Nothing stored is lost; reads, overwrites that take no more, and deletes go on.
+  EXPECT_EQ(run.Get("k0").out, value);
+  EXPECT_EQ(run.Put("new", value).result, Result::kNoMemory);
+  EXPECT_EQ(run.Put("k0", "small").result, Result::kOk);
+  EXPECT_EQ(run.Delete("k1").result, Result::kOk);
+  EXPECT_EQ(run.Put("new", value).result, Result::kOk);
+  EXPECT_EQ(run.Put("new", std::string(100'000, 'v')).result, Result::kNoMemory);
+  EXPECT_EQ(run.Get("new").out, value);  // A failed write leaves the old value.
+}
+
+TEST(ShardMemory, AllKeysLruKeepsTheKeysInUse) {
+  Shard shard = LimitedShard(Eviction::kAllKeysLru);
+  Driver run{shard};
+  const std::string value(1000, 'v');
+  for (int i = 0; i < 5000; ++i) {
+    ASSERT_EQ(run.Put(absl::StrCat("k", i), value).result, Result::kOk) << i;
+    ASSERT_LE(shard.memory_bytes(), shard.memory_limit().bytes);
+    // hot-0 .. hot-9 are read all the time.
+    if (i < 10) {
+      ASSERT_EQ(run.Put(absl::StrCat("hot-", i), value).result, Result::kOk);
+    }
+    for (int h = 0; h < 10 && i >= 10; ++h) run.Get(absl::StrCat("hot-", h));
+  }
+  EXPECT_GT(shard.evicted(), 4000u);
+  for (int h = 0; h < 10; ++h) EXPECT_EQ(run.Get(absl::StrCat("hot-", h)).result, Result::kOk);
+  EXPECT_EQ(run.Get("k4999").result, Result::kOk);  // The newest stays too.
+  EXPECT_EQ(run.Get("k0").result, Result::kNotFound);
+}
+
+TEST(ShardMemory, VolatileTtlEvictsTheSoonestDeadlinesOnly) {
+  Shard shard = LimitedShard(Eviction::kVolatileTtl);
+  Driver run{shard};
+  const std::string value(1000, 'v');
+  for (int i = 0; i < 200; ++i) run.Put(absl::StrCat("plain-", i), value);
+  // TTL keys whose deadlines run backwards: the later-written expire sooner.
+  int i = 0;
+  for (; i < 2000; ++i) {
+    Request r = run.Put(absl::StrCat("ttl-", i), value, run.now + 1'000'000 - i);
+    ASSERT_EQ(r.result, Result::kOk) << i;
+  }
+  EXPECT_GT(shard.evicted(), 1000u);
+  for (int p = 0; p < 200; ++p) EXPECT_EQ(run.Get(absl::StrCat("plain-", p)).result, Result::kOk);
+  EXPECT_EQ(run.Get("ttl-0").result, Result::kOk);           // The latest deadline stays...
+  EXPECT_EQ(run.Get("ttl-1998").result, Result::kNotFound);  // ... the soonest went.
+  // With no TTL key left to evict, a write fails as under noeviction.
+  for (int j = 0; j < 2000 && shard.ttl_keys() > 0; ++j) run.Delete(absl::StrCat("ttl-", j));
+  Request r;
+  for (int j = 0; j < 2000 && (r = run.Put(absl::StrCat("more-", j), value)).result == Result::kOk;
+       ++j) {
+  }
+  EXPECT_EQ(r.result, Result::kNoMemory);
+}
+
+TEST(ShardMemory, AllKeysRandomStaysUnderTheLimitAndNeverEvictsTheKeyWritten) {
+  Shard shard = LimitedShard(Eviction::kAllKeysRandom);
+  Driver run{shard};
+  for (int i = 0; i < 3000; ++i) {
+    ASSERT_EQ(run.Put(absl::StrCat("k", i), std::string(1000, 'v')).result, Result::kOk);
+    ASSERT_LE(shard.memory_bytes(), shard.memory_limit().bytes);
+    ASSERT_EQ(run.Get(absl::StrCat("k", i)).result, Result::kOk);
+  }
+  EXPECT_GT(shard.evicted(), 2000u);
+  // A value that needs all the room there is: everything else goes, the key itself stays.
+  const std::string big(400 * 1000, 'b');
+  ASSERT_EQ(run.Put("k2999", big).result, Result::kOk);
+  EXPECT_EQ(run.Get("k2999").out, big);
 }
 
 // The shards' parts of a page merge into keys every shard has covered, in position order, with

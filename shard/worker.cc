@@ -13,7 +13,7 @@ using internal::Rdtscp;
 
 Worker::Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, bool profile,
                std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters,
-               WorkerWaker* waker, Clock clock)
+               WorkerWaker* waker, Clock clock, MemoryLimit memory)
     : id_(id),
       router_(router),
       burst_(burst),
@@ -23,7 +23,7 @@ Worker::Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, 
       counters_(counters),
       waker_(waker),
       clock_(clock),
-      shard_(reserve),
+      shard_(reserve, memory),
       outboxes_(outbound_.size()) {
   ABSL_RAW_CHECK(burst_ >= 1 && burst_ <= kMaxBurst, "burst out of range");
   ABSL_RAW_CHECK(outbound_.size() == router_.shards(), "one outbound ring per worker");
@@ -58,6 +58,9 @@ void Worker::PublishShardCounters() {
   counters_.payload_bytes.store(shard_.payload_bytes(), std::memory_order_relaxed);
   counters_.ttl_keys.store(shard_.ttl_keys(), std::memory_order_relaxed);
   counters_.expired.store(shard_.expired(), std::memory_order_relaxed);
+  counters_.memory_bytes.store(shard_.memory_bytes(), std::memory_order_relaxed);
+  counters_.evicted.store(shard_.evicted(), std::memory_order_relaxed);
+  counters_.table_bytes.store(shard_.table_bytes(), std::memory_order_relaxed);
 }
 
 namespace {

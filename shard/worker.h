@@ -69,6 +69,9 @@ struct alignas(64) WorkerCounters {
   std::atomic<uint64_t> payload_bytes{0};
   std::atomic<uint64_t> ttl_keys{0};    // Keys with a TTL, after the last batch.
   std::atomic<uint64_t> expired{0};     // Keys reclaimed because their TTL passed.
+  std::atomic<uint64_t> memory_bytes{0};  // The shard's data memory (Shard::memory_bytes).
+  std::atomic<uint64_t> evicted{0};       // Keys evicted to make room.
+  std::atomic<uint64_t> table_bytes{0};   // Of memory_bytes, the table's slots.
   // RDTSCP cycle accounting, kept only when EngineOptions::profile is set. Ring polls count as
   // the report counted them: a poll that moves n counts n, an empty poll counts 1.
   std::atomic<uint64_t> hash_cycles{0};
@@ -99,7 +102,7 @@ class Worker {
   // `waker` may be null.
   Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, bool profile,
          std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters,
-         WorkerWaker* waker = nullptr, Clock clock = SystemClockMs);
+         WorkerWaker* waker = nullptr, Clock clock = SystemClockMs, MemoryLimit memory = {});
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 

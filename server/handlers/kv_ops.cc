@@ -121,6 +121,12 @@ absl::Status StatusOf(const Request& r) {
           "the key's value is not a decimal 64-bit integer, so it cannot be incremented");
     case Result::kOverflow:
       return absl::OutOfRangeError("the sum would not fit in a 64-bit integer");
+    case Result::kNoMemory:
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of memory: the write needs ", r.deadline_ms, " more bytes, and shard ", r.owner,
+          " holds ", r.number, " of the ", r.version,
+          " bytes --max-memory gives each shard, with no key --eviction may evict (reads and "
+          "deletes still work)"));
     case Result::kPending:
       break;
   }

@@ -135,6 +135,20 @@ double ServerProcess::CpuSeconds() const {
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+namespace {
+// A "Name:   123 kB" line of /proc/PID/status, in bytes; 0 if absent.
+uint64_t StatusKb(pid_t pid, const std::string& name) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(name + ":", 0) == 0) return std::stoull(line.substr(name.size() + 1)) * 1024;
+  }
+  return 0;
+}
+}  // namespace
+
+uint64_t ServerProcess::RssBytes() const { return StatusKb(pid_, "VmRSS"); }
+uint64_t ServerProcess::PeakRssBytes() const { return StatusKb(pid_, "VmHWM"); }
+
 std::string ServerProcess::log() const {
   std::lock_guard<std::mutex> lock(mu_);
   return log_;

@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -35,6 +36,9 @@ class ServerProcess {
   int Wait(double timeout_s);
   // User+system CPU seconds used so far, from /proc.
   double CpuSeconds() const;
+  // Resident memory now (VmRSS) and at its peak (VmHWM), from /proc, in bytes.
+  uint64_t RssBytes() const;
+  uint64_t PeakRssBytes() const;
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   int port() const { return port_; }

@@ -97,6 +97,8 @@ bool Table::Matches(const Entry& e, std::string_view key, uint64_t hash) {
          std::memcmp(Block(e), key.data(), key.size()) == 0;
 }
 
+size_t Table::BlockBytes(const Entry& e) { return e.on_heap() ? malloc_usable_size(Block(e)) : 0; }
+
 char* Table::NewBlock(size_t bytes) {
   char* block = static_cast<char*>(std::malloc(std::max<size_t>(bytes, 1)));
   if (block == nullptr) throw std::bad_alloc();

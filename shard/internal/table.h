@@ -113,6 +113,15 @@ class Table {
   // Memory: the slot array, and the blocks of heap entries (as the allocator sized them).
   size_t table_bytes() const { return capacity() * sizeof(Entry); }
   size_t heap_bytes() const { return heap_bytes_; }
+  // What the next Insert of a new key adds to table_bytes() by growing the table, or 0.
+  size_t growth_bytes() const { return size_ >= grow_at_ ? table_bytes() : 0; }
+  // The heap block of a heap entry, as the allocator sized it; 0 for an inline one.
+  static size_t BlockBytes(const Entry& e);
+  // About what a heap block for this key and value would take (0 if they fit in the entry).
+  static size_t BlockBytesFor(size_t key_len, size_t value_len, bool aux) {
+    const size_t n = key_len + value_len;
+    return n <= (aux ? kInlineBytesWithAux : kInlineBytes) ? 0 : (n + 15) / 16 * 16;
+  }
 
   // Slots by index, for scans and eviction: index i's entry, and the home bucket of a full one.
   Entry& slot(size_t i) const { return slots_[i]; }
