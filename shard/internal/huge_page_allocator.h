@@ -16,6 +16,11 @@
 #include <cstdlib>
 #include <new>
 
+// LeakSanitizer's (null outside sanitizer builds): it scans the heap, stacks and globals for
+// pointers, not mappings of our own, so a table's heap blocks would look leaked without these.
+extern "C" void __lsan_register_root_region(const void* p, size_t size) __attribute__((weak));
+extern "C" void __lsan_unregister_root_region(const void* p, size_t size) __attribute__((weak));
+
 namespace ringkv::internal {
 
 inline constexpr size_t kHugePage = size_t{2} << 20;
@@ -38,11 +43,14 @@ inline void* AllocateHuge(size_t bytes) {
       static_cast<volatile char*>(block)[offset] = 0;
     }
   }
+  if (&__lsan_register_root_region != nullptr) __lsan_register_root_region(block, length);
   return block;
 }
 
 inline void FreeHuge(void* p, size_t bytes) {
-  munmap(p, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+  const size_t length = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  if (&__lsan_unregister_root_region != nullptr) __lsan_unregister_root_region(p, length);
+  munmap(p, length);
 }
 
 template <typename T>

@@ -51,18 +51,15 @@ Table::~Table() {
 }
 
 void Table::SetHeap(Entry* e, char* block, size_t key_len, size_t value_len, uint64_t hash) {
-  // The aux word keeps its value across the move (it is at offset 29 inline, 24 on the heap).
-  uint64_t aux = 0;
-  if (e->has_aux()) aux = Aux(*e);
+  // The aux word is at the same offset inline and on the heap: the move leaves it in place.
   const uint32_t k = static_cast<uint32_t>(key_len);
   const uint32_t v = static_cast<uint32_t>(value_len);
-  std::memcpy(e->data, &block, sizeof(block));
-  std::memcpy(e->data + 8, &k, sizeof(k));
-  std::memcpy(e->data + 12, &v, sizeof(v));
-  std::memcpy(e->data + 16, &hash, sizeof(hash));
+  std::memcpy(e->data + kBlockOffset, &block, sizeof(block));
+  std::memcpy(e->data + kKeyLenOffset, &k, sizeof(k));
+  std::memcpy(e->data + kValueLenOffset, &v, sizeof(v));
+  std::memcpy(e->data + kHashOffset, &hash, sizeof(hash));
   e->key_len = kHeap;
   e->value_len = 0;
-  std::memcpy(e->data + kHeapAuxOffset, &aux, sizeof(aux));
 }
 
 uint64_t Table::HashOf(const Entry& e) {
@@ -245,7 +242,7 @@ void Table::SetValue(Entry* e, std::string_view value, uint64_t hash) {
     std::memcpy(e->data, old, key_len);
     e->key_len = static_cast<uint8_t>(key_len);
     e->value_len = static_cast<uint8_t>(value.size());
-    if (e->has_aux()) std::memcpy(e->data + kInlineBytesWithAux, &aux, sizeof(aux));
+    if (e->has_aux()) std::memcpy(e->data + kAuxOffset, &aux, sizeof(aux));
     FreeBlock(old);
     return;
   }
@@ -259,7 +256,7 @@ void Table::SetValue(Entry* e, std::string_view value, uint64_t hash) {
 void Table::SetAux(Entry* e, uint64_t aux, uint64_t hash) {
   if (!e->on_heap() && e->key_len + e->value_len > kInlineBytesWithAux) MoveToHeap(e, hash);
   e->meta |= kHasAux;
-  std::memcpy(e->data + (e->on_heap() ? kHeapAuxOffset : kInlineBytesWithAux), &aux, sizeof(aux));
+  std::memcpy(e->data + kAuxOffset, &aux, sizeof(aux));
 }
 
 }  // namespace ringkv::internal

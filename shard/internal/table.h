@@ -18,8 +18,9 @@
 //   value_len  1  the inline value's length
 //   data      37  inline: key bytes, then value bytes, and with an aux word its 8 bytes at the
 //                 end (offset 29);
-//                 heap: block pointer (8), key length (4), value length (4), hash (8), aux (8);
-//                 the block holds the key, then the value
+//                 heap: 5 bytes unused, block pointer (8, at entry offset 16, aligned so that
+//                 leak checkers see it), key length (4), value length (4), hash (8), aux (8,
+//                 at offset 29 as inline); the block holds the key, then the value
 // An entry is inline when key + value fit in 37 bytes, 29 with an aux word. The aux word is an
 // optional 8 bytes the owner keeps with an entry (the shard: a TTL's deadline), so entries
 // without one pay nothing for it. The home bucket of a key is its hash's low bits (Router takes
@@ -103,7 +104,7 @@ class Table {
   void SetAux(Entry* e, uint64_t aux, uint64_t hash);
   static uint64_t Aux(const Entry& e) {
     uint64_t aux;
-    std::memcpy(&aux, e.data + (e.on_heap() ? kHeapAuxOffset : kInlineBytesWithAux), sizeof(aux));
+    std::memcpy(&aux, e.data + kAuxOffset, sizeof(aux));
     return aux;
   }
   static void ClearAux(Entry* e) { e->meta &= ~kHasAux; }
@@ -136,7 +137,13 @@ class Table {
  private:
   static constexpr uint8_t kHeap = 0xff;
   static constexpr uint8_t kMaxDist = 250;
-  static constexpr size_t kHeapAuxOffset = 24;
+  // Offsets in Entry::data. The aux word is at the same place inline and on the heap.
+  static constexpr size_t kAuxOffset = kInlineBytesWithAux;
+  static constexpr size_t kBlockOffset = 5;  // Entry offset 16: 8-aligned.
+  static constexpr size_t kKeyLenOffset = kBlockOffset + 8;
+  static constexpr size_t kValueLenOffset = kKeyLenOffset + 4;
+  static constexpr size_t kHashOffset = kValueLenOffset + 4;
+  static_assert(kHashOffset + 8 == kAuxOffset);
 
   static size_t InlineRoom(const Entry& e) {
     return e.has_aux() ? kInlineBytesWithAux : kInlineBytes;
@@ -146,22 +153,22 @@ class Table {
 
   static char* Block(const Entry& e) {
     char* p;
-    std::memcpy(&p, e.data, sizeof(p));
+    std::memcpy(&p, e.data + kBlockOffset, sizeof(p));
     return p;
   }
   static uint32_t HeapKeyLen(const Entry& e) {
     uint32_t n;
-    std::memcpy(&n, e.data + 8, sizeof(n));
+    std::memcpy(&n, e.data + kKeyLenOffset, sizeof(n));
     return n;
   }
   static uint32_t HeapValueLen(const Entry& e) {
     uint32_t n;
-    std::memcpy(&n, e.data + 12, sizeof(n));
+    std::memcpy(&n, e.data + kValueLenOffset, sizeof(n));
     return n;
   }
   static uint64_t HeapHash(const Entry& e) {
     uint64_t h;
-    std::memcpy(&h, e.data + 16, sizeof(h));
+    std::memcpy(&h, e.data + kHashOffset, sizeof(h));
     return h;
   }
   // Makes `e` a heap entry whose block is `block` (key then value).
