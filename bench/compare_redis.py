@@ -26,20 +26,18 @@ Usage: bench/compare_redis.py [RUNS=3] [SECONDS=5]   (repository root, after scr
 import json
 import os
 import re
-import resource
-import signal
-import socket
 import statistics
 import struct
 import subprocess
 import sys
 import time
 
+from benchlib import cell, cpu_seconds, run_client, start_redis, start_ringkv, stop
+
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 SECONDS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 KEYS = 1_000_000
 OUT = "bench-results/net"
-HZ = os.sysconf("SC_CLK_TCK")
 LOADGEN = "build/bench/ringkv-loadgen"
 
 # (row label, command, redis-benchmark args, loadgen args or None)
@@ -68,84 +66,14 @@ H2LOAD_SHAPES = {  # Row index -> h2load's connections and streams per connectio
 GRPC_ROWS = (0, 2, 3)  # The unary GET shapes, on --transport=grpc.
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_times(pid):
-    """(user, system) CPU seconds of a running process, from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / HZ, int(fields[12]) / HZ  # utime, stime.
-
-
-def cpu_seconds(pid):
-    return sum(cpu_times(pid))
-
-
-class Cpu:
-    """The CPU seconds a client run cost: the client's and the server's, user and system."""
-
-    def __init__(self, client_user, client_sys, server_user, server_sys):
-        self.client_user, self.client_sys = client_user, client_sys
-        self.server_user, self.server_sys = server_user, server_sys
-
-    def per_op(self, ops):
-        return {"server_us_per_op": (self.server_user + self.server_sys) * 1e6 / ops,
-                "server_sys_us_per_op": self.server_sys * 1e6 / ops,
-                "client_us_per_op": (self.client_user + self.client_sys) * 1e6 / ops,
-                "client_sys_us_per_op": self.client_sys * 1e6 / ops}
-
-
-def run_client(cmd, server_pid, timeout):
-    """Runs a client to completion: (stdout, Cpu). Clients run one at a time, so the growth of
-    the children's rusage over the run is this client's own CPU."""
-    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    server0 = cpu_times(server_pid)
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                          timeout=timeout, check=True)
-    server1 = cpu_times(server_pid)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return done.stdout, Cpu(children.ru_utime - children0.ru_utime,
-                            children.ru_stime - children0.ru_stime,
-                            server1[0] - server0[0], server1[1] - server0[1])
-
-
-def wait_listening(log, proc):
-    for _ in range(200):
-        with open(log) as f:
-            m = re.search(r"listening on \S+:(\d+)", f.read())
-        if m:
-            return int(m.group(1))
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise RuntimeError(f"the server did not start: {open(log).read()}")
-
-
-def stop(proc):
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=20)
-
-
 def record(name, result):
     with open(os.path.join(OUT, name + ".jsonl"), "a") as f:
         f.write(json.dumps(result) + "\n")
 
 
 def redis_part():
-    port = free_port()
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no", "--daemonize", "no",
-                             "--logfile", os.path.join(OUT, "redis.log")])
+    proc, port = start_redis(os.path.abspath(os.path.join(OUT, "redis.log")))
     try:
-        for _ in range(100):
-            if subprocess.run(["redis-cli", "-p", str(port), "ping"],
-                              capture_output=True).returncode == 0:
-                break
-            time.sleep(0.05)
         subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set", "-n", str(KEYS), "-r",
                         str(KEYS), "-d", "32", "-P", "64", "-c", "50", "-q"],
                        capture_output=True, check=True)
@@ -165,12 +93,9 @@ def redis_part():
 
 
 def ringkv_part(transport, rows, h2load):
-    log = os.path.join(OUT, f"ringkv-{transport}.log")
-    with open(log, "w") as err:
-        proc = subprocess.Popen(["build/server/ringkv-server", "--listen=127.0.0.1:0",
-                                 f"--transport={transport}"], stderr=err)
+    proc, addr = start_ringkv(os.path.join(OUT, f"ringkv-{transport}.log"),
+                              [f"--transport={transport}"])
     try:
-        addr = f"127.0.0.1:{wait_listening(log, proc)}"
         subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
                         "--ops=1", "--concurrency=1", "--progress=false"],
                        capture_output=True, check=True)
@@ -218,13 +143,6 @@ def ringkv_part(transport, rows, h2load):
 def load(name):
     path = os.path.join(OUT, name + ".jsonl")
     return [json.loads(line) for line in open(path)] if os.path.exists(path) else []
-
-
-def cell(values, fmt="{:,.0f}"):
-    if not values:
-        return "-"
-    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))} .. " \
-           f"{fmt.format(max(values))})"
 
 
 def med(rows, key):

@@ -8,7 +8,8 @@
 // --concurrency slots are kept busy, spread over --connections TCP connections and --threads
 // client threads. GET or PUT is drawn per call from --ratio. Keys are "key:%012d" uniform in
 // [0, --keys), as redis-benchmark's key:__rand_int__, and are pre-loaded (MultiPut) before
-// timing. Latency is per call (per batch for multi and stream), in a log-linear histogram; no
+// timing unless --preload=false; then a GET may miss, and the report gives the GETs' hit rate
+// (of a cache under --max-memory, or of keys with --ttl_ms). Latency is per call (per batch for multi and stream), in a log-linear histogram; no
 // per-operation samples are kept. With the h2 client a call is timed from the moment its round
 // of requests goes to the sockets to the moment its answer is read, as redis-benchmark times a
 // request from its write; the grpc client times from the call's start.
@@ -74,6 +75,8 @@ ABSL_FLAG(uint32_t, threads, 1,
           "client threads (1, like redis-benchmark, leaves the most CPU to a server on the same "
           "machine); with --client=h2 each thread takes a share of the connections");
 ABSL_FLAG(bool, preload, true, "MultiPut every key before timing (then a GET miss is an error)");
+ABSL_FLAG(int64_t, ttl_ms, 0,
+          "every PUT gives its key this TTL in milliseconds (0: none); needs --preload=false");
 ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file");
 ABSL_FLAG(bool, progress, true, "a progress line on stderr every second");
 ABSL_FLAG(bool, hold, false,
@@ -94,6 +97,7 @@ struct Config {
   std::string value;
   double get_fraction;
   bool preload;
+  int64_t ttl_ms;  // Every PUT's TTL; 0: none.
 };
 
 // Per-thread results, merged at the end.
@@ -104,6 +108,8 @@ struct Tally {
   // read relaxed by the control thread, which only wants a recent figure.
   std::atomic<uint64_t> progress{0};
   uint64_t value_bytes = 0;  // Value bytes moved (sent by PUT, returned by GET).
+  uint64_t gets = 0;         // GET key operations answered, and those that found their key.
+  uint64_t get_hits = 0;
   std::map<int, uint64_t> errors;  // By gRPC status code (0: a per-item failure).
 };
 
@@ -130,7 +136,7 @@ std::string Key(uint64_t i) {
 class Workload {
  public:
   Workload(const Config& config, uint64_t seed, Tally* tally)
-      : config_(config), rng_(seed), tally_(tally) {}
+      : config_(config), rng_(seed), tally_(tally), stream_gets_(config.batch) {}
 
   const Config& config() const { return config_; }
 
@@ -145,6 +151,7 @@ class Workload {
       } else {
         WriteKey(NextKey(), put->mutable_key());
         put->set_value(config_.value);
+        put->set_ttl_ms(config_.ttl_ms);
       }
       return is_get_;
     }
@@ -158,6 +165,7 @@ class Workload {
         pb::KeyValue* item = mput->add_items();
         WriteKey(NextKey(), item->mutable_key());
         item->set_value(config_.value);
+        item->set_ttl_ms(config_.ttl_ms);
       }
     }
     return is_get_;
@@ -170,11 +178,13 @@ class Workload {
       pb::StreamOp* op = out->add_ops();
       op->set_id(next_id_++);
       WriteKey(NextKey(), op->mutable_key());
-      if (NextIsGet()) {
+      stream_gets_[i] = NextIsGet();
+      if (stream_gets_[i]) {
         op->set_type(pb::OP_TYPE_GET);
       } else {
         op->set_type(pb::OP_TYPE_PUT);
         op->set_value(config_.value);
+        op->set_ttl_ms(config_.ttl_ms);
         tally_->value_bytes += config_.value.size();
       }
     }
@@ -185,7 +195,9 @@ class Workload {
   // A stream reply; true once every operation of the batch is answered (and recorded).
   bool TakeStreamReply(const pb::StreamResponse& reply) {
     for (const auto& r : reply.results()) {
-      if (r.result().code() != 0) ++tally_->errors[r.result().code()];
+      const uint64_t index = r.id() - (next_id_ - config_.batch);
+      if (index < stream_gets_.size() && stream_gets_[index]) CountGet(r.result().code());
+      if (r.result().code() != 0 && !IsMiss(r.result().code())) ++tally_->errors[r.result().code()];
       tally_->value_bytes += r.result().value().size();
       --awaiting_;
     }
@@ -196,21 +208,22 @@ class Workload {
 
   // A finished unary or multi call: OK with its response, or its status code.
   void TakeUnary(size_t get_value_bytes) {
+    if (is_get_) CountGet(0);
     tally_->value_bytes += is_get_ ? get_value_bytes : config_.value.size();
     Record(1);
   }
   template <typename Results>
   void TakeBatch(const Results& results) {
     for (const auto& r : results) {
-      if (r.code() != 0 && !(r.code() == grpc::StatusCode::NOT_FOUND && !config_.preload)) {
-        ++tally_->errors[r.code()];
-      }
+      if (is_get_) CountGet(r.code());
+      if (r.code() != 0 && !IsMiss(r.code())) ++tally_->errors[r.code()];
       tally_->value_bytes += is_get_ ? r.value().size() : config_.value.size();
     }
     Record(static_cast<uint64_t>(results.size()));
   }
   void TakeFailure(int code) {
-    if (!(code == grpc::StatusCode::NOT_FOUND && !config_.preload)) ++tally_->errors[code];
+    if (is_get_) CountGet(code);
+    if (!IsMiss(code)) ++tally_->errors[code];
     Record(0);
   }
   // A stream or connection that broke: one error, nothing recorded.
@@ -222,6 +235,12 @@ class Workload {
   void Stamp(Clock::time_point sent) { started_ = sent; }
 
  private:
+  // Without --preload, a GET may miss (and a write may be evicted or expire): not an error.
+  bool IsMiss(int code) const { return code == grpc::StatusCode::NOT_FOUND && !config_.preload; }
+  void CountGet(int code) {
+    ++tally_->gets;
+    if (code == 0) ++tally_->get_hits;
+  }
   bool NextIsGet() { return std::uniform_real_distribution<>(0, 1)(rng_) < config_.get_fraction; }
   uint64_t NextKey() { return std::uniform_int_distribution<uint64_t>(0, config_.keys - 1)(rng_); }
 
@@ -239,6 +258,7 @@ class Workload {
   bool is_get_ = false;
   uint64_t next_id_ = 0;
   uint32_t awaiting_ = 0;
+  std::vector<bool> stream_gets_;  // Stream: which operations of the batch in flight are GETs.
 };
 
 // A call slot on grpc++'s async client: issues a call, and on completion records it and issues
@@ -598,6 +618,11 @@ int Main(int argc, char** argv) {
   config.keys = absl::GetFlag(FLAGS_keys);
   config.value.assign(absl::GetFlag(FLAGS_value_size), 'v');
   config.preload = absl::GetFlag(FLAGS_preload);
+  config.ttl_ms = absl::GetFlag(FLAGS_ttl_ms);
+  if (config.ttl_ms < 0) ExitUsageError(argv[0], "--ttl_ms must be >= 0");
+  if (config.ttl_ms > 0 && config.preload) {
+    ExitUsageError(argv[0], "--ttl_ms needs --preload=false (keys that expire make GETs miss)");
+  }
   std::vector<std::string> ratio = absl::StrSplit(absl::GetFlag(FLAGS_ratio), ':');
   double gets = 0;
   double puts = 0;
@@ -724,6 +749,8 @@ int Main(int argc, char** argv) {
     all.latency.Merge(tally.latency);
     all.ops += tally.ops;
     all.value_bytes += tally.value_bytes;
+    all.gets += tally.gets;
+    all.get_hits += tally.get_hits;
     for (const auto& [code, n] : tally.errors) all.errors[code] += n;
   }
   uint64_t error_count = 0;
@@ -749,6 +776,12 @@ int Main(int argc, char** argv) {
               ms(all.latency.Percentile(99)), ms(all.latency.Percentile(99.9)),
               ms(all.latency.max()), client_us_per_op, static_cast<unsigned long long>(error_count),
               errors.empty() ? "" : " (", errors.c_str(), errors.empty() ? "" : ")");
+  const double hit_rate =
+      all.gets == 0 ? 0 : static_cast<double>(all.get_hits) / static_cast<double>(all.gets);
+  if (!config.preload && all.gets > 0) {
+    std::printf("GET hits %llu of %llu (%.1f%%)\n", static_cast<unsigned long long>(all.get_hits),
+                static_cast<unsigned long long>(all.gets), 100 * hit_rate);
+  }
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
     std::ofstream out(json_path);
@@ -756,12 +789,13 @@ int Main(int argc, char** argv) {
         "{\"mode\":\"%s\",\"client\":\"%s\",\"batch\":%u,\"concurrency\":%u,\"connections\":%u,"
         "\"ratio\":\"%s\",\"value_size\":%u,\"keys\":%d,\"seconds\":%.3f,\"ops\":%d,"
         "\"ops_per_s\":%.1f,\"mb_per_s\":%.3f,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"p999_ms\":%.4f,"
-        "\"max_ms\":%.4f,\"client_cpu_s\":%.4f,\"client_cpu_us_per_op\":%.3f,\"errors\":%d}\n",
+        "\"max_ms\":%.4f,\"client_cpu_s\":%.4f,\"client_cpu_us_per_op\":%.3f,\"errors\":%d,"
+        "\"gets\":%d,\"get_hits\":%d,\"ttl_ms\":%d}\n",
         mode, client, config.batch, concurrency, connections, absl::GetFlag(FLAGS_ratio),
         absl::GetFlag(FLAGS_value_size), config.keys, seconds, all.ops, ops_per_s, mb_per_s,
         ms(all.latency.Percentile(50)), ms(all.latency.Percentile(99)),
         ms(all.latency.Percentile(99.9)), ms(all.latency.max()), client_cpu, client_us_per_op,
-        error_count);
+        error_count, all.gets, all.get_hits, config.ttl_ms);
   }
   return error_count == 0 ? 0 : 1;
 }
