@@ -87,18 +87,18 @@ void Shard::SetDeadline(const HashedKey& key, Entry* e, int64_t deadline_ms) {
   if (e->has_aux()) {
     const int64_t old = static_cast<int64_t>(Table::Aux(*e));
     if (old == deadline_ms) return;
-    by_deadline_.erase(std::pair<int64_t, std::string_view>(old, key.bytes));
-  } else
-    ttl_index_bytes_ += TtlIndexBytes(key.bytes.size());
+    by_deadline_.erase(by_deadline_.find({old, key.hash}));
+  } else {
+    ttl_index_bytes_ += kTtlIndexEntryBytes;
+  }
   table_.SetAux(e, static_cast<uint64_t>(deadline_ms), key.hash);
-  by_deadline_.emplace(deadline_ms, std::string(key.bytes));
+  by_deadline_.emplace(deadline_ms, key.hash);
 }
 
 void Shard::ClearDeadline(const HashedKey& key, Entry* e) {
   if (!e->has_aux()) return;
-  by_deadline_.erase(
-      std::pair<int64_t, std::string_view>(static_cast<int64_t>(Table::Aux(*e)), key.bytes));
-  ttl_index_bytes_ -= TtlIndexBytes(key.bytes.size());
+  by_deadline_.erase(by_deadline_.find({static_cast<int64_t>(Table::Aux(*e)), key.hash}));
+  ttl_index_bytes_ -= kTtlIndexEntryBytes;
   Table::ClearAux(e);
 }
 
@@ -212,7 +212,7 @@ int64_t Shard::MemoryNeeded(const Request& r, const HashedKey& key, const Entry*
   const int64_t old_block = e == nullptr ? 0 : static_cast<int64_t>(Table::BlockBytes(*e));
   const int64_t growth = e == nullptr ? static_cast<int64_t>(table_.growth_bytes()) : 0;
   const bool had_ttl = e != nullptr && e->has_aux();
-  const int64_t index = static_cast<int64_t>(TtlIndexBytes(key.bytes.size()));
+  const int64_t index = static_cast<int64_t>(kTtlIndexEntryBytes);
   switch (r.op) {
     case Op::kPut: {
       const bool ttl = r.deadline_ms > 0;
@@ -297,9 +297,9 @@ int64_t Shard::PickVictim(const HashedKey& key) {
       return -1;
     }
     case Eviction::kVolatileTtl:
-      for (const auto& [deadline, bytes] : by_deadline_) {
-        if (bytes == key.bytes) continue;
-        const Entry* s = table_.Find(bytes, Router::Hash(bytes));
+      for (const auto& [deadline, hash] : by_deadline_) {
+        const Entry* s = table_.FindByAux(hash, static_cast<uint64_t>(deadline));
+        if (is_key(*s)) continue;
         return s - &table_.slot(0);
       }
       return -1;
@@ -357,12 +357,11 @@ size_t Shard::ExpireDue(int64_t now_ms, size_t budget) {
   size_t reclaimed = 0;
   while (reclaimed < budget && !by_deadline_.empty() && by_deadline_.begin()->first <= now_ms) {
     // The index and the entries' deadlines agree exactly: every change of one changes the other.
-    const std::string& bytes = by_deadline_.begin()->second;
-    const HashedKey key{bytes, Router::Hash(bytes)};
-    Entry* e = table_.Find(key.bytes, key.hash);
+    const auto [deadline, hash] = *by_deadline_.begin();
+    Entry* e = table_.FindByAux(hash, static_cast<uint64_t>(deadline));
     Table::ClearAux(e);
-    ttl_index_bytes_ -= TtlIndexBytes(key.bytes.size());
-    payload_bytes_ -= key.bytes.size() + Table::ValueOf(*e).size();
+    ttl_index_bytes_ -= kTtlIndexEntryBytes;
+    payload_bytes_ -= Table::KeyOf(*e).size() + Table::ValueOf(*e).size();
     table_.Erase(e);
     by_deadline_.erase(by_deadline_.begin());
     ++expired_;

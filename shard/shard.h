@@ -118,23 +118,10 @@ class Shard {
   // The slot of the next key to evict, never `key`'s; -1 if the policy has none.
   int64_t PickVictim(const HashedKey& key);
   void Evict(size_t slot);
-  // What a TTL index entry for a key of `key_len` bytes takes: its share of a B-tree node,
-  // and the key's own heap copy when it is too long for std::string's inline buffer.
-  static size_t TtlIndexBytes(size_t key_len) {
-    return kTtlIndexNodeBytes + (key_len > 15 ? (key_len + 1 + 15) / 16 * 16 : 0);
-  }
-  static constexpr size_t kTtlIndexNodeBytes = 64;
+  // What a TTL index entry takes: 16 bytes in a B-tree node of 256 that is 2/3 full on average
+  // (an estimate; absl does not say), and the node's parents.
+  static constexpr size_t kTtlIndexEntryBytes = 26;
   static constexpr size_t kMaxExpireOnWrite = 256;
-
-  // (deadline, key), ordered by deadline; finds by (deadline, string_view) without a copy.
-  struct ByDeadline {
-    using is_transparent = void;
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      return a.first != b.first ? a.first < b.first
-                                : std::string_view(a.second) < std::string_view(b.second);
-    }
-  };
 
   // Constant after construction.
   const MemoryLimit limit_;
@@ -142,7 +129,10 @@ class Shard {
 
   // Owning thread only.
   internal::Table table_;
-  absl::btree_set<std::pair<int64_t, std::string>, ByDeadline> by_deadline_;
+  // (deadline, key hash) of every key with a TTL, ordered by deadline: no copy of the key, and
+  // the hash and the deadline find its entry (Table::FindByAux). A multiset, for two keys whose
+  // hashes collide.
+  absl::btree_multiset<std::pair<int64_t, uint64_t>> by_deadline_;
   uint64_t payload_bytes_ = 0;
   uint64_t revision_ = 0;  // The version the last write gave its key.
   uint64_t expired_ = 0;

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -327,16 +328,18 @@ TEST(Shard, MatchesAReferenceModel) {
       case 6:  // Time passes.
         run.now += static_cast<int64_t>(rng() % 20);
         break;
-      case 7: {  // A partial reclaim: the earliest deadlines first, ties by key.
+      case 7: {  // A partial reclaim: the earliest deadlines first, ties by the key's hash.
         const size_t budget = rng() % 5;
-        std::vector<std::pair<int64_t, std::string>> due;
+        std::vector<std::tuple<int64_t, uint64_t, std::string>> due;
         for (const auto& [k, item] : model) {
-          if (item.deadline != 0 && item.deadline <= run.now) due.emplace_back(item.deadline, k);
+          if (item.deadline != 0 && item.deadline <= run.now) {
+            due.emplace_back(item.deadline, Router::Hash(k), k);
+          }
         }
         std::sort(due.begin(), due.end());
         const size_t n = std::min(budget, due.size());
         ASSERT_EQ(shard.ExpireDue(run.now, budget), n) << step;
-        for (size_t i = 0; i < n; ++i) model.erase(due[i].second);
+        for (size_t i = 0; i < n; ++i) model.erase(std::get<2>(due[i]));
         expired += n;
         break;
       }

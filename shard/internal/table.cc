@@ -119,6 +119,16 @@ Table::Entry* Table::Find(std::string_view key, uint64_t hash) const {
   }
 }
 
+Table::Entry* Table::FindByAux(uint64_t hash, uint64_t aux) const {
+  size_t i = hash & mask_;
+  for (uint8_t d = 1;; ++d) {
+    Entry& s = slots_[i];
+    if (s.dist < d) return nullptr;
+    if (s.dist == d && s.has_aux() && Aux(s) == aux && HashOf(s) == hash) return &s;
+    i = (i + 1) & mask_;
+  }
+}
+
 bool Table::Place(Entry* slots, size_t mask, Entry* carry, uint64_t hash, Entry** placed) {
   size_t i = hash & mask;
   carry->dist = 1;

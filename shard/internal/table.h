@@ -84,6 +84,9 @@ class Table {
 
   // The entry of `key`, or null.
   Entry* Find(std::string_view key, uint64_t hash) const;
+  // The entry whose key hashes to `hash` and whose aux word is `aux`, or null; where two such
+  // entries exist (a 64-bit hash collision with the same aux), either.
+  Entry* FindByAux(uint64_t hash, uint64_t aux) const;
   // The entry of `key`, inserted (empty value, meta 0) if absent; *inserted says which.
   Entry* Insert(std::string_view key, uint64_t hash, bool* inserted);
   void Erase(Entry* entry);
