@@ -8,9 +8,10 @@
 // Policies, as Redis names them:
 //   noeviction      a write that needs memory the shard does not have fails (RESOURCE_EXHAUSTED);
 //                   reads, deletes and writes that need no more memory go on.
-//   allkeys-lru     evicts keys not used lately: a CLOCK sweep over the slots, each with a
-//                   referenced bit that reads and writes set and the sweep clears (memcached's
-//                   and Linux's approximation of LRU).
+//   allkeys-lru     evicts keys not used lately: a CLOCK sweep over the slots (from a random
+//                   slot each eviction), each slot with a
+//                   referenced bit that reads and writes set and the sweep clears
+//                   (memcached's and Linux's approximation of LRU).
 //   volatile-ttl    evicts the key with a TTL that expires soonest (exactly: the TTL index is
 //                   ordered by deadline); with no TTL key left, fails as noeviction does.
 //   allkeys-random  evicts keys at random slots.

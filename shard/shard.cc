@@ -271,27 +271,29 @@ int64_t Shard::PickVictim(const HashedKey& key) {
   switch (limit_.eviction) {
     case Eviction::kNoEviction:
       return -1;
-    case Eviction::kAllKeysLru:
-      // CLOCK: a referenced key gets a second chance (its bit cleared); the first one found
-      // without the bit goes. Two sweeps clear every bit, so one is always found.
-      for (size_t step = 0; step <= 2 * (mask + 1); ++step) {
-        const size_t i = clock_hand_ & mask;
+    case Eviction::kAllKeysLru: {
+      // CLOCK, from a random slot each time: a referenced key gets a second chance (its bit
+      // cleared); the first one found without the bit goes. Two sweeps clear every bit, so one
+      // is always found. Not one hand going round, nor runs of evictions from one place: those
+      // empty some stretches of the table while inserts land everywhere, the fuller stretches
+      // grow probe runs until the table must double, and at a 32 MiB limit the table then
+      // held 17% fewer keys. The next start is fetched from DRAM one eviction ahead.
+      const size_t start = next_sweep_ & mask;
+      next_sweep_ = NextRandom();
+      table_.Prefetch(next_sweep_);
+      for (size_t step = 0, i = start; step <= 2 * (mask + 1); ++step, i = (i + 1) & mask) {
         Entry& s = table_.slot(i);
-        clock_hand_ = i + 1;
         if (!s.full() || is_key(s)) continue;
         if (s.meta & kReferenced) {
           s.meta &= ~kReferenced;
           continue;
         }
-        clock_hand_ = i;  // The entry after it shifts into slot i.
         return static_cast<int64_t>(i);
       }
       return -1;
+    }
     case Eviction::kAllKeysRandom: {
-      random_ ^= random_ << 13;
-      random_ ^= random_ >> 7;
-      random_ ^= random_ << 17;
-      for (size_t step = 0, i = random_ & mask; step <= mask; ++step, i = (i + 1) & mask) {
+      for (size_t step = 0, i = NextRandom() & mask; step <= mask; ++step, i = (i + 1) & mask) {
         if (table_.slot(i).full() && !is_key(table_.slot(i))) return static_cast<int64_t>(i);
       }
       return -1;

@@ -118,6 +118,12 @@ class Shard {
   // The slot of the next key to evict, never `key`'s; -1 if the policy has none.
   int64_t PickVictim(const HashedKey& key);
   void Evict(size_t slot);
+  uint64_t NextRandom() {
+    random_ ^= random_ << 13;
+    random_ ^= random_ >> 7;
+    random_ ^= random_ << 17;
+    return random_;
+  }
   // What a TTL index entry takes: 16 bytes in a B-tree node of 256 that is 2/3 full on average
   // (an estimate; absl does not say), and the node's parents.
   static constexpr size_t kTtlIndexEntryBytes = 26;
@@ -138,8 +144,8 @@ class Shard {
   uint64_t expired_ = 0;
   uint64_t evicted_ = 0;
   uint64_t ttl_index_bytes_ = 0;
-  size_t clock_hand_ = 0;                 // allkeys-lru: the next slot the sweep looks at.
-  uint64_t random_ = 0x9e3779b97f4a7c15;  // allkeys-random: xorshift64 state.
+  uint64_t random_ = 0x9e3779b97f4a7c15;  // Eviction's xorshift64 state.
+  uint64_t next_sweep_ = 0;               // allkeys-lru: where the next sweep starts.
 };
 
 }  // namespace ringkv
