@@ -97,12 +97,18 @@ def churn_run(ttl_ms):
     return r
 
 
-def churn():
-    rows = {1000: [], 0: []}
+def interleaved(name, variants, run_one):
+    """RUNS runs of each variant, alternating, so drift hits all alike: {variant: [result]}."""
+    rows = {v: [] for v in variants}
     for _ in range(RUNS):
-        for ttl_ms in (1000, 0):  # Interleaved, so drift hits both alike.
-            rows[ttl_ms].append(churn_run(ttl_ms))
-            record("churn", rows[ttl_ms][-1])
+        for v in variants:
+            rows[v].append(run_one(v))
+            record(name, rows[v][-1])
+    return rows
+
+
+def churn():
+    rows = interleaved("churn", (1000, 0), churn_run)
     print(f"\n### Churn: every key with a 1 s TTL, writes at full speed ({SECONDS} s runs, "
           f"median (min .. max) of {RUNS})\n")
     print("| run | ops/s | server CPU us/op | loadgen CPU us/op | keys at the end | data MiB at "
@@ -145,11 +151,7 @@ def lru_run(limited):
 
 
 def lru():
-    rows = {True: [], False: []}
-    for _ in range(RUNS):
-        for limited in (True, False):
-            rows[limited].append(lru_run(limited))
-            record("lru", rows[limited][-1])
+    rows = interleaved("lru", (True, False), lru_run)
     print(f"\n### --max-memory={LRU_LIMIT} with allkeys-lru against no limit (GET:PUT 1:1, "
           f"4M keys, median (min .. max) of {RUNS})\n")
     print("| server | ops/s | server CPU us/op | loadgen CPU us/op | GET hit rate | keys | data "

@@ -95,6 +95,14 @@ void Shard::SetDeadline(const HashedKey& key, Entry* e, int64_t deadline_ms) {
   by_deadline_.emplace(deadline_ms, key.hash);
 }
 
+void Shard::SetTtl(const HashedKey& key, Entry* e, int64_t deadline_ms) {
+  if (deadline_ms > 0) {
+    SetDeadline(key, e, deadline_ms);
+  } else {
+    ClearDeadline(key, e);
+  }
+}
+
 void Shard::ClearDeadline(const HashedKey& key, Entry* e) {
   if (!e->has_aux()) return;
   by_deadline_.erase(by_deadline_.find({static_cast<int64_t>(Table::Aux(*e)), key.hash}));
@@ -170,14 +178,8 @@ void Shard::Execute(Request& r, int64_t now_ms) {
     case Op::kPut:
       if (!ConditionHolds(r, e)) return;
       e = Write(key, e, r.value);
-      if (r.deadline_ms > 0) {
-        SetDeadline(key, e, r.deadline_ms);
-      } else {
-        ClearDeadline(key, e);
-      }
-      r.version = VersionOf(*e);
-      r.result = Result::kOk;
-      return;
+      SetTtl(key, e, r.deadline_ms);
+      break;
     case Op::kDelete:
       if (e == nullptr) {
         r.result = Result::kNotFound;
@@ -194,18 +196,15 @@ void Shard::Execute(Request& r, int64_t now_ms) {
         r.result = Result::kNotFound;
         return;
       }
-      if (r.op == Op::kExpire) {
-        SetDeadline(key, e, r.deadline_ms);
-      } else {
-        ClearDeadline(key, e);
-      }
-      r.version = VersionOf(*e);
-      r.result = Result::kOk;
-      return;
+      SetTtl(key, e, r.op == Op::kExpire ? r.deadline_ms : 0);
+      break;
     case Op::kIncrement:
       Increment(key, e, r);
       return;
   }
+  // A Put, Expire or Persist that took effect.
+  r.version = VersionOf(*e);
+  r.result = Result::kOk;
 }
 
 int64_t Shard::MemoryNeeded(const Request& r, const HashedKey& key, const Entry* e) const {

@@ -104,6 +104,8 @@ class Shard {
   void Remove(const HashedKey& key, Entry* e);
   void SetDeadline(const HashedKey& key, Entry* e, int64_t deadline_ms);
   void ClearDeadline(const HashedKey& key, Entry* e);
+  // SetDeadline for a deadline > 0, else ClearDeadline.
+  void SetTtl(const HashedKey& key, Entry* e, int64_t deadline_ms);
   // False (and the request failed with the key's version) unless the request's condition holds.
   bool ConditionHolds(Request& request, const Entry* e) const;
   void Increment(const HashedKey& key, Entry* e, Request& request);

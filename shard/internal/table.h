@@ -105,11 +105,7 @@ class Table {
   // The aux word: set (the entry may move its key and value to the heap to make room), read,
   // and removed.
   void SetAux(Entry* e, uint64_t aux, uint64_t hash);
-  static uint64_t Aux(const Entry& e) {
-    uint64_t aux;
-    std::memcpy(&aux, e.data + kAuxOffset, sizeof(aux));
-    return aux;
-  }
+  static uint64_t Aux(const Entry& e) { return Load<uint64_t>(e, kAuxOffset); }
   static void ClearAux(Entry* e) { e->meta &= ~kHasAux; }
 
   size_t size() const { return size_; }
@@ -154,26 +150,17 @@ class Table {
   // Moves an inline entry's key and value (and aux word) to a heap block.
   void MoveToHeap(Entry* e, uint64_t hash);
 
-  static char* Block(const Entry& e) {
-    char* p;
-    std::memcpy(&p, e.data + kBlockOffset, sizeof(p));
-    return p;
+  // A T stored at `offset` of the entry's data bytes (unaligned, so by memcpy).
+  template <typename T>
+  static T Load(const Entry& e, size_t offset) {
+    T t;
+    std::memcpy(&t, e.data + offset, sizeof(t));
+    return t;
   }
-  static uint32_t HeapKeyLen(const Entry& e) {
-    uint32_t n;
-    std::memcpy(&n, e.data + kKeyLenOffset, sizeof(n));
-    return n;
-  }
-  static uint32_t HeapValueLen(const Entry& e) {
-    uint32_t n;
-    std::memcpy(&n, e.data + kValueLenOffset, sizeof(n));
-    return n;
-  }
-  static uint64_t HeapHash(const Entry& e) {
-    uint64_t h;
-    std::memcpy(&h, e.data + kHashOffset, sizeof(h));
-    return h;
-  }
+  static char* Block(const Entry& e) { return Load<char*>(e, kBlockOffset); }
+  static uint32_t HeapKeyLen(const Entry& e) { return Load<uint32_t>(e, kKeyLenOffset); }
+  static uint32_t HeapValueLen(const Entry& e) { return Load<uint32_t>(e, kValueLenOffset); }
+  static uint64_t HeapHash(const Entry& e) { return Load<uint64_t>(e, kHashOffset); }
   // Makes `e` a heap entry whose block is `block` (key then value).
   static void SetHeap(Entry* e, char* block, size_t key_len, size_t value_len, uint64_t hash);
   static bool Matches(const Entry& e, std::string_view key, uint64_t hash);
