@@ -9,10 +9,11 @@
 // client threads. GET or PUT is drawn per call from --ratio. Keys are "key:%012d" uniform in
 // [0, --keys), as redis-benchmark's key:__rand_int__, and are pre-loaded (MultiPut) before
 // timing unless --preload=false; then a GET may miss, and the report gives the GETs' hit rate
-// (of a cache under --max-memory, or of keys with --ttl_ms). Latency is per call (per batch for multi and stream), in a log-linear histogram; no
-// per-operation samples are kept. With the h2 client a call is timed from the moment its round
-// of requests goes to the sockets to the moment its answer is read, as redis-benchmark times a
-// request from its write; the grpc client times from the call's start.
+// (of a cache under --max-memory, or of keys with --ttl_ms). Latency is per call (per batch for
+// multi and stream), in a log-linear histogram; no per-operation samples are kept. With the h2
+// client a call is timed from the moment its round of requests goes to the sockets to the moment
+// its answer is read, as redis-benchmark times a request from its write; the grpc client times from
+// the call's start.
 //
 // Clients (--client):
 //   h2    gRPC on libnghttp2 (client/h2_channel.h), each thread an epoll loop over its own
