@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -771,10 +772,16 @@ TEST_P(ServerLifecycle, SigtermFinishesCallsInFlightAndExitsZero) {
   ASSERT_TRUE(stream->Write(request));
 
   // Unary writers that keep going through the signal: every call either succeeds or is
-  // refused as UNAVAILABLE (the server stopped accepting); none is cut off half-way.
+  // refused as UNAVAILABLE (the server stopped accepting); none is cut off half-way. On grpc++
+  // a call that reaches the server as the drain ends (after the last call in flight, before
+  // grpc++'s Shutdown) is matched to no handler in time and gRPC cancels it: CANCELLED, never
+  // run (seen about once in 15 runs under TSan; README, --transport).
+  const bool cancel_is_refusal = GetParam() == "grpc";
   std::atomic<bool> stop{false};
   std::atomic<int> ok_calls{0};
   std::atomic<int> odd_errors{0};
+  std::mutex odd_mu;
+  std::string odd_status;  // The first odd error, for the failure message.
   std::vector<std::thread> writers;
   for (int t = 0; t < 3; ++t) {
     writers.emplace_back([&, t] {
@@ -783,8 +790,11 @@ TEST_P(ServerLifecycle, SigtermFinishesCallsInFlightAndExitsZero) {
         absl::Status s = c.Put(absl::StrCat("w", t, "-", i), "v").status();
         if (s.ok()) {
           ++ok_calls;
-        } else if (s.code() != absl::StatusCode::kUnavailable) {
+        } else if (s.code() != absl::StatusCode::kUnavailable &&
+                   !(cancel_is_refusal && s.code() == absl::StatusCode::kCancelled)) {
           ++odd_errors;
+          std::lock_guard<std::mutex> lock(odd_mu);
+          if (odd_status.empty()) odd_status = s.ToString();
         } else {
           return;
         }
@@ -826,7 +836,7 @@ TEST_P(ServerLifecycle, SigtermFinishesCallsInFlightAndExitsZero) {
   EXPECT_EQ(status, 0) << server.log();
   EXPECT_LT(seconds, 5.0);
   EXPECT_GT(ok_calls.load(), 0);
-  EXPECT_EQ(odd_errors.load(), 0);
+  EXPECT_EQ(odd_errors.load(), 0) << odd_status;
   EXPECT_NE(server.log().find("stopped"), std::string::npos) << server.log();
   watch_context.TryCancel();
   watch->Finish();
