@@ -1,0 +1,63 @@
+#include "persist/block.h"
+
+#include <cstring>
+
+#include "persist/crc32c.h"
+
+namespace ringkv::persist {
+namespace {
+
+void PutU32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<uint8_t>(p[i])} << (8 * i);
+  return v;
+}
+uint32_t Checksum(uint32_t seed, const char* length, std::string_view payload) {
+  return Crc32cExtend(Crc32cExtend(seed, std::string_view(length, 4)), payload);
+}
+
+}  // namespace
+
+void AppendBlock(std::string* out, uint32_t seed, std::string_view payload) {
+  char header[kBlockHeaderBytes];
+  PutU32(header, static_cast<uint32_t>(payload.size()));
+  PutU32(header + 4, Checksum(seed, header, payload));
+  out->append(header, sizeof(header));
+  out->append(payload);
+}
+
+bool BlockReader::Next(std::string_view* payload) {
+  if (end_ != End::kNone) return false;
+  const size_t left = data_.size() - offset_;
+  if (left == 0) {
+    end_ = End::kClean;
+    return false;
+  }
+  if (left < kBlockHeaderBytes) {  // A header cut short can only be the last thing written.
+    end_ = End::kTorn;
+    return false;
+  }
+  const char* header = data_.data() + offset_;
+  const uint32_t length = GetU32(header);
+  if (length > kMaxBlockPayload) {  // No writer makes such a block: damage, not a tear.
+    end_ = End::kDamaged;
+    return false;
+  }
+  if (length > left - kBlockHeaderBytes) {  // Runs past the end: the last write, cut short.
+    end_ = End::kTorn;
+    return false;
+  }
+  const std::string_view body(header + kBlockHeaderBytes, length);
+  if (Checksum(seed_, header, body) != GetU32(header + 4)) {
+    end_ = length == left - kBlockHeaderBytes ? End::kTorn : End::kDamaged;
+    return false;
+  }
+  offset_ += kBlockHeaderBytes + length;
+  *payload = body;
+  return true;
+}
+
+}  // namespace ringkv::persist

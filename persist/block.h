@@ -1,0 +1,63 @@
+// Blocks: how ringkv's data files (snapshots and logs) frame what they hold, so that a reader can
+// tell good bytes from torn or damaged ones.
+//
+// A block is
+//   length  u32   payload bytes (at most kMaxBlockPayload)
+//   crc     u32   CRC-32C of the length bytes and the payload, seeded with the file's seed
+//   payload
+// little-endian. The seed is the file's own (its segment id, from its header), so a block that
+// belongs to another file (an old segment's bytes left in a reused one) fails its check too.
+// A reader takes blocks while they check out and stops at the first that does not: a write
+// that a crash cut short leaves a torn last block (its length runs past the end of the file, or
+// its checksum fails and nothing follows it), and anything else is damage, which the caller
+// must not mistake for a clean end.
+//
+//   std::string file;
+//   AppendBlock(&file, seed, "one");
+//   AppendBlock(&file, seed, "two");
+//   BlockReader reader(file, seed);
+//   for (std::string_view payload; reader.Next(&payload);) use(payload);
+//   if (reader.end() == BlockReader::End::kDamaged) refuse(reader.offset());
+#ifndef RINGKV_PERSIST_BLOCK_H_
+#define RINGKV_PERSIST_BLOCK_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ringkv::persist {
+
+inline constexpr size_t kBlockHeaderBytes = 8;
+inline constexpr uint32_t kMaxBlockPayload = 64u << 20;
+
+// Appends one block holding `payload` (at most kMaxBlockPayload bytes) to *out.
+void AppendBlock(std::string* out, uint32_t seed, std::string_view payload);
+
+class BlockReader {
+ public:
+  enum class End {
+    kNone,     // Not at the end yet.
+    kClean,    // Every byte was in a good block.
+    kTorn,     // The last block is incomplete or fails its check, and nothing follows it.
+    kDamaged,  // A block fails its check (or claims an impossible length) with bytes after it.
+  };
+
+  BlockReader(std::string_view data, uint32_t seed) : data_(data), seed_(seed) {}
+
+  // The next good block's payload (a view into the data); false at the end (see end()).
+  bool Next(std::string_view* payload);
+  End end() const { return end_; }
+  // Where the next block starts: after the end, the length of the longest good prefix.
+  size_t offset() const { return offset_; }
+
+ private:
+  std::string_view data_;
+  uint32_t seed_;
+  size_t offset_ = 0;
+  End end_ = End::kNone;
+};
+
+}  // namespace ringkv::persist
+
+#endif  // RINGKV_PERSIST_BLOCK_H_

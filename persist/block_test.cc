@@ -1,0 +1,112 @@
+#include "persist/block.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace ringkv::persist {
+namespace {
+
+constexpr uint32_t kSeed = 0x5eed;
+
+std::vector<std::string> Payloads() {
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 12; ++i) {
+    payloads.push_back(std::string(static_cast<size_t>(i * 7), static_cast<char>('a' + i)));
+  }
+  return payloads;
+}
+
+// Payloads() as a file of blocks; *ends gets where each block ends.
+std::string WriteAll(std::vector<size_t>* ends) {
+  std::string file;
+  for (const std::string& p : Payloads()) {
+    AppendBlock(&file, kSeed, p);
+    ends->push_back(file.size());
+  }
+  return file;
+}
+
+struct Read {
+  std::vector<std::string> payloads;
+  BlockReader::End end;
+  size_t offset;
+};
+
+Read ReadAll(std::string_view data, uint32_t seed = kSeed) {
+  Read r;
+  BlockReader reader(data, seed);
+  for (std::string_view p; reader.Next(&p);) r.payloads.emplace_back(p);
+  r.end = reader.end();
+  r.offset = reader.offset();
+  return r;
+}
+
+TEST(Block, RoundTripsAndEndsClean) {
+  std::vector<size_t> ends;
+  const std::string file = WriteAll(&ends);
+  const Read r = ReadAll(file);
+  EXPECT_EQ(r.payloads, Payloads());
+  EXPECT_EQ(r.end, BlockReader::End::kClean);
+  EXPECT_EQ(r.offset, file.size());
+  EXPECT_EQ(ReadAll("").end, BlockReader::End::kClean);
+}
+
+// A file cut at any byte keeps exactly the blocks wholly before the cut, and says it is torn.
+TEST(Block, ACutAnywhereKeepsTheWholeBlocksBeforeIt) {
+  std::vector<size_t> ends;
+  const std::string file = WriteAll(&ends);
+  for (size_t cut = 0; cut < file.size(); ++cut) {
+    const Read r = ReadAll(std::string_view(file).substr(0, cut));
+    size_t whole = 0;
+    while (whole < ends.size() && ends[whole] <= cut) ++whole;
+    ASSERT_EQ(r.payloads.size(), whole) << cut;
+    const bool at_a_boundary = cut == 0 || (whole > 0 && ends[whole - 1] == cut);
+    ASSERT_EQ(r.end, at_a_boundary ? BlockReader::End::kClean : BlockReader::End::kTorn) << cut;
+    ASSERT_EQ(r.offset, whole == 0 ? 0 : ends[whole - 1]) << cut;
+  }
+}
+
+// One bit flipped anywhere: the block it hits and everything after it are refused, and the
+// blocks before it are kept. Past the length field, a flip in the last block reads as a tear and
+// one before it as damage; a flipped length reads as damage, or as a tear when it runs past the
+// end of the file (a reader cannot tell that from a write cut short).
+TEST(Block, AFlippedBitIsNeverTaken) {
+  std::vector<size_t> ends;
+  const std::string file = WriteAll(&ends);
+  for (size_t bit = 0; bit < file.size() * 8; ++bit) {
+    std::string bad = file;
+    bad[bit / 8] = static_cast<char>(bad[bit / 8] ^ (1 << (bit % 8)));
+    const Read r = ReadAll(bad);
+    size_t hit = 0;
+    while (ends[hit] <= bit / 8) ++hit;
+    ASSERT_EQ(r.payloads.size(), hit) << bit;
+    ASSERT_EQ(r.offset, hit == 0 ? 0 : ends[hit - 1]) << bit;
+    ASSERT_NE(r.end, BlockReader::End::kClean) << bit;
+    const size_t start = hit == 0 ? 0 : ends[hit - 1];
+    const bool past_the_length = bit / 8 >= start + 4;
+    if (past_the_length) {
+      const bool last = hit + 1 == ends.size();
+      ASSERT_EQ(r.end, last ? BlockReader::End::kTorn : BlockReader::End::kDamaged) << bit;
+    }
+  }
+}
+
+TEST(Block, AnotherFilesSeedFailsTheCheck) {
+  std::string file;
+  AppendBlock(&file, kSeed, "payload");
+  AppendBlock(&file, kSeed, "more");
+  const Read r = ReadAll(file, kSeed + 1);
+  EXPECT_TRUE(r.payloads.empty());
+  EXPECT_EQ(r.end, BlockReader::End::kDamaged);
+}
+
+TEST(Block, AnImpossibleLengthIsDamage) {
+  std::string file(kBlockHeaderBytes, '\xff');  // Length 0xffffffff, over kMaxBlockPayload.
+  file += std::string(100, 'x');
+  EXPECT_EQ(ReadAll(file).end, BlockReader::End::kDamaged);
+}
+
+}  // namespace
+}  // namespace ringkv::persist
