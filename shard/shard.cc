@@ -88,8 +88,6 @@ void Shard::SetDeadline(const HashedKey& key, Entry* e, int64_t deadline_ms) {
     const int64_t old = static_cast<int64_t>(Table::Aux(*e));
     if (old == deadline_ms) return;
     by_deadline_.erase(by_deadline_.find({old, key.hash}));
-  } else {
-    ttl_index_bytes_ += kTtlIndexEntryBytes;
   }
   table_.SetAux(e, static_cast<uint64_t>(deadline_ms), key.hash);
   by_deadline_.emplace(deadline_ms, key.hash);
@@ -106,7 +104,6 @@ void Shard::SetTtl(const HashedKey& key, Entry* e, int64_t deadline_ms) {
 void Shard::ClearDeadline(const HashedKey& key, Entry* e) {
   if (!e->has_aux()) return;
   by_deadline_.erase(by_deadline_.find({static_cast<int64_t>(Table::Aux(*e)), key.hash}));
-  ttl_index_bytes_ -= kTtlIndexEntryBytes;
   Table::ClearAux(e);
 }
 
@@ -361,7 +358,6 @@ size_t Shard::ExpireDue(int64_t now_ms, size_t budget) {
     const auto [deadline, hash] = *by_deadline_.begin();
     Entry* e = table_.FindByAux(hash, static_cast<uint64_t>(deadline));
     Table::ClearAux(e);
-    ttl_index_bytes_ -= kTtlIndexEntryBytes;
     payload_bytes_ -= Table::KeyOf(*e).size() + Table::ValueOf(*e).size();
     table_.Erase(e);
     by_deadline_.erase(by_deadline_.begin());

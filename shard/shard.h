@@ -86,7 +86,7 @@ class Shard {
   uint64_t expired() const { return expired_; }
   // The memory the data holds, as MemoryLimit counts it (shard/memory.h).
   uint64_t memory_bytes() const {
-    return table_.table_bytes() + table_.heap_bytes() + ttl_index_bytes_;
+    return table_.table_bytes() + table_.heap_bytes() + by_deadline_.size() * kTtlIndexEntryBytes;
   }
   const MemoryLimit& memory_limit() const { return limit_; }
   // Keys evicted to make room for writes, since the shard was made.
@@ -145,7 +145,6 @@ class Shard {
   uint64_t revision_ = 0;  // The version the last write gave its key.
   uint64_t expired_ = 0;
   uint64_t evicted_ = 0;
-  uint64_t ttl_index_bytes_ = 0;
   uint64_t random_ = 0x9e3779b97f4a7c15;  // Eviction's xorshift64 state.
   uint64_t next_sweep_ = 0;               // allkeys-lru: where the next sweep starts.
 };
