@@ -18,15 +18,32 @@ uint32_t GetU32(const char* p) {
 uint32_t Checksum(uint32_t seed, const char* length, std::string_view payload) {
   return Crc32cExtend(Crc32cExtend(seed, std::string_view(length, 4)), payload);
 }
+uint32_t LengthCheck(uint32_t seed, const char* length) {
+  return Crc32cExtend(~seed, std::string_view(length, 4));
+}
+bool AllZero(std::string_view bytes) {
+  for (char c : bytes) {
+    if (c != 0) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
 void AppendBlock(std::string* out, uint32_t seed, std::string_view payload) {
   char header[kBlockHeaderBytes];
   PutU32(header, static_cast<uint32_t>(payload.size()));
-  PutU32(header + 4, Checksum(seed, header, payload));
+  PutU32(header + 4, LengthCheck(seed, header));
+  PutU32(header + 8, Checksum(seed, header, payload));
   out->append(header, sizeof(header));
   out->append(payload);
+}
+
+void SealBlock(char* block, size_t payload_bytes, uint32_t seed) {
+  PutU32(block, static_cast<uint32_t>(payload_bytes));
+  PutU32(block + 4, LengthCheck(seed, block));
+  PutU32(block + 8,
+         Checksum(seed, block, std::string_view(block + kBlockHeaderBytes, payload_bytes)));
 }
 
 bool BlockReader::Next(std::string_view* payload) {
@@ -41,7 +58,12 @@ bool BlockReader::Next(std::string_view* payload) {
     return false;
   }
   const char* header = data_.data() + offset_;
+  const std::string_view rest = data_.substr(offset_);
   const uint32_t length = GetU32(header);
+  if (LengthCheck(seed_, header) != GetU32(header + 4)) {
+    end_ = AllZero(rest) ? End::kTorn : End::kDamaged;
+    return false;
+  }
   if (length > kMaxBlockPayload) {  // No writer makes such a block: damage, not a tear.
     end_ = End::kDamaged;
     return false;
@@ -51,8 +73,10 @@ bool BlockReader::Next(std::string_view* payload) {
     return false;
   }
   const std::string_view body(header + kBlockHeaderBytes, length);
-  if (Checksum(seed_, header, body) != GetU32(header + 4)) {
-    end_ = length == left - kBlockHeaderBytes ? End::kTorn : End::kDamaged;
+  if (Checksum(seed_, header, body) != GetU32(header + 8)) {
+    const bool last = length == left - kBlockHeaderBytes ||
+                      AllZero(rest.substr(kBlockHeaderBytes + length));
+    end_ = last ? End::kTorn : End::kDamaged;
     return false;
   }
   offset_ += kBlockHeaderBytes + length;

@@ -3,14 +3,16 @@
 //
 // A block is
 //   length  u32   payload bytes (at most kMaxBlockPayload)
+//   check   u32   CRC-32C of the length bytes, seeded with ~seed
 //   crc     u32   CRC-32C of the length bytes and the payload, seeded with the file's seed
 //   payload
-// little-endian. The seed is the file's own (its segment id, from its header), so a block that
-// belongs to another file (an old segment's bytes left in a reused one) fails its check too.
-// A reader takes blocks while they check out and stops at the first that does not: a write
-// that a crash cut short leaves a torn last block (its length runs past the end of the file, or
-// its checksum fails and nothing follows it), and anything else is damage, which the caller
-// must not mistake for a clean end.
+// little-endian. The seed is the file's own (persist/format.h), so a block that belongs to
+// another file fails its check too. A reader takes blocks while they check out and stops at
+// the first that does not. A write that a crash cut short leaves a torn last block: a header
+// cut short, a checked length that runs past the end of the file, a payload that fails its
+// checksum with nothing after it, or zeros to the end (a file system may extend a file before
+// its data lands). Anything else is damage, which the caller must not mistake for a clean end;
+// the length's own check is what tells a flipped length (damage) from a write cut short.
 //
 //   std::string file;
 //   AppendBlock(&file, seed, "one");
@@ -28,11 +30,16 @@
 
 namespace ringkv::persist {
 
-inline constexpr size_t kBlockHeaderBytes = 8;
-inline constexpr uint32_t kMaxBlockPayload = 64u << 20;
+inline constexpr size_t kBlockHeaderBytes = 12;
+// One record of the largest value (--max-value-bytes: 1 GiB) with the longest key (1 MiB).
+inline constexpr uint32_t kMaxBlockPayload = (1u << 30) + (2u << 20);
 
 // Appends one block holding `payload` (at most kMaxBlockPayload bytes) to *out.
 void AppendBlock(std::string* out, uint32_t seed, std::string_view payload);
+
+// Fills in the header of a block built in place: `block` points at kBlockHeaderBytes reserved
+// bytes, followed by its `payload_bytes` of payload.
+void SealBlock(char* block, size_t payload_bytes, uint32_t seed);
 
 class BlockReader {
  public:

@@ -69,9 +69,9 @@ TEST(Block, ACutAnywhereKeepsTheWholeBlocksBeforeIt) {
 }
 
 // One bit flipped anywhere: the block it hits and everything after it are refused, and the
-// blocks before it are kept. Past the length field, a flip in the last block reads as a tear and
-// one before it as damage; a flipped length reads as damage, or as a tear when it runs past the
-// end of the file (a reader cannot tell that from a write cut short).
+// blocks before it are kept. A flip in a length or its check is damage (the check tells it
+// from a write cut short); past them, a flip in the last block reads as a tear and one before
+// it as damage.
 TEST(Block, AFlippedBitIsNeverTaken) {
   std::vector<size_t> ends;
   const std::string file = WriteAll(&ends);
@@ -85,11 +85,10 @@ TEST(Block, AFlippedBitIsNeverTaken) {
     ASSERT_EQ(r.offset, hit == 0 ? 0 : ends[hit - 1]) << bit;
     ASSERT_NE(r.end, BlockReader::End::kClean) << bit;
     const size_t start = hit == 0 ? 0 : ends[hit - 1];
-    const bool past_the_length = bit / 8 >= start + 4;
-    if (past_the_length) {
-      const bool last = hit + 1 == ends.size();
-      ASSERT_EQ(r.end, last ? BlockReader::End::kTorn : BlockReader::End::kDamaged) << bit;
-    }
+    const bool in_the_length = bit / 8 < start + 8;
+    const bool last = hit + 1 == ends.size();
+    ASSERT_EQ(r.end, !in_the_length && last ? BlockReader::End::kTorn : BlockReader::End::kDamaged)
+        << bit;
   }
 }
 
@@ -100,6 +99,19 @@ TEST(Block, AnotherFilesSeedFailsTheCheck) {
   const Read r = ReadAll(file, kSeed + 1);
   EXPECT_TRUE(r.payloads.empty());
   EXPECT_EQ(r.end, BlockReader::End::kDamaged);
+}
+
+TEST(Block, ZerosToTheEndAreATear) {
+  std::string file;
+  AppendBlock(&file, kSeed, "kept");
+  const size_t good = file.size();
+  file += std::string(4096, '\0');
+  const Read r = ReadAll(file);
+  EXPECT_EQ(r.payloads.size(), 1u);
+  EXPECT_EQ(r.end, BlockReader::End::kTorn);
+  EXPECT_EQ(r.offset, good);
+  file[good + 100] = 1;  // Not zeros to the end: damage.
+  EXPECT_EQ(ReadAll(file).end, BlockReader::End::kDamaged);
 }
 
 TEST(Block, AnImpossibleLengthIsDamage) {
