@@ -125,7 +125,8 @@ void ShardLoop::Run() {
       continue;
     }
     idle_turns = 0;
-    const bool backlogged = worker_ != nullptr && !worker_->Drained();
+    // Answers held for the journal need no polling: its syncer wakes the loop.
+    const bool backlogged = worker_ != nullptr && worker_->Backlogged();
     if (server_.options().poll_mode || backlogged) {
       std::this_thread::yield();  // Full rings: let the consumer run.
     } else if (io_finished) {

@@ -48,6 +48,8 @@ enum class Result : uint8_t {
   kNoMemory,         // A write that needs memory the shard may not take (shard/memory.h);
                      // `number` is the shard's memory in use, `version` its limit, and
                      // `deadline_ms` the bytes the write needed.
+  kUnavailable,      // A write the shard's journal could not make durable (its disk failed):
+                     // not acknowledged. Once a journal fails, every write gets this.
 };
 
 struct Request {
@@ -73,6 +75,9 @@ struct Request {
   // Set by the owning shard.
   Result result = Result::kPending;
   std::string out;  // GET's value; SCAN's records. Reused across uses of a pooled request.
+  // Set by the owning worker: the journal record (shard/journal.h) that must be durable before
+  // the answer goes back; 0 if none.
+  uint64_t log_seq = 0;
 };
 
 }  // namespace ringkv

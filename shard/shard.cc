@@ -12,12 +12,7 @@ namespace {
 
 using internal::Table;
 
-// Entry::meta: the version in the low 56 bits; bit 62 the referenced bit of allkeys-lru's CLOCK
-// sweep; the table's kHasAux bit on top is left alone.
-constexpr uint64_t kVersionMask = (uint64_t{1} << 56) - 1;
-constexpr uint64_t kReferenced = uint64_t{1} << 62;
-
-uint64_t VersionOf(const Table::Entry& e) { return e.meta & kVersionMask; }
+uint64_t VersionOf(const Table::Entry& e) { return e.meta & ((uint64_t{1} << 56) - 1); }
 
 // A decimal int64 in canonical form: an optional '-', then digits without leading zeros (just
 // "0" for zero; no "-0"), as Increment writes them.
@@ -143,7 +138,12 @@ void Shard::Increment(const HashedKey& key, Entry* e, Request& r) {
   }
   char text[24];
   const auto [end, error] = std::to_chars(text, text + sizeof text, sum);
-  e = Write(key, e, std::string_view(text, static_cast<size_t>(end - text)));
+  const std::string_view stored(text, static_cast<size_t>(end - text));
+  e = Write(key, e, stored);
+  if (journal_ != nullptr) {
+    journal_->Set(key.bytes, stored, VersionOf(*e),
+                  e->has_aux() ? static_cast<int64_t>(Table::Aux(*e)) : 0);
+  }
   r.number = sum;
   r.version = VersionOf(*e);
   r.result = Result::kOk;
@@ -176,6 +176,7 @@ void Shard::Execute(Request& r, int64_t now_ms) {
       if (!ConditionHolds(r, e)) return;
       e = Write(key, e, r.value);
       SetTtl(key, e, r.deadline_ms);
+      if (journal_ != nullptr) journal_->Set(key.bytes, r.value, VersionOf(*e), r.deadline_ms);
       break;
     case Op::kDelete:
       if (e == nullptr) {
@@ -185,6 +186,7 @@ void Shard::Execute(Request& r, int64_t now_ms) {
       }
       if (!ConditionHolds(r, e)) return;
       Remove(key, e);
+      if (journal_ != nullptr) journal_->Delete(key.bytes);
       r.result = Result::kOk;
       return;
     case Op::kExpire:
@@ -194,6 +196,7 @@ void Shard::Execute(Request& r, int64_t now_ms) {
         return;
       }
       SetTtl(key, e, r.op == Op::kExpire ? r.deadline_ms : 0);
+      if (journal_ != nullptr) journal_->SetDeadline(key.bytes, r.op == Op::kExpire ? r.deadline_ms : 0);
       break;
     case Op::kIncrement:
       Increment(key, e, r);
@@ -309,6 +312,7 @@ void Shard::Evict(size_t slot) {
   Entry* e = &table_.slot(slot);
   const HashedKey key{Table::KeyOf(*e), Table::HashOf(*e)};
   // The key's bytes live in the entry (or its block), which Remove frees last.
+  if (journal_ != nullptr) journal_->Delete(key.bytes);
   Remove(key, e);
   ++evicted_;
 }
@@ -349,6 +353,26 @@ void Shard::Scan(Request& r, int64_t now_ms) const {
   r.number = p == buckets ? 1 : 0;
   r.version = p == buckets ? 0 : p << (64 - bits);
   r.result = Result::kOk;
+}
+
+void Shard::LoadSet(const HashedKey& key, std::string_view value, uint64_t version,
+                    int64_t deadline_ms, int64_t now_ms) {
+  if (deadline_ms > 0 && deadline_ms <= now_ms) return LoadDelete(key);
+  Entry* e = Write(key, table_.Find(key.bytes, key.hash), value);
+  revision_ = std::max(revision_ - 1, version);  // Write took one; the record says which.
+  e->meta = (e->meta & ~(kVersionMask | kReferenced)) | (version & kVersionMask);
+  SetTtl(key, e, deadline_ms);
+}
+
+void Shard::LoadDeadline(const HashedKey& key, int64_t deadline_ms, int64_t now_ms) {
+  Entry* e = table_.Find(key.bytes, key.hash);
+  if (e == nullptr) return;
+  if (deadline_ms > 0 && deadline_ms <= now_ms) return LoadDelete(key);
+  SetTtl(key, e, deadline_ms);
+}
+
+void Shard::LoadDelete(const HashedKey& key) {
+  if (Entry* e = table_.Find(key.bytes, key.hash); e != nullptr) Remove(key, e);
 }
 
 size_t Shard::ExpireDue(int64_t now_ms, size_t budget) {

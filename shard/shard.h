@@ -41,6 +41,7 @@
 
 #include "absl/container/btree_set.h"
 #include "shard/internal/table.h"
+#include "shard/journal.h"
 #include "shard/memory.h"
 #include "shard/request.h"
 #include "shard/router.h"
@@ -59,6 +60,28 @@ class Shard {
       : limit_(limit), track_access_(limit.eviction == Eviction::kAllKeysLru), table_(reserve) {}
 
   void Prefetch(const HashedKey& key) const { table_.Prefetch(key.hash); }
+
+  // Every change to the data is recorded in `journal` from now on (null: none). Not owned.
+  void set_journal(Journal* journal) { journal_ = journal; }
+
+  // Restore (persist/): the key's state as a journal record or a snapshot says, with the
+  // version it had. A deadline at or before `now_ms` removes the key instead. Versions given
+  // later stay above every version loaded. Bypasses the memory limit.
+  void LoadSet(const HashedKey& key, std::string_view value, uint64_t version,
+               int64_t deadline_ms, int64_t now_ms);
+  void LoadDeadline(const HashedKey& key, int64_t deadline_ms, int64_t now_ms);
+  void LoadDelete(const HashedKey& key);
+
+  // Calls fn(key, value, version, deadline_ms) for every key, expired or not, in slot order.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (size_t i = 0; i < table_.capacity(); ++i) {
+      const Entry& e = table_.slot(i);
+      if (!e.full()) continue;
+      fn(internal::Table::KeyOf(e), internal::Table::ValueOf(e), e.meta & kVersionMask,
+         e.has_aux() ? static_cast<int64_t>(internal::Table::Aux(e)) : int64_t{0});
+    }
+  }
 
   // Runs `request` (its hash already set) at wall-clock time `now_ms`: sets its result and
   // outputs. `now_ms` matters only for keys with a TTL (has_ttls()).
@@ -94,6 +117,11 @@ class Shard {
 
  private:
   using Entry = internal::Table::Entry;
+
+  // Entry::meta: the version in the low 56 bits; bit 62 the referenced bit of allkeys-lru's
+  // CLOCK sweep; the table's kHasAux bit on top is left alone.
+  static constexpr uint64_t kVersionMask = (uint64_t{1} << 56) - 1;
+  static constexpr uint64_t kReferenced = uint64_t{1} << 62;
 
   // The entry of a key that is there and not expired at now_ms; null otherwise. Reads only.
   Entry* Live(const HashedKey& key, int64_t now_ms) const;
@@ -145,6 +173,7 @@ class Shard {
   uint64_t revision_ = 0;  // The version the last write gave its key.
   uint64_t expired_ = 0;
   uint64_t evicted_ = 0;
+  Journal* journal_ = nullptr;
   uint64_t random_ = 0x9e3779b97f4a7c15;  // Eviction's xorshift64 state.
   uint64_t next_sweep_ = 0;               // allkeys-lru: where the next sweep starts.
 };

@@ -31,7 +31,7 @@ Worker::Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, 
 
 size_t Worker::RunOnce(RequestSource& source) {
   size_t handled = 0;
-  if (backlog_ < kMaxBacklog) {
+  if (backlog_ < kMaxBacklog && (journal_ == nullptr || !journal_->backlogged())) {
     Request* batch[kMaxBurst];
     const size_t n = source.Poll(batch, burst_);
     if (n > 0) {
@@ -40,6 +40,7 @@ size_t Worker::RunOnce(RequestSource& source) {
     }
   }
   handled += DrainInbound(source);
+  if (journal_ != nullptr) handled += CommitJournal(source);
   if (backlog_ > 0) Flush();
   if (shard_.has_ttls()) handled += ExpireDue();
   return handled;
@@ -108,7 +109,34 @@ void Worker::Admit(Request** batch, size_t n, RequestSource& source) {
     }
   }
   Execute(batch, local);
-  for (size_t i = 0; i < local; ++i) source.Complete(batch[i]);
+  for (size_t i = 0; i < local; ++i) Answer(batch[i], source, true);
+}
+
+void Worker::Answer(Request* request, RequestSource& source, bool hold_if_needed) {
+  if (hold_if_needed && request->log_seq != 0) {
+    held_.push_back(request);
+  } else if (request->origin == id_) {
+    source.Complete(request);
+  } else {
+    Push(request->origin, request);
+  }
+}
+
+size_t Worker::CommitJournal(RequestSource& source) {
+  journal_->Commit();
+  if (held_.empty()) return 0;
+  const bool failed = journal_->failed();
+  const uint64_t durable = journal_->durable();
+  size_t released = 0;
+  while (!held_.empty() && (failed || held_.front()->log_seq <= durable)) {
+    Request* request = held_.front();
+    held_.pop_front();
+    // Run, but never made durable: not acknowledged.
+    if (request->log_seq > durable) request->result = Result::kUnavailable;
+    Answer(request, source, false);
+    ++released;
+  }
+  return released;
 }
 
 size_t Worker::DrainInbound(RequestSource& source) {
@@ -135,7 +163,7 @@ size_t Worker::DrainInbound(RequestSource& source) {
       }
     }
     Execute(batch, work);
-    for (size_t i = 0; i < work; ++i) Push(batch[i]->origin, batch[i]);
+    for (size_t i = 0; i < work; ++i) Answer(batch[i], source, true);
     for (size_t i = 0; i < done; ++i) source.Complete(answers[i]);
     handled += n;
   }
@@ -150,13 +178,33 @@ void Worker::Execute(Request** batch, size_t n) {
   for (size_t i = 0; i < n; ++i) shard_.Prefetch({batch[i]->key, batch[i]->hash});
   // The clock only matters to keys with a TTL; a shard without any never reads it.
   const int64_t now_ms = shard_.has_ttls() ? clock_() : 0;
-  for (size_t i = 0; i < n; ++i) shard_.Execute(*batch[i], now_ms);
+  if (journal_ == nullptr) {
+    for (size_t i = 0; i < n; ++i) shard_.Execute(*batch[i], now_ms);
+  } else {
+    ExecuteJournaled(batch, n, now_ms);
+  }
   if (profile_) {
     WorkerCounters::Add(counters_.map_cycles, Rdtscp() - t0);
     WorkerCounters::Add(counters_.map_ops, n);
   }
   WorkerCounters::Add(counters_.executed, n);
   PublishShardCounters();
+}
+
+void Worker::ExecuteJournaled(Request** batch, size_t n, int64_t now_ms) {
+  const bool refuse_writes = journal_->failed();
+  const bool hold = journal_->holds_acks();
+  for (size_t i = 0; i < n; ++i) {
+    Request& r = *batch[i];
+    r.log_seq = 0;
+    if (refuse_writes && r.op != Op::kGet && r.op != Op::kScan) {
+      r.result = Result::kUnavailable;
+      continue;
+    }
+    const uint64_t before = journal_->appended();
+    shard_.Execute(r, now_ms);
+    if (hold && journal_->appended() != before) r.log_seq = journal_->appended();
+  }
 }
 
 void Worker::Push(uint16_t to, Request* request) {

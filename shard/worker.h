@@ -11,9 +11,16 @@
 //   2. dequeue a burst from each inbound ring: answers to its own requests are completed,
 //      requests from others are run (prefetched as a batch) and queued back to their origin;
 //   3. flush each outbox with one EnqueueBurst; what does not fit stays for the next turn;
-//   4. if the shard has keys with a TTL, reclaim those due (Shard::ExpireDue), up to a budget
+//   4. with a journal (shard/journal.h; the daemon's --data-dir): commit what this turn
+//      recorded, and release the answers whose records are now durable (see below);
+//   5. if the shard has keys with a TTL, reclaim those due (Shard::ExpireDue), up to a budget
 //      that doubles while it is all used (from kMinExpireBudget to kMaxExpireBudget), so that
 //      a write rate of TTL keys is matched without an unbounded stall in any one turn.
+// With a journal that holds acknowledgements (--fsync=always), a write's answer does not go back
+// (to the source, or through a ring to its origin) when the write is run but once the journal
+// says its record is durable; the worker keeps running turns meanwhile. Once the journal fails,
+// every write is refused (Result::kUnavailable) and so are the held ones that it had not made
+// durable; reads go on.
 // Nothing blocks and nothing is dropped: a full ring is back-pressure on the source (step 1 is
 // skipped while the outboxes hold more than kMaxBacklog requests), and the worker keeps draining
 // its inbound rings meanwhile, so two workers full towards each other cannot deadlock.
@@ -25,10 +32,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "ring/ring.h"
 #include "shard/clock.h"
+#include "shard/journal.h"
 #include "shard/request.h"
 #include "shard/router.h"
 #include "shard/shard.h"
@@ -114,8 +123,18 @@ class Worker {
   void RunToCompletion(RequestSource& source, std::atomic<uint32_t>& finished_workers,
                        uint32_t total_workers);
 
-  // Nothing waits in this worker's outboxes.
-  bool Drained() const { return backlog_ == 0; }
+  // Nothing waits in this worker's outboxes, nor for its journal.
+  bool Drained() const { return backlog_ == 0 && held_.empty(); }
+  // Requests wait in the outboxes for room in a ring.
+  bool Backlogged() const { return backlog_ > 0; }
+
+  // Every change to the shard is recorded in `journal` from now on. Before the worker runs.
+  void set_journal(Journal* journal) {
+    journal_ = journal;
+    shard_.set_journal(journal);
+  }
+  // The shard, to restore it before the worker runs.
+  Shard& mutable_shard() { return shard_; }
 
   uint16_t id() const { return id_; }
   // The shard, for its owning thread, or for anyone once the workers have stopped.
@@ -131,6 +150,12 @@ class Worker {
   void Admit(Request** batch, size_t n, RequestSource& source);
   size_t DrainInbound(RequestSource& source);
   void Execute(Request** batch, size_t n);
+  void ExecuteJournaled(Request** batch, size_t n, int64_t now_ms);
+  // Sends the answer to a request this shard ran: completes it (this worker's own) or queues it
+  // back to its origin; or holds it while its journal record is not durable.
+  void Answer(Request* request, RequestSource& source, bool hold_if_needed);
+  // Step 4 of the turn; returns how many answers it released.
+  size_t CommitJournal(RequestSource& source);
   // Step 4 of the turn; returns how many keys it reclaimed.
   size_t ExpireDue();
   void PublishShardCounters();
@@ -153,6 +178,8 @@ class Worker {
   std::vector<Outbox> outboxes_;
   size_t backlog_ = 0;  // Requests waiting in outboxes_, all destinations.
   size_t expire_budget_ = kMinExpireBudget;
+  Journal* journal_ = nullptr;
+  std::deque<Request*> held_;  // Answers waiting for the journal, in log_seq order.
 };
 
 }  // namespace ringkv

@@ -10,6 +10,10 @@ namespace {
 
 namespace pb = ::ringkv::v1;
 
+// Never freed: read by any loop thread until the process exits.
+const std::string* journal_failure_message =
+    new std::string("the write could not be made durable; writes are refused");
+
 // A deadline `ttl_ms` from now; 0 for none (ttl_ms 0) unless `required`.
 absl::Status Deadline(int64_t now_ms, int64_t ttl_ms, bool required, int64_t* deadline) {
   if (ttl_ms == 0 && !required) {
@@ -127,10 +131,17 @@ absl::Status StatusOf(const Request& r) {
           " holds ", r.number, " of the ", r.version,
           " bytes --max-memory gives each shard, with no key --eviction may evict (reads and "
           "deletes still work)"));
+    case Result::kUnavailable:
+      return absl::UnavailableError(*journal_failure_message);
     case Result::kPending:
       break;
   }
   return absl::InternalError("the request was never run");
+}
+
+void SetJournalFailureMessage(std::string message) {
+  delete journal_failure_message;
+  journal_failure_message = new std::string(std::move(message));
 }
 
 int64_t TtlLeft(int64_t deadline_ms, int64_t now_ms) {

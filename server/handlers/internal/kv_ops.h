@@ -7,6 +7,7 @@
 #define RINGKV_SERVER_HANDLERS_INTERNAL_KV_OPS_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -35,6 +36,9 @@ absl::Status PrepareIncrement(const RequestLimits& limits, std::string_view key,
 // The status of a done request: OK, NOT_FOUND, FAILED_PRECONDITION naming the key's version,
 // INVALID_ARGUMENT (an increment of a non-integer), OUT_OF_RANGE (an increment's overflow).
 absl::Status StatusOf(const Request& r);
+// The message of Result::kUnavailable (a write the data directory's log could not take). Set
+// by the Server before it starts its loops, never after.
+void SetJournalFailureMessage(std::string message);
 // A done request as a batch item: its status, and what its operation returns (a Get's value,
 // version and time left; a write's version; an increment's sum). Moves the value out.
 void SetItem(ringkv::v1::ItemResult* item, Request& r, int64_t now_ms);
