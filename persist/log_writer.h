@@ -1,0 +1,155 @@
+// LogWriter: one worker's append-only log (--data-dir), the Journal its shard records changes
+// in. Group commit: the worker encodes a turn's records into a buffer, and at the end of the
+// turn (Commit) hands the buffer to the log's syncer thread, which writes it with one write()
+// and, with --fsync=always, one fdatasync(), then says so (durable()) and wakes the worker
+// (`on_progress`). While the syncer is busy the worker goes on running turns and its records
+// pile up for the next hand-off, so one sync covers as many turns as arrive during the last.
+//
+// Sync modes:
+//   always    a write is acknowledged once the fdatasync that covers it has returned;
+//   everysec  acknowledged at once; the syncer fdatasyncs the log at most a second after a
+//             write (a crash of the machine loses at most the last second or so; a crash of
+//             the process loses nothing written, since the page cache survives it);
+//   no        acknowledged at once; the kernel writes the pages back when it likes.
+// Failures: a write or fdatasync that fails marks the log failed for good (never retried: see
+// persist/file.h), and the worker refuses writes from then on (shard/journal.h).
+//
+// Faults for tests, from the environment:
+//   RINGKV_TEST_LOG_FAIL_AFTER_BYTES=N  a write that would take a log past N bytes writes what
+//                                       fits and fails as a full disk does (ENOSPC).
+// and SimulatePowerLoss().
+//
+// Threads: the Journal methods on the worker's thread; Close on a control thread once the worker
+// has stopped; bytes(), error() anywhere.
+#ifndef RINGKV_PERSIST_LOG_WRITER_H_
+#define RINGKV_PERSIST_LOG_WRITER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "persist/format.h"
+#include "shard/journal.h"
+
+namespace ringkv::persist {
+
+enum class SyncMode { kAlways, kEverySec, kNo };
+std::optional<SyncMode> ParseSyncMode(std::string_view text);
+const char* SyncModeName(SyncMode mode);
+
+// For crash tests: cuts every open log back to what its last fdatasync covered (what a power
+// loss would leave, the page cache gone) and exits the process at once with status 137, as a
+// kill -9 would. Any thread.
+[[noreturn]] void SimulatePowerLoss();
+
+class LogWriter final : public Journal {
+ public:
+  // A block is closed once it holds this much; a record bigger than that gets a block of its own.
+  static constexpr size_t kBlockTarget = size_t{4} << 20;
+  // Past this much waiting for the syncer the worker admits no new requests.
+  static constexpr size_t kMaxPending = size_t{64} << 20;
+
+  // Creates DIR/LogName(header) (which must not exist yet), writes its header, and syncs it and
+  // the directory. `group_failed` (may be null; outlives the log) is shared by the logs of one
+  // server: a failure of any of them fails them all, so that every worker refuses writes.
+  static absl::StatusOr<std::unique_ptr<LogWriter>> Create(const std::string& dir,
+                                                           const FileHeader& header,
+                                                           SyncMode mode,
+                                                           std::function<void()> on_progress,
+                                                           std::atomic<bool>* group_failed);
+  ~LogWriter() override;
+  LogWriter(const LogWriter&) = delete;
+  LogWriter& operator=(const LogWriter&) = delete;
+
+  // Journal.
+  void Set(std::string_view key, std::string_view value, uint64_t version,
+           int64_t deadline_ms) override;
+  void SetDeadline(std::string_view key, int64_t deadline_ms) override;
+  void Delete(std::string_view key) override;
+  uint64_t appended() const override { return appended_; }
+  uint64_t durable() const override { return durable_.load(std::memory_order_acquire); }
+  bool holds_acks() const override { return mode_ == SyncMode::kAlways; }
+  void Commit() override;
+  bool failed() const override {
+    return failed_.load(std::memory_order_acquire) ||
+           (group_failed_ != nullptr && group_failed_->load(std::memory_order_acquire));
+  }
+  bool backlogged() const override { return pending_.size() > kMaxPending; }
+
+  // Writes and syncs whatever is left (in every mode), stops the syncer and closes the file;
+  // the log's error if it failed. Once only.
+  absl::Status Close();
+
+  const std::string& path() const { return path_; }
+  uint64_t bytes() const { return file_bytes_.load(std::memory_order_relaxed); }
+  // Why the log failed; empty while it has not (also when another of its group did).
+  std::string error() const;
+
+ private:
+  friend void SimulatePowerLoss();
+
+  LogWriter(std::string path, int fd, uint32_t seed, SyncMode mode,
+            std::function<void()> on_progress, std::atomic<bool>* group_failed);
+  // This log's own failure (failed() also counts the group's).
+  bool self_failed() const { return failed_.load(std::memory_order_acquire); }
+  void Run();
+  // Starts a new block unless the open one has room for `record_bytes` more.
+  void Reserve(size_t record_bytes);
+  // Seals the blocks of `data` (starting at `blocks`) and writes them; false if it failed.
+  bool WriteBlocks(std::string& data, const std::vector<size_t>& blocks);
+  bool Sync();
+  void Fail(std::string_view step, int error);
+
+  // Constant after construction.
+  const std::string path_;
+  const int fd_;
+  const uint32_t seed_;
+  const SyncMode mode_;
+  const std::function<void()> on_progress_;
+  const uint64_t fail_after_bytes_;  // RINGKV_TEST_LOG_FAIL_AFTER_BYTES; 0: never.
+  std::atomic<bool>* const group_failed_;
+
+  // Worker thread only.
+  std::string pending_;               // Blocks, their headers not filled in yet.
+  std::vector<size_t> pending_blocks_;  // Where each of pending_'s blocks starts.
+  uint64_t appended_ = 0;
+
+  // The hand-off: the worker fills handoff_* and sets in_flight_ (then ready_ under mu_); the
+  // syncer writes them, empties them and clears in_flight_ (release), after which the worker
+  // may fill them again.
+  std::string handoff_;
+  std::vector<size_t> handoff_blocks_;
+  uint64_t handoff_seq_ = 0;
+  std::atomic<bool> in_flight_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool ready_ = false;   // Guarded by mu_.
+  bool stop_ = false;    // Guarded by mu_.
+  std::string error_;    // Guarded by mu_.
+  bool closed_ = false;  // Control thread.
+
+  // Held around each write() and fdatasync(), so that SimulatePowerLoss sees the file between
+  // them.
+  std::mutex io_mu_;
+  std::atomic<uint64_t> durable_{0};
+  std::atomic<bool> failed_{false};
+  std::atomic<uint64_t> file_bytes_{0};
+  std::atomic<uint64_t> synced_bytes_{0};
+
+  std::thread syncer_;
+};
+
+
+}  // namespace ringkv::persist
+
+#endif  // RINGKV_PERSIST_LOG_WRITER_H_
