@@ -360,6 +360,24 @@ int Stats(Invocation& in) {
     std::printf("max memory: %.1f MiB, eviction %s\n", stats->max_memory_bytes() / 1048576.0,
                 stats->eviction().c_str());
   }
+  if (!stats->has_persistence()) {
+    std::printf("persistence: none (in memory only)\n");
+  } else {
+    const auto& p = stats->persistence();
+    std::printf("persistence: %s, fsync %s, log %.1f MiB this run, restored %lu keys in %.3f s\n",
+                p.data_dir().c_str(), p.fsync().c_str(), p.log_bytes() / 1048576.0,
+                p.restored_keys(), p.restore_seconds());
+    if (p.snapshot_unix_ms() == 0) {
+      std::printf("last snapshot: none\n");
+    } else {
+      std::printf("last snapshot: %s, %lu keys, %.1f MiB\n",
+                  absl::FormatTime("%Y-%m-%d %H:%M:%S %Z", absl::FromUnixMillis(p.snapshot_unix_ms()),
+                                   absl::LocalTimeZone())
+                      .c_str(),
+                  p.snapshot_keys(), p.snapshot_bytes() / 1048576.0);
+    }
+    if (!p.error().empty()) std::printf("WRITES REFUSED: %s\n", p.error().c_str());
+  }
   std::printf("%-6s %12s %14s %11s %10s %12s %12s %12s %14s %12s %12s %10s\n", "shard", "keys",
               "payload_bytes", "memory_MiB", "limit_MiB", "ttl_keys", "expired", "evicted", "ops",
               "ring_sent", "ring_recv", "full_waits");

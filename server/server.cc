@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/grpc/grpc_transport.h"
 #include "server/h2/h2_transport.h"
+#include "server/handlers/internal/kv_ops.h"
 #include "server/log.h"
 
 namespace ringkv {
@@ -67,6 +68,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     server->loops_.push_back(std::make_unique<ShardLoop>(static_cast<uint16_t>(i), *server,
                                                          worker, server->lock_engine_.get()));
   }
+  if (!options.data_dir.empty()) {
+    if (absl::Status s = server->OpenDataDir(); !s.ok()) {
+      server->stopped_ = true;  // Nothing listens and no loop runs.
+      return s;
+    }
+  }
 
   absl::StatusOr<std::unique_ptr<Transport>> transport =
       options.transport == TransportKind::kH2 ? H2Transport::Start(*server)
@@ -84,8 +91,43 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   return server;
 }
 
-void Server::Shutdown() {
-  if (stopped_) return;
+absl::Status Server::OpenDataDir() {
+  if (options_.lock_engine) {
+    return absl::InvalidArgumentError("--data-dir works with --engine=ring only (the lock "
+                                      "engine is a baseline for benchmarks)");
+  }
+  absl::StatusOr<std::unique_ptr<persist::DataDir>> dir =
+      persist::DataDir::Open(options_.data_dir, options_.fsync, options_.load_intact);
+  if (!dir.ok()) return dir.status();
+  data_dir_ = std::move(*dir);
+  std::vector<Shard*> shards;
+  for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
+    shards.push_back(&ring_engine_->worker(i).mutable_shard());
+  }
+  if (absl::Status s = data_dir_->Restore(shards, ring_engine_->router(), options_.clock());
+      !s.ok()) {
+    return s;
+  }
+  const persist::PersistenceStats restored = data_dir_->Stats();
+  Log(LogLevel::kInfo, "data directory %s: %d keys restored in %.3f s; --fsync=%s",
+      options_.data_dir, restored.restored_keys, restored.restore_seconds, restored.fsync);
+  if (absl::Status s = data_dir_->OpenLogs(ring_engine_->workers(),
+                                           [this](uint16_t worker) { Wake(worker); });
+      !s.ok()) {
+    return s;
+  }
+  for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
+    ring_engine_->worker(i).set_journal(&data_dir_->log(i));
+  }
+  internal::SetJournalFailureMessage(absl::StrCat(
+      "not stored: the log in ", options_.data_dir,
+      " could not be written, so writes are refused until the server is restarted (reads go "
+      "on; the server's log and `ringkv stats` give the cause)"));
+  return absl::OkStatus();
+}
+
+absl::Status Server::Shutdown() {
+  if (stopped_) return absl::OkStatus();
   stopped_ = true;
   shutting_down_.store(true, std::memory_order_release);
   // New calls are refused from now on (by the transports) and health says NOT_SERVING; the
@@ -110,10 +152,29 @@ void Server::Shutdown() {
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();
   Log(LogLevel::kDebug, "every loop has stopped");
+  if (data_dir_ == nullptr) return absl::OkStatus();
+  // The loops are stopped: the shards may be read from here.
+  absl::Status status;
+  if (options_.snapshot_on_exit) {
+    std::vector<const Shard*> shards;
+    for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
+      shards.push_back(&ring_engine_->worker(i).shard());
+    }
+    status = data_dir_->CloseAndSnapshot(shards, options_.clock());
+    if (status.ok()) {
+      const persist::PersistenceStats stats = data_dir_->Stats();
+      Log(LogLevel::kInfo, "snapshot of %d keys (%d bytes) written to %s", stats.snapshot_keys,
+          stats.snapshot_bytes, options_.data_dir);
+    }
+  } else {
+    status = data_dir_->CloseLogs();
+  }
+  if (!status.ok()) Log(LogLevel::kError, "%s", status.message());
+  return status;
 }
 
 Server::~Server() {
-  Shutdown();
+  (void)Shutdown();
   // The loops are stopped; their LoopIos go before the transport they belong to, and the
   // engine (rings, shards) last.
   loops_.clear();
@@ -168,6 +229,19 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
   stats->set_ring(options_.lock_engine ? "" : (IsMultiProducer(options_.ring) ? "mpsc" : "spsc"));
   stats->set_max_memory_bytes(options_.memory.bytes);
   stats->set_eviction(std::string(EvictionName(options_.memory.eviction)));
+  if (data_dir_ != nullptr) {
+    const persist::PersistenceStats p = data_dir_->Stats();
+    ringkv::v1::PersistenceStats* out = stats->mutable_persistence();
+    out->set_data_dir(p.data_dir);
+    out->set_fsync(p.fsync);
+    out->set_log_bytes(p.log_bytes);
+    out->set_snapshot_unix_ms(p.snapshot_ms);
+    out->set_snapshot_bytes(p.snapshot_bytes);
+    out->set_snapshot_keys(p.snapshot_keys);
+    out->set_restored_keys(p.restored_keys);
+    out->set_restore_seconds(p.restore_seconds);
+    out->set_error(p.error);
+  }
 }
 
 }  // namespace ringkv

@@ -2,6 +2,11 @@
 // ShardLoop thread per worker, and the transport that feeds them calls (server/transport.h:
 // HTTP/2 on nghttp2, or grpc++). server/shard_loop.h tells the request path.
 //
+// Persistence (ServerOptions::data_dir, persist/data_dir.h): Start restores the data before it
+// listens, so the server never reports SERVING over a partial data set, and gives each worker
+// its log; Shutdown, once the loops have stopped, closes the logs and takes a snapshot (unless
+// snapshot_on_exit is false).
+//
 // Shutdown order (Shutdown()): health goes NOT_SERVING (each loop tells its Watch streams and
 // its transport) and calls that arrive from then on are refused with UNAVAILABLE, health
 // checks excepted; the calls in flight get up to `shutdown_grace` to finish; then the transport
@@ -32,6 +37,8 @@
 #include "absl/time/time.h"
 #include "ring/ring.h"
 #include "ringkv/v1/kv.pb.h"
+#include "persist/data_dir.h"
+#include "persist/log_writer.h"
 #include "server/request_limits.h"
 #include "server/shard_loop.h"
 #include "server/transport.h"
@@ -65,6 +72,11 @@ struct ServerOptions {
   MemoryLimit memory;
   // What TTL deadlines are compared with (wall-clock ms); tests may set a clock of their own.
   Clock clock = SystemClockMs;
+  // --data-dir (empty: in memory only), --fsync, --load-intact, --no-snapshot-on-exit.
+  std::string data_dir;
+  persist::SyncMode fsync = persist::SyncMode::kEverySec;
+  bool load_intact = false;
+  bool snapshot_on_exit = true;
 };
 
 class Server : public WorkerWaker {
@@ -76,8 +88,9 @@ class Server : public WorkerWaker {
 
   // The port bound (useful with a listen address ending in ":0").
   int port() const { return port_; }
-  // Drains and stops; returns once every loop thread has exited. Idempotent.
-  void Shutdown();
+  // Drains and stops; returns once every loop thread has exited and the data directory (if any)
+  // is closed, with what went wrong there. Idempotent (later calls return OK).
+  absl::Status Shutdown();
 
   // For the loops and handlers, any loop thread.
   const ServerOptions& options() const { return options_; }
@@ -101,6 +114,8 @@ class Server : public WorkerWaker {
 
  private:
   explicit Server(const ServerOptions& options);
+  // Opens and locks the data directory, restores the shards and gives each worker its log.
+  absl::Status OpenDataDir();
 
   // Constant after Start.
   const ServerOptions options_;
@@ -110,6 +125,7 @@ class Server : public WorkerWaker {
   std::unique_ptr<LockEngine> lock_engine_;
   std::vector<std::unique_ptr<ShardLoop>> loops_;
   std::unique_ptr<Transport> transport_;
+  std::unique_ptr<persist::DataDir> data_dir_;
 
   // Control thread only.
   std::vector<std::thread> threads_;
