@@ -113,6 +113,13 @@ def stop(proc):
     proc.wait(timeout=20)
 
 
+def machine():
+    """The CPU model and the core count, for the line every table starts with."""
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), "?")
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
 def cell(values, fmt="{:,.0f}"):
     """Median (min .. max), or - for none."""
     if not values:

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import cell, rss_bytes, run_client, start_redis, start_ringkv, stop
+from benchlib import cell, machine, rss_bytes, run_client, start_redis, start_ringkv, stop
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 SECONDS = int(sys.argv[2]) if len(sys.argv) > 2 else 60
@@ -339,9 +339,7 @@ def main():
     for f in os.listdir(OUT):
         if f.endswith(".jsonl"):
             os.remove(os.path.join(OUT, f))
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), "?")
-    print(f"{cpu}, {os.cpu_count()} cores; ringkv-server with its defaults otherwise")
+    print(f"{machine()}; ringkv-server with its defaults otherwise")
     if "churn" in PARTS:
         churn()
     if "lru" in PARTS:

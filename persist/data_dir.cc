@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <thread>
 #include <utility>
@@ -22,6 +24,15 @@ namespace ringkv::persist {
 namespace {
 
 constexpr size_t kSnapshotBlock = size_t{1} << 20;
+
+// For crash tests: kills the process (SIGKILL) at the step of the
+// snapshot commit that RINGKV_TEST_CRASH_IN_SNAPSHOT names: "writing" (shard 0's temporary file
+// written, not committed), "renamed" (every snapshot file in place, no MANIFEST yet),
+// "manifest" (the MANIFEST in place, nothing removed yet), "cleanup" (one stale file removed).
+void CrashPoint(std::string_view step) {
+  static const char* const crash_at = std::getenv("RINGKV_TEST_CRASH_IN_SNAPSHOT");
+  if (crash_at != nullptr && step == crash_at) kill(getpid(), SIGKILL);
+}
 
 // One file restore reads, mapped, with its header checked.
 struct Source {
@@ -279,6 +290,7 @@ absl::Status DataDir::RemoveStale(uint64_t keep_from, uint64_t snapshot_generati
     const std::string file = absl::StrCat(path_, "/", name);
     if (unlink(file.c_str()) != 0) return IoError("cannot remove", file, errno);
     removed = true;
+    CrashPoint("cleanup");
   }
   return removed ? SyncDirectory(path_) : absl::OkStatus();
 }
@@ -360,6 +372,7 @@ absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards,
       block.clear();
       AppendBlock(&block, seed, EncodeFooter(footer));
       if (status.ok()) status = out.Append(block);
+      if (i == 0) CrashPoint("writing");
       if (status.ok()) status = out.Commit();
       statuses[i] = status;
       keys[i] = footer.records;
@@ -373,6 +386,7 @@ absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards,
                                                  "); the logs keep the data"));
     }
   }
+  CrashPoint("renamed");
   Manifest manifest{.generation = generation, .shards = n, .created_ms = now_ms};
   for (uint32_t i = 0; i < n; ++i) {
     manifest.keys += keys[i];
@@ -383,6 +397,7 @@ absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards,
     return s;
   }
   manifest_ = manifest;
+  CrashPoint("manifest");
   if (absl::Status s = RemoveStale(generation, generation); !s.ok()) return s;
   if (!log_status.ok()) {
     Log(LogLevel::kWarning, "a log had failed (%s); the snapshot at exit holds the data",

@@ -47,8 +47,7 @@ std::optional<SyncMode> ParseSyncMode(std::string_view text);
 const char* SyncModeName(SyncMode mode);
 
 // For crash tests: cuts every open log back to what its last fdatasync covered (what a power
-// loss would leave, the page cache gone) and exits the process at once with status 137, as a
-// kill -9 would. Any thread.
+// loss would leave, the page cache gone) and kills the process with SIGKILL. Any thread.
 [[noreturn]] void SimulatePowerLoss();
 
 class LogWriter final : public Journal {

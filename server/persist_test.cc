@@ -232,6 +232,45 @@ TEST_F(PersistTest, AFullDiskRefusesWritesClearlyAndKeepsServingReads) {
   EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
 }
 
+// The snapshot at exit, killed at each step of its commit: the next start finds every write,
+// from the old snapshot and the logs or from the new snapshot.
+TEST_F(PersistTest, ACrashAtEachStepOfTheSnapshotCommitLosesNothing) {
+  for (const std::string step : {"writing", "renamed", "manifest", "cleanup"}) {
+    fs::remove_all(dir_);
+    Start({"--threads=2"});
+    std::map<std::string, std::string> model;
+    for (int i = 0; i < 100; ++i) {
+      model[absl::StrCat("a", i)] = absl::StrCat("first", i);
+      ASSERT_TRUE(client_->Put(absl::StrCat("a", i), model[absl::StrCat("a", i)]).ok());
+    }
+    ASSERT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();  // An old snapshot.
+    Start({"--threads=2"});
+    for (int i = 0; i < 100; i += 2) {
+      model[absl::StrCat("a", i)] = absl::StrCat("second", i);
+      ASSERT_TRUE(client_->Put(absl::StrCat("a", i), model[absl::StrCat("a", i)]).ok());
+      model[absl::StrCat("b", i)] = "new";
+      ASSERT_TRUE(client_->Put(absl::StrCat("b", i), "new").ok());
+    }
+    for (int i = 1; i < 100; i += 10) {
+      model.erase(absl::StrCat("a", i));
+      ASSERT_TRUE(client_->Delete(absl::StrCat("a", i)).ok());
+    }
+    ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);  // Logs over the old snapshot.
+    setenv("RINGKV_TEST_CRASH_IN_SNAPSHOT", step.c_str(), 1);
+    Start({"--threads=2"});
+    unsetenv("RINGKV_TEST_CRASH_IN_SNAPSHOT");
+    ASSERT_EQ(server_->Stop(SIGTERM, 20), 137) << step << "\n" << server_->log();
+    Start({"--threads=2"});
+    const auto stats = client_->Stats().value();
+    EXPECT_EQ(stats.persistence().restored_keys(), model.size()) << step;
+    for (const auto& [key, value] : model) {
+      EXPECT_EQ(client_->Get(key).value_or("(missing)"), value) << step << " " << key;
+    }
+    EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+    EXPECT_TRUE(fs::exists(dir_ + "/MANIFEST"));
+  }
+}
+
 TEST_F(PersistTest, DamageRefusesTheStartUnlessLoadIntact) {
   Start({"--threads=1", "--fsync=always"});
   for (int i = 0; i < 50; ++i) ASSERT_TRUE(client_->Put(absl::StrCat("k", i), "v").ok());

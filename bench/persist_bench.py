@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""Persistence's costs (issue 12), ringkv against Redis configured to match, in the same run:
+
+  put      unary PUT, 50 connections x 1 call, 32-byte values over 1M keys, SECONDS each:
+           ringkv in memory / --data-dir --fsync=everysec / --fsync=always, against Redis with
+           appendonly no / appendonly yes + appendfsync everysec / appendfsync always; ops/s,
+           p99, and the server's CPU per operation (user + system from /proc over the run);
+  restore  KEYS keys of 32-byte values: ringkv writes them with MultiPut and stops (a
+           snapshot at exit), Redis gets them with DEBUG POPULATE and SAVE; then each starts
+           again on its files, and the time each says the load took is compared (ringkv:
+           "N keys restored in S s"; Redis: "DB loaded from disk: S seconds"), with the files'
+           size.
+
+Data files go to a fresh directory under bench-results/persist/ (the same disk for both), and
+are removed after each run. Every server is stopped at the end. Prints markdown; raw results in
+bench-results/persist/results.jsonl.
+
+Usage: bench/persist_bench.py [RUNS=3] [SECONDS=20] [PARTS=put,restore] [KEYS=2000000]
+(repository root, after scripts/setup.sh)
+"""
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from benchlib import cell, machine, run_client, start_redis, start_ringkv, stop
+
+RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+SECONDS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+PARTS = sys.argv[3].split(",") if len(sys.argv) > 3 else ["put", "restore"]
+KEYS = int(sys.argv[4]) if len(sys.argv) > 4 else 2_000_000
+OUT = os.path.abspath("bench-results/persist")
+LOADGEN = "build/bench/ringkv-loadgen"
+PUT_KEYS = 1_000_000
+
+
+def record(name, result):
+    with open(os.path.join(OUT, "results.jsonl"), "a") as f:
+        f.write(json.dumps({"name": name, **result}) + "\n")
+
+
+def fresh_dir(name):
+    path = os.path.join(OUT, name)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def dir_bytes(path):
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+
+
+# ---- put --------------------------------------------------------------------------------------
+
+RINGKV_MODES = {"memory": [], "everysec": ["--fsync=everysec"], "always": ["--fsync=always"]}
+REDIS_MODES = {"memory": ["--appendonly", "no"],
+               "everysec": ["--appendonly", "yes", "--appendfsync", "everysec"],
+               "always": ["--appendonly", "yes", "--appendfsync", "always"]}
+
+
+def ringkv_put(mode):
+    data = fresh_dir("ringkv-data")
+    flags = RINGKV_MODES[mode] + ([f"--data-dir={data}"] if mode != "memory" else [])
+    proc, addr = start_ringkv(os.path.join(OUT, "ringkv.log"), flags)
+    try:
+        json_path = os.path.join(OUT, "tmp.json")
+        _, cpu = run_client([LOADGEN, f"--addr={addr}", f"--keys={PUT_KEYS}", "--value-size=32",
+                             "--ratio=0:1", "--connections=50", "--concurrency=50",
+                             f"--duration={SECONDS}", "--progress=false", "--preload=false",
+                             f"--json={json_path}"], proc.pid, SECONDS * 10 + 60)
+        r = json.load(open(json_path))
+    finally:
+        stop(proc)
+    shutil.rmtree(data, ignore_errors=True)
+    return {"ops_per_s": r["ops_per_s"], "p99_ms": r["p99_ms"], "ops": r["ops"],
+            **cpu.per_op(r["ops"])}
+
+
+def redis_put(mode):
+    data = fresh_dir("redis-data")
+    proc, port = start_redis(os.path.join(OUT, "redis.log"), ["--dir", data] + REDIS_MODES[mode])
+    try:
+        base = ["redis-benchmark", "-p", str(port), "-t", "set", "-r", str(PUT_KEYS), "-d", "32",
+                "-c", "50", "-P", "1", "--csv"]
+        out, _ = run_client(base + ["-n", "20000"], proc.pid, 120)  # Sizes the real run.
+        rps = float(out.strip().splitlines()[-1].split('","')[1])
+        n = max(20000, int(rps * SECONDS))
+        out, cpu = run_client(base + ["-n", str(n)], proc.pid, SECONDS * 10 + 60)
+        row = out.strip().splitlines()[-1].strip('"').split('","')
+    finally:
+        stop(proc)
+    shutil.rmtree(data, ignore_errors=True)
+    return {"ops_per_s": float(row[1]), "p99_ms": float(row[6]), "ops": n, **cpu.per_op(n)}
+
+
+def put():
+    rows = {}
+    for _ in range(RUNS):  # Interleaved, so drift hits every variant alike.
+        for mode in RINGKV_MODES:
+            for system, run in (("ringkv", ringkv_put), ("redis", redis_put)):
+                r = run(mode)
+                record(f"put-{system}-{mode}", r)
+                rows.setdefault((system, mode), []).append(r)
+    print(f"\n### Unary PUT, 50 connections x 1 call, 32-byte values ({SECONDS} s runs, "
+          f"median (min .. max) of {RUNS})\n")
+    print("| persistence | ringkv ops/s | Redis ops/s | ringkv / Redis | server CPU us/op, "
+          "ringkv / Redis | client CPU us/op, loadgen / redis-benchmark | p99 ms, ringkv / Redis |")
+    print("|---|---|---|---|---|---|---|")
+    med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
+    for mode in RINGKV_MODES:
+        k, r = rows[("ringkv", mode)], rows[("redis", mode)]
+        print(f"| {mode} | {cell([x['ops_per_s'] for x in k])} | "
+              f"{cell([x['ops_per_s'] for x in r])} | "
+              f"{med(k, 'ops_per_s') / med(r, 'ops_per_s'):.2f} | "
+              f"{med(k, 'server_us_per_op'):.2f} / {med(r, 'server_us_per_op'):.2f} | "
+              f"{med(k, 'client_us_per_op'):.2f} / {med(r, 'client_us_per_op'):.2f} | "
+              f"{med(k, 'p99_ms'):.3f} / {med(r, 'p99_ms'):.3f} |")
+    base = med(rows[("ringkv", "memory")], "ops_per_s")
+    for mode in ("everysec", "always"):
+        print(f"\nringkv --fsync={mode} / in memory, ops/s: "
+              f"{med(rows[('ringkv', mode)], 'ops_per_s') / base:.2f}")
+
+
+# ---- restore ------------------------------------------------------------------------------------
+
+def ringkv_restore():
+    data = fresh_dir("ringkv-data")
+    log = os.path.join(OUT, "ringkv-restore.log")
+    proc, addr = start_ringkv(log, [f"--data-dir={data}"])
+    try:
+        subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
+                        "--ops=1", "--concurrency=1", "--progress=false"],
+                       capture_output=True, check=True, timeout=600)
+    finally:
+        t0 = time.monotonic()
+        stop(proc)
+        stop_s = time.monotonic() - t0
+    size = dir_bytes(data)
+    proc, addr = start_ringkv(log, [f"--data-dir={data}"])
+    stop(proc)
+    m = re.search(r"(\d+) keys restored in ([\d.]+) s", open(log).read())
+    shutil.rmtree(data, ignore_errors=True)
+    assert int(m[1]) == KEYS, f"ringkv restored {m[1]} keys of {KEYS}"
+    return {"load_s": float(m[2]), "bytes": size, "stop_s": stop_s}
+
+
+def redis_restore():
+    data = fresh_dir("redis-data")
+    log = os.path.join(OUT, "redis-restore.log")
+    proc, port = start_redis(log, ["--dir", data])
+    try:
+        cli = ["redis-cli", "-p", str(port)]
+        subprocess.run(cli + ["DEBUG", "POPULATE", str(KEYS), "key", "32"], check=True,
+                       capture_output=True, timeout=600)
+        t0 = time.monotonic()
+        subprocess.run(cli + ["SAVE"], check=True, capture_output=True, timeout=600)
+        save_s = time.monotonic() - t0
+    finally:
+        stop(proc)
+    size = dir_bytes(data)
+    open(log, "w").close()
+    proc, port = start_redis(log, ["--dir", data])
+    stop(proc)
+    m = re.search(r"DB loaded from disk: ([\d.]+) seconds", open(log).read())
+    shutil.rmtree(data, ignore_errors=True)
+    return {"load_s": float(m[1]), "bytes": size, "save_s": save_s}
+
+
+def restore():
+    rows = {"ringkv": [], "redis": []}
+    for _ in range(RUNS):
+        for system, run in (("ringkv", ringkv_restore), ("redis", redis_restore)):
+            r = run()
+            record(f"restore-{system}", r)
+            rows[system].append(r)
+    print(f"\n### Restore of {KEYS:,} keys with 32-byte values (median (min .. max) of {RUNS})\n")
+    print("| | load s | files MiB |")
+    print("|---|---|---|")
+    for system in rows:
+        print(f"| {system} | {cell([r['load_s'] for r in rows[system]], '{:.2f}')} | "
+              f"{cell([r['bytes'] / 2**20 for r in rows[system]], '{:.0f}')} |")
+    ratio = statistics.median(r["load_s"] for r in rows["redis"]) / \
+        statistics.median(r["load_s"] for r in rows["ringkv"])
+    print(f"\nRedis load time / ringkv restore time (medians): {ratio:.2f}")
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    print(f"{machine()}; {time.strftime('%Y-%m-%d')}")
+    if "put" in PARTS:
+        put()
+    if "restore" in PARTS:
+        restore()
+
+
+if __name__ == "__main__":
+    main()
