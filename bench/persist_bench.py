@@ -151,11 +151,13 @@ def ringkv_restore():
 def redis_restore():
     data = fresh_dir("redis-data")
     log = os.path.join(OUT, "redis-restore.log")
-    proc, port = start_redis(log, ["--dir", data])
+    proc, port = start_redis(log, ["--dir", data, "--enable-debug-command", "yes"])
     try:
         cli = ["redis-cli", "-p", str(port)]
         subprocess.run(cli + ["DEBUG", "POPULATE", str(KEYS), "key", "32"], check=True,
                        capture_output=True, timeout=600)
+        keys = subprocess.run(cli + ["DBSIZE"], check=True, capture_output=True, text=True)
+        assert int(keys.stdout) == KEYS, f"Redis holds {keys.stdout} keys, not {KEYS}"
         t0 = time.monotonic()
         subprocess.run(cli + ["SAVE"], check=True, capture_output=True, timeout=600)
         save_s = time.monotonic() - t0
@@ -164,8 +166,15 @@ def redis_restore():
     size = dir_bytes(data)
     open(log, "w").close()
     proc, port = start_redis(log, ["--dir", data])
-    stop(proc)
-    m = re.search(r"DB loaded from disk: ([\d.]+) seconds", open(log).read())
+    m = None
+    try:
+        for _ in range(6000):  # PING answers (LOADING) before the load is done.
+            m = re.search(r"DB loaded from disk: ([\d.]+) seconds", open(log).read())
+            if m:
+                break
+            time.sleep(0.1)
+    finally:
+        stop(proc)
     shutil.rmtree(data, ignore_errors=True)
     return {"load_s": float(m[1]), "bytes": size, "save_s": save_s}
 

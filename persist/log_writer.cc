@@ -19,6 +19,7 @@
 namespace ringkv::persist {
 namespace {
 
+// everysec's syncer syncs this often when there is anything to sync.
 constexpr auto kEverySecInterval = std::chrono::seconds(1);
 
 // The open logs, for SimulatePowerLoss.
@@ -105,6 +106,9 @@ LogWriter::~LogWriter() {
 }
 
 void LogWriter::Reserve(size_t record_bytes) {
+  if (pending_.empty() && mode_ != SyncMode::kAlways) {
+    pending_since_ = std::chrono::steady_clock::now();
+  }
   if (!pending_blocks_.empty()) {
     const size_t used = pending_.size() - pending_blocks_.back() - kBlockHeaderBytes;
     if (used == 0 || used + record_bytes <= kBlockTarget) return;
@@ -135,6 +139,21 @@ void LogWriter::Delete(std::string_view key) {
 void LogWriter::Commit() {
   if (pending_.empty() || in_flight_.load(std::memory_order_acquire)) return;
   if (self_failed()) {  // Nothing more goes to the file; the worker refuses the writes.
+    pending_.clear();
+    pending_blocks_.clear();
+    return;
+  }
+  if (mode_ != SyncMode::kAlways) {
+    // Nobody waits for a sync: the worker writes the blocks itself (into the page cache), which
+    // costs less than waking the syncer for them, and coalesces the turns of a busy stretch
+    // into one write (a write() per turn of a few requests cost 2 us per PUT here).
+    const bool idle = appended_ == appended_at_commit_;
+    appended_at_commit_ = appended_;
+    if (!idle && pending_.size() < kCoalesceBytes &&
+        std::chrono::steady_clock::now() - pending_since_ < kCoalesceTime) {
+      return;
+    }
+    WriteBlocks(pending_, pending_blocks_);
     pending_.clear();
     pending_blocks_.clear();
     return;
@@ -190,8 +209,13 @@ bool LogWriter::WriteBlocks(std::string& data, const std::vector<size_t>& blocks
 }
 
 bool LogWriter::Sync() {
-  std::lock_guard<std::mutex> io(io_mu_);
-  const uint64_t covered = file_bytes_.load(std::memory_order_relaxed);
+  uint64_t covered;
+  {
+    // Not held over the fdatasync, which may take milliseconds: with everysec the worker
+    // writes meanwhile. What it writes then is not counted as synced.
+    std::lock_guard<std::mutex> io(io_mu_);
+    covered = file_bytes_.load(std::memory_order_relaxed);
+  }
   if (fdatasync(fd_) != 0) {
     Fail("cannot fdatasync the log", errno);
     return false;
@@ -201,39 +225,38 @@ bool LogWriter::Sync() {
 }
 
 void LogWriter::Run() {
-  auto last_sync = std::chrono::steady_clock::now();
-  bool dirty = false;  // Written since the last sync.
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    auto woken = [this] { return ready_ || stop_; };
-    if (mode_ == SyncMode::kEverySec && dirty) {
-      cv_.wait_until(lock, last_sync + kEverySecInterval, woken);
-    } else {
-      cv_.wait(lock, woken);
+    switch (mode_) {
+      case SyncMode::kAlways:
+        cv_.wait(lock, [this] { return ready_ || stop_; });
+        break;
+      case SyncMode::kEverySec:
+        cv_.wait_for(lock, kEverySecInterval, [this] { return stop_; });
+        break;
+      case SyncMode::kNo:
+        cv_.wait(lock, [this] { return stop_; });
+        break;
     }
     const bool have = ready_;
     const bool stop = stop_;
     ready_ = false;
     lock.unlock();
     if (have) {
-      if (!self_failed() && WriteBlocks(handoff_, handoff_blocks_)) dirty = true;
-      if (mode_ == SyncMode::kAlways && dirty && Sync()) {
-        dirty = false;
+      if (!self_failed() && WriteBlocks(handoff_, handoff_blocks_) && Sync()) {
         durable_.store(handoff_seq_, std::memory_order_release);
       }
       handoff_.clear();
       handoff_blocks_.clear();
       in_flight_.store(false, std::memory_order_release);
+      // The worker holds answers for durable_, may have records piled up meanwhile, or writes
+      // to refuse now that the log failed.
+      on_progress_();
     }
-    if (mode_ == SyncMode::kEverySec && dirty && !self_failed() &&
-        std::chrono::steady_clock::now() - last_sync >= kEverySecInterval) {
+    if (mode_ == SyncMode::kEverySec && !self_failed() &&
+        file_bytes_.load(std::memory_order_relaxed) > synced_bytes_.load(std::memory_order_relaxed)) {
       Sync();
-      last_sync = std::chrono::steady_clock::now();
-      dirty = false;
     }
-    // The worker may hold answers for durable_, records that piled up meanwhile, or writes to
-    // refuse now that the log failed.
-    if (have) on_progress_();
     lock.lock();
     if (stop && !ready_) return;
   }

@@ -1,16 +1,20 @@
 // LogWriter: one worker's append-only log (--data-dir), the Journal its shard records changes
-// in. Group commit: the worker encodes a turn's records into a buffer, and at the end of the
-// turn (Commit) hands the buffer to the log's syncer thread, which writes it with one write()
-// and, with --fsync=always, one fdatasync(), then says so (durable()) and wakes the worker
-// (`on_progress`). While the syncer is busy the worker goes on running turns and its records
-// pile up for the next hand-off, so one sync covers as many turns as arrive during the last.
-//
-// Sync modes:
-//   always    a write is acknowledged once the fdatasync that covers it has returned;
-//   everysec  acknowledged at once; the syncer fdatasyncs the log at most a second after a
-//             write (a crash of the machine loses at most the last second or so; a crash of
-//             the process loses nothing written, since the page cache survives it);
-//   no        acknowledged at once; the kernel writes the pages back when it likes.
+// in. The worker encodes a turn's records into a buffer of blocks; at the end of the turn
+// (Commit) they go to the file with one write(). Sync modes:
+//   always    group commit: Commit hands the buffer to the log's syncer thread, which writes it
+//             and fdatasyncs once, then says so (durable()) and wakes the worker
+//             (`on_progress`); a write is acknowledged once the fdatasync that covers it has
+//             returned. While the syncer is busy the worker goes on running turns and its
+//             records pile up for the next hand-off, so one sync covers every turn that ran
+//             during the last;
+//   everysec  acknowledged at once; the worker writes the blocks itself (cheaper than waking a
+//             thread for it) at the end of a turn once they are kCoalesceBytes, or the oldest
+//             record is kCoalesceTime old, or a turn added no records (the worker is idle);
+//             the syncer fdatasyncs once a second if anything was written. A crash of the
+//             machine loses about the last second; a crash of the process what had not been
+//             written yet, at most the last millisecond (the page cache survives it);
+//   no        as everysec, but nothing is synced until Close; the kernel writes the pages back
+//             when it likes.
 // Failures: a write or fdatasync that fails marks the log failed for good (never retried: see
 // persist/file.h), and the worker refuses writes from then on (shard/journal.h).
 //
@@ -25,6 +29,7 @@
 #define RINGKV_PERSIST_LOG_WRITER_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -56,6 +61,9 @@ class LogWriter final : public Journal {
   static constexpr size_t kBlockTarget = size_t{4} << 20;
   // Past this much waiting for the syncer the worker admits no new requests.
   static constexpr size_t kMaxPending = size_t{64} << 20;
+  // everysec and no: a turn writes once this much is waiting, or the oldest record is this old.
+  static constexpr size_t kCoalesceBytes = size_t{64} << 10;
+  static constexpr std::chrono::microseconds kCoalesceTime{1000};
 
   // Creates DIR/LogName(header) (which must not exist yet), writes its header, and syncs it and
   // the directory. `group_failed` (may be null; outlives the log) is shared by the logs of one
@@ -121,6 +129,8 @@ class LogWriter final : public Journal {
   std::string pending_;               // Blocks, their headers not filled in yet.
   std::vector<size_t> pending_blocks_;  // Where each of pending_'s blocks starts.
   uint64_t appended_ = 0;
+  uint64_t appended_at_commit_ = 0;  // appended_ at the last Commit.
+  std::chrono::steady_clock::time_point pending_since_;  // When pending_ got its first record.
 
   // The hand-off: the worker fills handoff_* and sets in_flight_ (then ready_ under mu_); the
   // syncer writes them, empties them and clears in_flight_ (release), after which the worker
@@ -137,8 +147,8 @@ class LogWriter final : public Journal {
   std::string error_;    // Guarded by mu_.
   bool closed_ = false;  // Control thread.
 
-  // Held around each write() and fdatasync(), so that SimulatePowerLoss sees the file between
-  // them.
+  // Held around each write(), and to read file_bytes_ before an fdatasync, so that
+  // SimulatePowerLoss cuts the file between writes, at a length no ack has gone past.
   std::mutex io_mu_;
   std::atomic<uint64_t> durable_{0};
   std::atomic<bool> failed_{false};

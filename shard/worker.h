@@ -127,6 +127,8 @@ class Worker {
   bool Drained() const { return backlog_ == 0 && held_.empty(); }
   // Requests wait in the outboxes for room in a ring.
   bool Backlogged() const { return backlog_ > 0; }
+  // Answers wait for the journal's sync (which wakes the loop when it is done).
+  bool HoldsAnswers() const { return !held_.empty(); }
 
   // Every change to the shard is recorded in `journal` from now on. Before the worker runs.
   void set_journal(Journal* journal) {
