@@ -5,11 +5,11 @@
            ringkv in memory / --data-dir --fsync=everysec / --fsync=always, against Redis with
            appendonly no / appendonly yes + appendfsync everysec / appendfsync always; ops/s,
            p99, and the server's CPU per operation (user + system from /proc over the run);
-  restore  KEYS keys of 32-byte values: ringkv writes them with MultiPut and stops (a
-           snapshot at exit), Redis gets them with DEBUG POPULATE and SAVE; then each starts
-           again on its files, and the time each says the load took is compared (ringkv:
-           "N keys restored in S s"; Redis: "DB loaded from disk: S seconds"), with the files'
-           size.
+  restore  the same KEYS keys ("key:%012d", 32-byte values) in both: ringkv-loadgen writes
+           them to ringkv with MultiPut, which stops (a snapshot at exit); redis-cli --pipe
+           SETs them in Redis, then SAVE; then each starts again on its files, and the time
+           each says the load took is compared (ringkv: "N keys restored in S s"; Redis: "DB
+           loaded from disk: S seconds"), with the files' size.
 
 Data files go to a fresh directory under bench-results/persist/ (the same disk for both), and
 are removed after each run. Every server is stopped at the end. Prints markdown; raw results in
@@ -151,11 +151,19 @@ def ringkv_restore():
 def redis_restore():
     data = fresh_dir("redis-data")
     log = os.path.join(OUT, "redis-restore.log")
-    proc, port = start_redis(log, ["--dir", data, "--enable-debug-command", "yes"])
+    proc, port = start_redis(log, ["--dir", data])
     try:
         cli = ["redis-cli", "-p", str(port)]
-        subprocess.run(cli + ["DEBUG", "POPULATE", str(KEYS), "key", "32"], check=True,
-                       capture_output=True, timeout=600)
+        # The keys and values ringkv-loadgen writes: "key:%012d", 32 bytes of 'v'.
+        pipe = subprocess.Popen(cli + ["--pipe"], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL)
+        value = b"v" * 32
+        for start in range(0, KEYS, 100_000):
+            pipe.stdin.write(b"".join(
+                b"*3\r\n$3\r\nSET\r\n$16\r\nkey:%012d\r\n$32\r\n%s\r\n" % (i, value)
+                for i in range(start, min(KEYS, start + 100_000))))
+        pipe.stdin.close()
+        assert pipe.wait(timeout=600) == 0, "redis-cli --pipe failed"
         keys = subprocess.run(cli + ["DBSIZE"], check=True, capture_output=True, text=True)
         assert int(keys.stdout) == KEYS, f"Redis holds {keys.stdout} keys, not {KEYS}"
         t0 = time.monotonic()

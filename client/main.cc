@@ -364,9 +364,10 @@ int Stats(Invocation& in) {
     std::printf("persistence: none (in memory only)\n");
   } else {
     const auto& p = stats->persistence();
-    std::printf("persistence: %s, fsync %s, log %.1f MiB this run, restored %lu keys in %.3f s\n",
+    std::printf("persistence: %s, fsync %s, log %.1f MiB in %lu syncs this run, restored %lu "
+                "keys in %.3f s\n",
                 p.data_dir().c_str(), p.fsync().c_str(), p.log_bytes() / 1048576.0,
-                p.restored_keys(), p.restore_seconds());
+                p.log_syncs(), p.restored_keys(), p.restore_seconds());
     if (p.snapshot_unix_ms() == 0) {
       std::printf("last snapshot: none\n");
     } else {

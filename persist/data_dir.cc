@@ -413,6 +413,7 @@ PersistenceStats DataDir::Stats() const {
   if (logs_open_.load(std::memory_order_acquire)) {
     for (const auto& log : logs_) {
       stats.log_bytes += log->bytes();
+      stats.log_syncs += log->syncs();
       if (stats.error.empty()) stats.error = log->error();
     }
   }

@@ -45,6 +45,7 @@ struct PersistenceStats {
   std::string data_dir;
   std::string fsync;
   uint64_t log_bytes = 0;
+  uint64_t log_syncs = 0;
   int64_t snapshot_ms = 0;  // When the last snapshot was taken (0: none).
   uint64_t snapshot_bytes = 0;
   uint64_t snapshot_keys = 0;

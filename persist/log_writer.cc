@@ -221,6 +221,7 @@ bool LogWriter::Sync() {
     return false;
   }
   synced_bytes_.store(covered, std::memory_order_relaxed);
+  syncs_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

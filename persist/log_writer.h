@@ -98,6 +98,8 @@ class LogWriter final : public Journal {
 
   const std::string& path() const { return path_; }
   uint64_t bytes() const { return file_bytes_.load(std::memory_order_relaxed); }
+  // fdatasyncs done (with always, one per group commit).
+  uint64_t syncs() const { return syncs_.load(std::memory_order_relaxed); }
   // Why the log failed; empty while it has not (also when another of its group did).
   std::string error() const;
 
@@ -154,6 +156,7 @@ class LogWriter final : public Journal {
   std::atomic<bool> failed_{false};
   std::atomic<uint64_t> file_bytes_{0};
   std::atomic<uint64_t> synced_bytes_{0};
+  std::atomic<uint64_t> syncs_{0};
 
   std::thread syncer_;
 };

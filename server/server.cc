@@ -235,6 +235,7 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
     out->set_data_dir(p.data_dir);
     out->set_fsync(p.fsync);
     out->set_log_bytes(p.log_bytes);
+    out->set_log_syncs(p.log_syncs);
     out->set_snapshot_unix_ms(p.snapshot_ms);
     out->set_snapshot_bytes(p.snapshot_bytes);
     out->set_snapshot_keys(p.snapshot_keys);
