@@ -64,6 +64,7 @@ Shard::Entry* Shard::Write(const HashedKey& key, Entry* e, std::string_view valu
     e = table_.Insert(key.bytes, key.hash, &inserted);
     payload_bytes_ += key.bytes.size();
   } else {
+    BeforeChange(e);
     payload_bytes_ -= Table::ValueOf(*e).size();
   }
   payload_bytes_ += value.size();
@@ -73,6 +74,7 @@ Shard::Entry* Shard::Write(const HashedKey& key, Entry* e, std::string_view valu
 }
 
 void Shard::Remove(const HashedKey& key, Entry* e) {
+  BeforeChange(e);
   ClearDeadline(key, e);
   payload_bytes_ -= key.bytes.size() + Table::ValueOf(*e).size();
   table_.Erase(e);
@@ -82,6 +84,10 @@ void Shard::SetDeadline(const HashedKey& key, Entry* e, int64_t deadline_ms) {
   if (e->has_aux()) {
     const int64_t old = static_cast<int64_t>(Table::Aux(*e));
     if (old == deadline_ms) return;
+  }
+  BeforeChange(e);
+  if (e->has_aux()) {
+    const int64_t old = static_cast<int64_t>(Table::Aux(*e));
     by_deadline_.erase(by_deadline_.find({old, key.hash}));
   }
   table_.SetAux(e, static_cast<uint64_t>(deadline_ms), key.hash);
@@ -98,6 +104,7 @@ void Shard::SetTtl(const HashedKey& key, Entry* e, int64_t deadline_ms) {
 
 void Shard::ClearDeadline(const HashedKey& key, Entry* e) {
   if (!e->has_aux()) return;
+  BeforeChange(e);
   by_deadline_.erase(by_deadline_.find({static_cast<int64_t>(Table::Aux(*e)), key.hash}));
   Table::ClearAux(e);
 }
@@ -355,6 +362,51 @@ void Shard::Scan(Request& r, int64_t now_ms) const {
   r.result = Result::kOk;
 }
 
+void Shard::BeginSnapshot(SnapshotSink* sink, int64_t now_ms) {
+  snapshot_sink_ = sink;
+  snapshot_revision_ = revision_;
+  snapshot_now_ms_ = now_ms;
+  snapshot_position_ = 0;
+}
+
+bool Shard::InSnapshot(const Entry& e) const {
+  if ((e.meta & kSnapshotted) != 0 || VersionOf(e) > snapshot_revision_) return false;
+  return !e.has_aux() || static_cast<int64_t>(Table::Aux(e)) > snapshot_now_ms_;
+}
+
+void Shard::SaveForSnapshot(Entry* e) {
+  if (ScanPosition(Table::HashOf(*e)) < snapshot_position_ || !InSnapshot(*e)) return;
+  snapshot_sink_->Add(Table::KeyOf(*e), Table::ValueOf(*e), VersionOf(*e),
+                      e->has_aux() ? static_cast<int64_t>(Table::Aux(*e)) : 0);
+  e->meta |= kSnapshotted;
+}
+
+bool Shard::SnapshotStep(size_t buckets) {
+  // As Scan: the position reached names a bucket of the table as it is now, whatever its size
+  // was when the walk began, and within that bucket keys before the position are skipped.
+  const int bits = std::countr_zero(table_.capacity());
+  const uint64_t count = table_.capacity();
+  uint64_t p = snapshot_position_ >> (64 - bits);
+  for (size_t visited = 0; p < count && visited < buckets; ++p, ++visited) {
+    const size_t bucket = static_cast<size_t>(ReverseBits(p) >> (64 - bits));
+    size_t run;
+    size_t slot = table_.BucketRun(bucket, &run);
+    for (size_t i = 0; i < run; ++i, slot = (slot + 1) & table_.mask()) {
+      Entry& e = table_.slot(slot);
+      if (ScanPosition(Table::HashOf(e)) < snapshot_position_) continue;
+      if (InSnapshot(e)) {
+        snapshot_sink_->Add(Table::KeyOf(e), Table::ValueOf(e), VersionOf(e),
+                            e.has_aux() ? static_cast<int64_t>(Table::Aux(e)) : 0);
+      }
+      e.meta &= ~kSnapshotted;  // Handed over before it changed, or now: either way, done.
+    }
+    snapshot_position_ = (p + 1) << (64 - bits);
+  }
+  if (p < count) return false;
+  snapshot_sink_ = nullptr;
+  return true;
+}
+
 void Shard::LoadSet(const HashedKey& key, std::string_view value, uint64_t version,
                     int64_t deadline_ms, int64_t now_ms) {
   if (deadline_ms > 0 && deadline_ms <= now_ms) return LoadDelete(key);
@@ -381,6 +433,7 @@ size_t Shard::ExpireDue(int64_t now_ms, size_t budget) {
     // The index and the entries' deadlines agree exactly: every change of one changes the other.
     const auto [deadline, hash] = *by_deadline_.begin();
     Entry* e = table_.FindByAux(hash, static_cast<uint64_t>(deadline));
+    BeforeChange(e);
     Table::ClearAux(e);
     payload_bytes_ -= Table::KeyOf(*e).size() + Table::ValueOf(*e).size();
     table_.Erase(e);

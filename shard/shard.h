@@ -22,6 +22,15 @@
 //   - Scan: the shard's keys in scan order (shard/scan.h), one home bucket at a time, from a
 //     position on; a table that grows or shrinks between two pages changes nothing for the
 //     cursor.
+//   - Snapshots: a point-in-time copy of the shard, taken while it keeps serving, a slice at a
+//     time (no fork, no pause). BeginSnapshot fixes the cut (the revision and the time now);
+//     SnapshotStep walks the home buckets in scan order and hands each key that was live at
+//     the cut to the SnapshotSink. A change to a key the walk has not reached yet first hands
+//     the key's state at the cut to the sink and marks the entry (serialize-before-mutate, as
+//     Dragonfly does), and the walk skips marked entries and keys written after the cut
+//     (their version is above it). So the sink gets every key live at the cut exactly once,
+//     with its state at the cut, however the shard changes meanwhile. Memory beyond the sink's
+//     buffers: one bit per entry.
 //
 // Lookups take a HashedKey, the key with its Router::Hash already computed, so the table reuses
 // that hash instead of hashing the key again. Prefetch() starts the DRAM fetch of a key's home
@@ -54,6 +63,14 @@ struct HashedKey {
   uint64_t hash;
 };
 
+// Where a snapshot's keys go (Shard::BeginSnapshot); called on the shard's thread.
+class SnapshotSink {
+ public:
+  virtual ~SnapshotSink() = default;
+  virtual void Add(std::string_view key, std::string_view value, uint64_t version,
+                   int64_t deadline_ms) = 0;
+};
+
 class Shard {
  public:
   explicit Shard(size_t reserve = 0, MemoryLimit limit = {})
@@ -71,6 +88,14 @@ class Shard {
                int64_t deadline_ms, int64_t now_ms);
   void LoadDeadline(const HashedKey& key, int64_t deadline_ms, int64_t now_ms);
   void LoadDelete(const HashedKey& key);
+
+  // Starts a snapshot of the shard as it is now (the time is `now_ms`: keys expired by then are
+  // left out). `sink` outlives the snapshot. One at a time.
+  void BeginSnapshot(SnapshotSink* sink, int64_t now_ms);
+  // Hands the next `buckets` home buckets' keys to the sink; true once every key is handed
+  // over, and the snapshot is over.
+  bool SnapshotStep(size_t buckets);
+  bool snapshotting() const { return snapshot_sink_ != nullptr; }
 
   // Calls fn(key, value, version, deadline_ms) for every key, expired or not, in slot order.
   template <typename Fn>
@@ -122,6 +147,8 @@ class Shard {
   // CLOCK sweep; the table's kHasAux bit on top is left alone.
   static constexpr uint64_t kVersionMask = (uint64_t{1} << 56) - 1;
   static constexpr uint64_t kReferenced = uint64_t{1} << 62;
+  // Bit 61: the entry's state at the snapshot's cut has gone to the sink already.
+  static constexpr uint64_t kSnapshotted = uint64_t{1} << 61;
 
   // The entry of a key that is there and not expired at now_ms; null otherwise. Reads only.
   Entry* Live(const HashedKey& key, int64_t now_ms) const;
@@ -130,6 +157,14 @@ class Shard {
   // Stores `value` under the key (inserting it if `e` is null), with the next version.
   Entry* Write(const HashedKey& key, Entry* e, std::string_view value);
   void Remove(const HashedKey& key, Entry* e);
+  // Before `e` changes or goes: during a snapshot, hands its state at the cut to the sink if
+  // the walk has not passed it yet (serialize-before-mutate).
+  void BeforeChange(Entry* e) {
+    if (snapshot_sink_ != nullptr) SaveForSnapshot(e);
+  }
+  void SaveForSnapshot(Entry* e);
+  // Whether `e` belongs in the snapshot: live at the cut, not handed over yet.
+  bool InSnapshot(const Entry& e) const;
   void SetDeadline(const HashedKey& key, Entry* e, int64_t deadline_ms);
   void ClearDeadline(const HashedKey& key, Entry* e);
   // SetDeadline for a deadline > 0, else ClearDeadline.
@@ -174,6 +209,12 @@ class Shard {
   uint64_t expired_ = 0;
   uint64_t evicted_ = 0;
   Journal* journal_ = nullptr;
+  // The snapshot in progress (sink null: none): the cut's revision and time, and the scan
+  // position the walk has reached (every key before it is handed over).
+  SnapshotSink* snapshot_sink_ = nullptr;
+  uint64_t snapshot_revision_ = 0;
+  int64_t snapshot_now_ms_ = 0;
+  uint64_t snapshot_position_ = 0;
   uint64_t random_ = 0x9e3779b97f4a7c15;  // Eviction's xorshift64 state.
   uint64_t next_sweep_ = 0;               // allkeys-lru: where the next sweep starts.
 };
