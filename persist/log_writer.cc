@@ -153,7 +153,9 @@ void LogWriter::Commit() {
         std::chrono::steady_clock::now() - pending_since_ < kCoalesceTime) {
       return;
     }
-    WriteBlocks(pending_, pending_blocks_);
+    if (WriteBlocks(pending_, pending_blocks_)) {
+      durable_.store(appended_, std::memory_order_release);
+    }
     pending_.clear();
     pending_blocks_.clear();
     return;
@@ -220,7 +222,12 @@ bool LogWriter::Sync() {
     Fail("cannot fdatasync the log", errno);
     return false;
   }
-  synced_bytes_.store(covered, std::memory_order_relaxed);
+  {
+    // Under the mutex again, so that once SimulatePowerLoss holds it no sync can be published
+    // (and no answer released) after it cut the file.
+    std::lock_guard<std::mutex> io(io_mu_);
+    synced_bytes_.store(covered, std::memory_order_relaxed);
+  }
   syncs_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

@@ -7,12 +7,13 @@
 //             returned. While the syncer is busy the worker goes on running turns and its
 //             records pile up for the next hand-off, so one sync covers every turn that ran
 //             during the last;
-//   everysec  acknowledged at once; the worker writes the blocks itself (cheaper than waking a
-//             thread for it) at the end of a turn once they are kCoalesceBytes, or the oldest
-//             record is kCoalesceTime old, or a turn added no records (the worker is idle);
-//             the syncer fdatasyncs once a second if anything was written. A crash of the
-//             machine loses about the last second; a crash of the process what had not been
-//             written yet, at most the last millisecond (the page cache survives it);
+//   everysec  the worker writes the blocks itself (cheaper than waking a thread for it) at the
+//             end of a turn once they are kCoalesceBytes, or the oldest record is
+//             kCoalesceTime old, or a turn added no records (the worker has caught up: as Redis
+//             writes once per event-loop pass); a write is acknowledged once written, so a
+//             crash of the process (whose page cache survives it) loses nothing acknowledged.
+//             The syncer fdatasyncs once a second if anything was written: a crash of the
+//             machine loses about the last second;
 //   no        as everysec, but nothing is synced until Close; the kernel writes the pages back
 //             when it likes.
 // Failures: a write or fdatasync that fails marks the log failed for good (never retried: see
@@ -84,7 +85,7 @@ class LogWriter final : public Journal {
   void Delete(std::string_view key) override;
   uint64_t appended() const override { return appended_; }
   uint64_t durable() const override { return durable_.load(std::memory_order_acquire); }
-  bool holds_acks() const override { return mode_ == SyncMode::kAlways; }
+  bool holds_acks() const override { return true; }
   void Commit() override;
   bool failed() const override {
     return failed_.load(std::memory_order_acquire) ||
@@ -149,8 +150,9 @@ class LogWriter final : public Journal {
   std::string error_;    // Guarded by mu_.
   bool closed_ = false;  // Control thread.
 
-  // Held around each write(), and to read file_bytes_ before an fdatasync, so that
-  // SimulatePowerLoss cuts the file between writes, at a length no ack has gone past.
+  // Held around each write(), to read file_bytes_ before an fdatasync and to publish
+  // synced_bytes_ after it (not over the fdatasync itself), so that SimulatePowerLoss cuts the
+  // file between writes, at a length no answer has gone past, and nothing is published after.
   std::mutex io_mu_;
   std::atomic<uint64_t> durable_{0};
   std::atomic<bool> failed_{false};

@@ -4,9 +4,11 @@
 // describe the key's state after the change, not the operation, so replaying them twice, or a
 // prefix of them, gives a state the shard really had.
 //
-// Acknowledgement (holds_acks): a journal that syncs before acknowledging (--fsync=always)
-// numbers its records; the worker holds back the answer to a request that added records until
-// durable() reaches the request's number, and keeps running other turns meanwhile.
+// Acknowledgement (holds_acks): a journal that must make records safe before their answers go
+// (on disk with --fsync=always; handed to the kernel with everysec and no, so that a crash of
+// the process loses no acknowledged write) numbers its records; the worker holds back the
+// answer to a request that added records until durable() reaches the request's number, and
+// keeps running other turns meanwhile.
 //
 // Threads: everything on the owning worker's thread.
 #ifndef RINGKV_SHARD_JOURNAL_H_
@@ -31,7 +33,7 @@ class Journal {
 
   // Records so far; record n is covered by durable() >= n.
   virtual uint64_t appended() const = 0;
-  // Records that are on disk (holds_acks journals only).
+  // Records as safe as the journal promises before an answer (holds_acks journals only).
   virtual uint64_t durable() const = 0;
   // Whether answers to writes wait for durable().
   virtual bool holds_acks() const = 0;
