@@ -102,16 +102,22 @@ TEST_F(PersistTest, ARestartKeepsValuesVersionsAndTtlsWithAnyThreadCount) {
 // power-loss seam that also drops what was written but not synced) at a random moment; after
 // the restart every acknowledged write is there with its value or a later one, and no value
 // appears that was never written.
+constexpr int kWriters = 4;
+
 struct Acked {
   std::mutex mu;
   std::map<std::string, int64_t> last;     // The last acknowledged value of each key.
   std::map<std::string, int64_t> written;  // The highest value ever sent for each key.
   std::atomic<uint64_t> acks{0};
+  // Each writer's next value: it goes on across rounds, so that every key's values only grow
+  // (a write sent but never acknowledged may or may not survive, and must not look like a
+  // value older than one acknowledged later).
+  std::atomic<int64_t> next[kWriters] = {1, 1, 1, 1};
 };
 
 void Write(const std::string& address, int writer, std::atomic<bool>& stop, Acked& acked) {
   Client client(address, absl::Seconds(5));
-  for (int64_t n = 1; !stop.load(); ++n) {
+  for (int64_t n = acked.next[writer]++; !stop.load(); n = acked.next[writer]++) {
     const std::string key = absl::StrCat("w", writer, ":", n % 64);
     {
       std::lock_guard<std::mutex> lock(acked.mu);
@@ -124,12 +130,12 @@ void Write(const std::string& address, int writer, std::atomic<bool>& stop, Acke
   }
 }
 
-// Four writers against `server` until it is crashed by `crash_signal` at a random moment.
+// kWriters writers against `server` until it is crashed by `crash_signal` at a random moment.
 void CrashRound(ServerProcess& server, int crash_signal, std::mt19937& random, Acked& acked) {
   const std::string address = server.address();
   std::atomic<bool> stop{false};
   std::vector<std::thread> writers;
-  for (int w = 0; w < 4; ++w) {
+  for (int w = 0; w < kWriters; ++w) {
     writers.emplace_back([&, w] { Write(address, w, stop, acked); });
   }
   const uint64_t before = acked.acks.load();
