@@ -371,11 +371,10 @@ int Stats(Invocation& in) {
     if (p.snapshot_unix_ms() == 0) {
       std::printf("last snapshot: none\n");
     } else {
-      std::printf("last snapshot: %s, %lu keys, %.1f MiB\n",
-                  absl::FormatTime("%Y-%m-%d %H:%M:%S %Z", absl::FromUnixMillis(p.snapshot_unix_ms()),
-                                   absl::LocalTimeZone())
-                      .c_str(),
-                  p.snapshot_keys(), p.snapshot_bytes() / 1048576.0);
+      const std::string taken = absl::FormatTime(
+          "%Y-%m-%d %H:%M:%S %Z", absl::FromUnixMillis(p.snapshot_unix_ms()), absl::LocalTimeZone());
+      std::printf("last snapshot: %s, %lu keys, %.1f MiB\n", taken.c_str(), p.snapshot_keys(),
+                  p.snapshot_bytes() / 1048576.0);
     }
     if (!p.error().empty()) std::printf("WRITES REFUSED: %s\n", p.error().c_str());
   }

@@ -218,8 +218,8 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
         path_, "/MANIFEST names a snapshot of ", manifest_.shards, " files (generation ",
         snapshot_generation, "); ", snapshot.size(), " are there"));
   }
+  // This run's logs: a generation no log has yet, and none below the snapshot's.
   generation_ = std::max<uint64_t>(newest + (logs.empty() ? 0 : 1), 1);
-  if (snapshot_generation > generation_) generation_ = snapshot_generation;
 
   // Every file is read by the threads that need it; outcomes[f] is file f's, set by whichever
   // read it (they agree).

@@ -261,10 +261,9 @@ void LogWriter::Run() {
       // to refuse now that the log failed.
       on_progress_();
     }
-    if (mode_ == SyncMode::kEverySec && !self_failed() &&
-        file_bytes_.load(std::memory_order_relaxed) > synced_bytes_.load(std::memory_order_relaxed)) {
-      Sync();
-    }
+    const bool unsynced = file_bytes_.load(std::memory_order_relaxed) >
+                          synced_bytes_.load(std::memory_order_relaxed);
+    if (mode_ == SyncMode::kEverySec && !self_failed() && unsynced) Sync();
     lock.lock();
     if (stop && !ready_) return;
   }
@@ -279,7 +278,8 @@ absl::Status LogWriter::Close() {
   }
   cv_.notify_one();
   if (syncer_.joinable()) syncer_.join();
-  // What the worker recorded while the syncer was busy with its last hand-off.
+  // What the worker recorded and had not handed over (always: the syncer was busy) or written
+  // (everysec, no: it was still coalescing).
   if (!self_failed() && !pending_.empty() && WriteBlocks(pending_, pending_blocks_)) {
     pending_.clear();
     pending_blocks_.clear();

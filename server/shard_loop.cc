@@ -119,8 +119,9 @@ void ShardLoop::Run() {
     }
     // Keep polling a while: a client's next call often comes within a round trip, and a parked
     // worker pays a thread wake-up for it (one client: 7k -> 14k calls/s with 200 us). Not while
-    // answers wait for the log's sync: their clients send nothing before they have them, and
-    // the syncer wakes the loop (spinning there doubled the CPU per PUT with --fsync=always).
+    // answers wait for the log: a client with one call in flight sends nothing before it has
+    // its answer, and the syncer wakes the loop (spinning there cost 21.6 µs of server CPU per
+    // PUT against 16.3 parked, with --fsync=always).
     const bool holding = worker_ != nullptr && worker_->HoldsAnswers();
     if (++idle_turns < kSpinTurns ||
         (spin_.count() > 0 && !holding && std::chrono::steady_clock::now() - last_work < spin_)) {

@@ -197,14 +197,16 @@ void Shard::Execute(Request& r, int64_t now_ms) {
       r.result = Result::kOk;
       return;
     case Op::kExpire:
-    case Op::kPersist:
+    case Op::kPersist: {
       if (e == nullptr) {
         r.result = Result::kNotFound;
         return;
       }
-      SetTtl(key, e, r.op == Op::kExpire ? r.deadline_ms : 0);
-      if (journal_ != nullptr) journal_->SetDeadline(key.bytes, r.op == Op::kExpire ? r.deadline_ms : 0);
+      const int64_t deadline_ms = r.op == Op::kExpire ? r.deadline_ms : 0;
+      SetTtl(key, e, deadline_ms);
+      if (journal_ != nullptr) journal_->SetDeadline(key.bytes, deadline_ms);
       break;
+    }
     case Op::kIncrement:
       Increment(key, e, r);
       return;

@@ -16,9 +16,9 @@
 //   5. if the shard has keys with a TTL, reclaim those due (Shard::ExpireDue), up to a budget
 //      that doubles while it is all used (from kMinExpireBudget to kMaxExpireBudget), so that
 //      a write rate of TTL keys is matched without an unbounded stall in any one turn.
-// With a journal that holds acknowledgements (--fsync=always), a write's answer does not go back
-// (to the source, or through a ring to its origin) when the write is run but once the journal
-// says its record is durable; the worker keeps running turns meanwhile. Once the journal fails,
+// With a journal that holds acknowledgements (the daemon's logs, in every --fsync mode), a
+// write's answer does not go back (to the source, or through a ring to its origin) when the
+// write is run but once the journal says its record is durable (shard/journal.h); the worker keeps running turns meanwhile. Once the journal fails,
 // every write is refused (Result::kUnavailable) and so are the held ones that it had not made
 // durable; reads go on.
 // Nothing blocks and nothing is dropped: a full ring is back-pressure on the source (step 1 is
