@@ -195,4 +195,13 @@ absl::StatusOr<pb::StatsResponse> Client::Stats() {
   return response;
 }
 
+absl::StatusOr<pb::SnapshotResponse> Client::Snapshot() {
+  pb::SnapshotRequest request;
+  pb::SnapshotResponse response;
+  auto context = NewContext();
+  grpc::Status status = stub_->Snapshot(context.get(), request, &response);
+  if (!status.ok()) return ToStatus(status);
+  return response;
+}
+
 }  // namespace ringkv

@@ -102,6 +102,7 @@ class Client {
       const std::vector<std::pair<std::string, std::string>>& items,
       const PutOptions& options = {});
   absl::StatusOr<ringkv::v1::StatsResponse> Stats();
+  absl::StatusOr<ringkv::v1::SnapshotResponse> Snapshot();
 
   // For what the blocking calls do not cover (Stream, the async load generator).
   ringkv::v1::KV::Stub& stub() { return *stub_; }

@@ -18,6 +18,7 @@
 //                          with P; --limit=N stops after N keys, and then names the --cursor=C
 //                          that goes on from there (on stderr; in --json output, "cursor")
 //     stats                per-shard counters, memory, uptime
+//     snapshot             a snapshot of the data (--data-dir), once it is durable
 // A DURATION is a whole number of seconds ("30"), or a number with a unit: "1500ms", "10s",
 // "1.5h". With --json the output is one JSON document on stdout.
 //
@@ -47,7 +48,8 @@
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address, HOST:PORT");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON document on stdout");
-ABSL_FLAG(double, timeout, 5.0, "seconds to wait for the server before giving up");
+ABSL_FLAG(double, timeout, 0,
+          "seconds to wait for the server before giving up (default: 5, and 600 for snapshot)");
 ABSL_FLAG(std::string, ttl, "",
           "put, mput: the key expires this long after the write (a DURATION: 30, 1500ms, 10s, "
           "1.5h); without it, a put removes any TTL the key had");
@@ -394,6 +396,21 @@ int Stats(Invocation& in) {
   return kOk;
 }
 
+int Snapshot(Invocation& in) {
+  auto snapshot = in.client.Snapshot();
+  if (!snapshot.ok()) return FailStatus(snapshot.status());
+  if (in.json) {
+    std::printf("{\"generation\":%lu,\"keys\":%lu,\"bytes\":%lu,\"unix_ms\":%ld,"
+                "\"seconds\":%.3f}\n",
+                snapshot->generation(), snapshot->keys(), snapshot->bytes(), snapshot->unix_ms(),
+                snapshot->seconds());
+    return kOk;
+  }
+  std::printf("snapshot %lu: %lu keys, %.1f MiB, durable in %.3f s\n", snapshot->generation(),
+              snapshot->keys(), snapshot->bytes() / 1048576.0, snapshot->seconds());
+  return kOk;
+}
+
 // Which of the write flags a command takes.
 enum Takes : unsigned { kTtl = 1, kIfExists = 2, kIfVersion = 4, kScanFlags = 8 };
 
@@ -419,6 +436,7 @@ constexpr Command kCommands[] = {
     {"mput", "mput KEY=VALUE...", 1, kMany, kTtl | kIfExists, Mput},
     {"scan", "scan [--prefix=P] [--limit=N] [--cursor=C]", 0, 0, kScanFlags, Scan},
     {"stats", "stats", 0, 0, 0, Stats},
+    {"snapshot", "snapshot", 0, 0, 0, Snapshot},
 };
 
 // The --ttl and --if-* flags as PutOptions; every command-specific flag checked against what
@@ -462,7 +480,7 @@ int Main(int argc, char** argv) {
       "  ringkv [--addr=HOST:PORT] [--json] [--timeout=SECONDS] COMMAND ARGS...\n"
       "  commands: get KEY | put KEY VALUE (VALUE - reads stdin) | del KEY | ttl KEY |\n"
       "            expire KEY DURATION | persist KEY | incr KEY [DELTA] | mget KEY... |\n"
-      "            mput KEY=VALUE... | scan | stats\n"
+      "            mput KEY=VALUE... | scan | stats | snapshot\n"
       "  put and mput take --ttl=DURATION and --if-absent or --if-present; put and del take\n"
       "  --if-version=N; scan takes --prefix=P, --limit=N and --cursor=C. A DURATION is whole\n"
       "  seconds (30) or has a unit (1500ms, 10s, 1.5h).\n"
@@ -484,8 +502,10 @@ int Main(int argc, char** argv) {
   if (operands.size() < command->min_operands || operands.size() > command->max_operands) {
     return Fail(kUsage, absl::StrCat("usage: ringkv ", command->usage));
   }
-  const double timeout = absl::GetFlag(FLAGS_timeout);
-  if (!(timeout > 0 && timeout <= 86400)) return Fail(kUsage, "--timeout must be 0 .. 86400 s");
+  double timeout = absl::GetFlag(FLAGS_timeout);
+  if (!(timeout >= 0 && timeout <= 86400)) return Fail(kUsage, "--timeout must be 0 .. 86400 s");
+  // A snapshot of a large data set takes a while to become durable.
+  if (timeout == 0) timeout = command->run == Snapshot ? 600 : 5;
   Client client(absl::GetFlag(FLAGS_addr), absl::Seconds(timeout));
   Invocation in{client, operands, absl::GetFlag(FLAGS_json), {}};
   if (int rc = ParseWriteFlags(*command, &in.put); rc != kOk) return rc;

@@ -18,12 +18,17 @@
 #include "absl/strings/str_cat.h"
 #include "persist/block.h"
 #include "persist/file.h"
+#include "persist/snapshot_file.h"
 #include "server/log.h"
 
 namespace ringkv::persist {
 namespace {
 
-constexpr size_t kSnapshotBlock = size_t{1} << 20;
+int64_t WallClockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // For crash tests: kills the process (SIGKILL) at the step of the
 // snapshot commit that RINGKV_TEST_CRASH_IN_SNAPSHOT names: "writing" (shard 0's temporary file
@@ -156,6 +161,7 @@ DataDir::DataDir(std::string path, SyncMode mode, bool load_intact, int lock_fd)
     : path_(std::move(path)), mode_(mode), load_intact_(load_intact), lock_fd_(lock_fd) {}
 
 DataDir::~DataDir() {
+  StopSnapshotter();
   (void)CloseLogs();
   close(lock_fd_);
 }
@@ -298,9 +304,8 @@ absl::Status DataDir::RemoveStale(uint64_t keep_from, uint64_t snapshot_generati
 absl::Status DataDir::OpenLogs(uint32_t workers,
                                const std::function<void(uint16_t)>& on_progress) {
   if (generation_ == 0) generation_ = std::max<uint64_t>(manifest_.generation, 1);
-  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  on_progress_ = on_progress;
+  const int64_t now_ms = WallClockMs();
   for (uint32_t i = 0; i < workers; ++i) {
     FileHeader header{.kind = FileKind::kLog,
                       .generation = generation_,
@@ -325,80 +330,204 @@ absl::Status DataDir::CloseLogs() {
   return status;
 }
 
-absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards,
-                                       int64_t now_ms) {
-  const absl::Status log_status = CloseLogs();
-  const uint64_t generation = generation_ + 1;
-  const uint32_t n = static_cast<uint32_t>(shards.size());
-  std::vector<absl::Status> statuses(n);
-  std::vector<uint64_t> keys(n, 0);
-  std::vector<uint64_t> bytes(n, 0);
-  std::vector<std::thread> threads;
-  for (uint32_t i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      const FileHeader header{.kind = FileKind::kSnapshot,
-                              .generation = generation,
-                              .shard = i,
-                              .shards = n,
-                              .created_ms = now_ms};
-      absl::StatusOr<std::unique_ptr<AtomicFileWriter>> file =
-          AtomicFileWriter::Create(path_, SnapshotName(generation, i));
-      if (!file.ok()) {
-        statuses[i] = file.status();
-        return;
-      }
-      AtomicFileWriter& out = **file;
-      const uint32_t seed = SeedOf(header);
-      std::string block;
-      AppendBlock(&block, 0, EncodeHeader(header));
-      absl::Status status = out.Append(block);
-      block.assign(kBlockHeaderBytes, '\0');
-      SnapshotFooter footer;
-      auto flush = [&] {
-        if (block.size() == kBlockHeaderBytes || !status.ok()) return;
-        SealBlock(block.data(), block.size() - kBlockHeaderBytes, seed);
-        status = out.Append(block);
-        block.assign(kBlockHeaderBytes, '\0');
-        ++footer.data_blocks;
-      };
-      shards[i]->ForEach([&](std::string_view key, std::string_view value, uint64_t version,
-                             int64_t deadline_ms) {
-        if (deadline_ms > 0 && deadline_ms <= now_ms) return;  // Expired: not worth keeping.
-        AppendSet(&block, key, value, version, deadline_ms);
-        ++footer.records;
-        if (block.size() >= kSnapshotBlock) flush();
-      });
-      flush();
-      block.clear();
-      AppendBlock(&block, seed, EncodeFooter(footer));
-      if (status.ok()) status = out.Append(block);
-      if (i == 0) CrashPoint("writing");
-      if (status.ok()) status = out.Commit();
-      statuses[i] = status;
-      keys[i] = footer.records;
-      bytes[i] = out.bytes();
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (const absl::Status& s : statuses) {
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("the snapshot at exit failed (", s.message(),
-                                                 "); the logs keep the data"));
+void DataDir::StartSnapshotter(std::function<void(uint32_t, SnapshotJob*)> start,
+                               absl::Duration every) {
+  start_snapshot_ = std::move(start);
+  snapshotter_ = std::thread([this, every] { RunSnapshotter(every); });
+}
+
+void DataDir::RequestSnapshot(SnapshotDone done) {
+  {
+    std::lock_guard<std::mutex> lock(snapshot_mu_);
+    if (!snapshotter_stop_ && snapshotter_.joinable()) {
+      snapshot_requests_.push_back(std::move(done));
+      snapshot_cv_.notify_one();
+      return;
     }
   }
-  CrashPoint("renamed");
-  Manifest manifest{.generation = generation, .shards = n, .created_ms = now_ms};
-  for (uint32_t i = 0; i < n; ++i) {
-    manifest.keys += keys[i];
-    manifest.bytes += bytes[i];
+  done(absl::UnavailableError("the server is stopping; it takes a snapshot at exit unless "
+                              "--no-snapshot-on-exit"));
+}
+
+void DataDir::StopSnapshotter() {
+  {
+    std::lock_guard<std::mutex> lock(snapshot_mu_);
+    snapshotter_stop_ = true;
   }
+  snapshot_cv_.notify_one();
+  if (snapshotter_.joinable()) snapshotter_.join();
+}
+
+void DataDir::RunSnapshotter(absl::Duration every) {
+  const bool periodic = every > absl::ZeroDuration();
+  const auto interval = absl::ToChronoNanoseconds(every);
+  auto next = std::chrono::steady_clock::now() + interval;
+  std::unique_lock<std::mutex> lock(snapshot_mu_);
+  for (;;) {
+    auto wanted = [this] { return snapshotter_stop_ || !snapshot_requests_.empty(); };
+    if (periodic) {
+      snapshot_cv_.wait_until(lock, next, wanted);
+    } else {
+      snapshot_cv_.wait(lock, wanted);
+    }
+    if (snapshotter_stop_) break;
+    if (snapshot_requests_.empty() && std::chrono::steady_clock::now() < next) continue;
+    std::vector<SnapshotDone> requests;
+    requests.swap(snapshot_requests_);
+    lock.unlock();
+    const absl::StatusOr<SnapshotInfo> result = TakeLiveSnapshot();
+    if (result.ok()) {
+      Log(LogLevel::kInfo, "snapshot %d of %d keys (%d bytes) written to %s in %.3f s",
+          result->generation, result->keys, result->bytes, path_, result->seconds);
+    } else {
+      Log(LogLevel::kError, "%s", result.status().message());
+    }
+    for (SnapshotDone& done : requests) done(result);
+    lock.lock();
+    next = std::chrono::steady_clock::now() + interval;
+  }
+  std::vector<SnapshotDone> requests;
+  requests.swap(snapshot_requests_);
+  lock.unlock();
+  for (SnapshotDone& done : requests) {
+    done(absl::UnavailableError("the server is stopping; it takes a snapshot at exit unless "
+                                "--no-snapshot-on-exit"));
+  }
+}
+
+absl::StatusOr<SnapshotInfo> DataDir::TakeLiveSnapshot() {
+  const auto started = std::chrono::steady_clock::now();
+  SnapshotInfo info{.generation = generation_ + 1, .unix_ms = WallClockMs()};
+  const uint32_t n = static_cast<uint32_t>(logs_.size());
+  auto failed = [](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("the snapshot failed (", s.message(),
+                                               "); the logs keep the data"));
+  };
+  // Its files first: then the log segments, which the workers must take once given.
+  std::vector<std::unique_ptr<SnapshotFile>> files;
+  for (uint32_t i = 0; i < n; ++i) {
+    const FileHeader header{.kind = FileKind::kSnapshot,
+                            .generation = info.generation,
+                            .shard = i,
+                            .shards = n,
+                            .created_ms = info.unix_ms};
+    absl::StatusOr<std::unique_ptr<SnapshotFile>> file = SnapshotFile::Create(
+        path_, header, [this, i] { on_progress_(static_cast<uint16_t>(i)); },
+        i == 0 ? std::function<void()>([] { CrashPoint("writing"); }) : nullptr);
+    if (!file.ok()) return failed(file.status());
+    files.push_back(std::move(*file));
+  }
+  std::vector<LogWriter::Segment> segments;
+  absl::Status status;
+  for (uint32_t i = 0; i < n && status.ok(); ++i) {
+    const FileHeader header{.kind = FileKind::kLog,
+                            .generation = info.generation,
+                            .shard = i,
+                            .shards = n,
+                            .created_ms = info.unix_ms};
+    absl::StatusOr<LogWriter::Segment> segment = LogWriter::OpenSegment(path_, header);
+    if (segment.ok()) {
+      segments.push_back(std::move(*segment));
+    } else {
+      status = segment.status();
+    }
+  }
+  if (status.ok()) status = SyncDirectory(path_);
+  if (!status.ok()) {
+    for (const LogWriter::Segment& segment : segments) {
+      close(segment.fd);
+      unlink(segment.path.c_str());
+    }
+    return failed(status);
+  }
+  for (uint32_t i = 0; i < n; ++i) logs_[i]->PrepareCut(std::move(segments[i]));
+  generation_ = info.generation;
+  for (uint32_t i = 0; i < n; ++i) {
+    start_snapshot_(i, files[i].get());
+    on_progress_(static_cast<uint16_t>(i));
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (absl::Status s = files[i]->Wait(); !s.ok() && status.ok()) status = s;
+    info.keys += files[i]->keys();
+    info.bytes += files[i]->bytes();
+  }
+  if (!status.ok()) return failed(status);
+  if (status = CommitSnapshot(info, n); !status.ok()) return failed(status);
+  info.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return info;
+}
+
+absl::Status DataDir::CommitSnapshot(const SnapshotInfo& info, uint32_t shards) {
+  CrashPoint("renamed");
+  const Manifest manifest{.generation = info.generation,
+                          .shards = shards,
+                          .keys = info.keys,
+                          .bytes = info.bytes,
+                          .created_ms = info.unix_ms};
   if (absl::Status s = WriteFileAtomically(path_, "MANIFEST", EncodeManifest(manifest));
       !s.ok()) {
     return s;
   }
-  manifest_ = manifest;
+  {
+    std::lock_guard<std::mutex> lock(manifest_mu_);
+    manifest_ = manifest;
+  }
   CrashPoint("manifest");
-  if (absl::Status s = RemoveStale(generation, generation); !s.ok()) return s;
+  return RemoveStale(info.generation, info.generation);
+}
+
+absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards,
+                                       int64_t now_ms) {
+  StopSnapshotter();
+  const absl::Status log_status = CloseLogs();
+  const uint32_t n = static_cast<uint32_t>(shards.size());
+  SnapshotInfo info{.generation = generation_ + 1, .unix_ms = now_ms};
+  std::vector<std::unique_ptr<SnapshotFile>> files;
+  absl::Status status;
+  for (uint32_t i = 0; i < n && status.ok(); ++i) {
+    const FileHeader header{.kind = FileKind::kSnapshot,
+                            .generation = info.generation,
+                            .shard = i,
+                            .shards = n,
+                            .created_ms = now_ms};
+    absl::StatusOr<std::unique_ptr<SnapshotFile>> file = SnapshotFile::Create(
+        path_, header, nullptr,
+        i == 0 ? std::function<void()>([] { CrashPoint("writing"); }) : nullptr);
+    if (file.ok()) {
+      files.push_back(std::move(*file));
+    } else {
+      status = file.status();
+    }
+  }
+  if (status.ok()) {
+    // A thread per shard walks it (the workers have stopped), a writer thread per file writes.
+    std::vector<std::thread> threads;
+    for (uint32_t i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        SnapshotFile& file = *files[i];
+        shards[i]->ForEach([&](std::string_view key, std::string_view value, uint64_t version,
+                               int64_t deadline_ms) {
+          if (deadline_ms > 0 && deadline_ms <= now_ms) return;  // Expired: not worth keeping.
+          if (file.backlogged()) file.WaitForRoom();
+          file.Add(key, value, version, deadline_ms);
+        });
+        file.Finish();
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (auto& file : files) {
+      if (absl::Status s = file->Wait(); !s.ok() && status.ok()) status = s;
+      info.keys += file->keys();
+      info.bytes += file->bytes();
+    }
+  }
+  if (status.ok()) status = CommitSnapshot(info, n);
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("the snapshot at exit failed (",
+                                                    status.message(), "); the logs keep the data"));
+  }
+  generation_ = info.generation;
   if (!log_status.ok()) {
     Log(LogLevel::kWarning, "a log had failed (%s); the snapshot at exit holds the data",
         log_status.message());
@@ -417,9 +546,12 @@ PersistenceStats DataDir::Stats() const {
       if (stats.error.empty()) stats.error = log->error();
     }
   }
-  stats.snapshot_ms = manifest_.created_ms;
-  stats.snapshot_bytes = manifest_.bytes;
-  stats.snapshot_keys = manifest_.keys;
+  {
+    std::lock_guard<std::mutex> lock(manifest_mu_);
+    stats.snapshot_ms = manifest_.created_ms;
+    stats.snapshot_bytes = manifest_.bytes;
+    stats.snapshot_keys = manifest_.keys;
+  }
   stats.restored_keys = restored_keys_;
   stats.restore_seconds = restore_seconds_;
   return stats;

@@ -15,14 +15,25 @@
 //     bytes after it) refuses the start with an error naming the file and the offset, unless
 //     `load_intact`, which loads each file's good prefix and warns;
 //   - OpenLogs starts a new generation: one new log per worker.
+// Live snapshots (StartSnapshotter, RequestSnapshot), while the workers serve: the snapshotter
+// thread opens the next generation's snapshot files (persist/snapshot_file.h) and log segments,
+// gives each log its next segment (LogWriter::PrepareCut) and each worker its file
+// (`start`, which calls Worker::StartSnapshot). Each worker makes its cut between two turns:
+// its log switches segments there, and its shard is walked a slice per turn into the file
+// (shard/shard.h: serialize-before-mutate, so the file holds the shard as it was at the cut).
+// Once every file is committed the MANIFEST names the new generation and the older files go.
+// Restore then reads the snapshot and the logs from its generation on: the records after each
+// cut. A snapshot that fails leaves the old MANIFEST, whose logs (the old generation's and the
+// new one's) still hold everything.
 // Stop (CloseAndSnapshot): the logs are closed (written and synced), every shard is written to a
-// snapshot file (temp file, fsync, rename, directory fsync), the MANIFEST is replaced to name
+// snapshot file the same way (a thread per shard walks it), the MANIFEST is replaced to name
 // them, and the files the new snapshot covers are removed. A crash at any point of that leaves
 // either the old MANIFEST with every file it needs, or the new one with every file it needs.
 //
-// Threads: Open, Restore, OpenLogs and CloseAndSnapshot on the control thread, the first three
-// before the workers run and the last after they have stopped; log(i) for worker i; FillStats
-// anywhere.
+// Threads: Open, Restore, OpenLogs, StartSnapshotter, StopSnapshotter and CloseAndSnapshot on
+// the control thread, the first four before the workers run and CloseAndSnapshot after they
+// have stopped (StopSnapshotter while they still run); log(i) for worker i; RequestSnapshot and
+// Stats anywhere.
 #ifndef RINGKV_PERSIST_DATA_DIR_H_
 #define RINGKV_PERSIST_DATA_DIR_H_
 
@@ -33,11 +44,17 @@
 #include <string>
 #include <vector>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "persist/format.h"
 #include "persist/log_writer.h"
 #include "shard/router.h"
 #include "shard/shard.h"
+#include "shard/worker.h"
 
 namespace ringkv::persist {
 
@@ -54,8 +71,19 @@ struct PersistenceStats {
   std::string error;  // Why writes are refused; empty while the logs are healthy.
 };
 
+// A committed snapshot.
+struct SnapshotInfo {
+  uint64_t generation = 0;
+  uint64_t keys = 0;
+  uint64_t bytes = 0;
+  int64_t unix_ms = 0;  // When it was begun.
+  double seconds = 0;   // How long it took, to the MANIFEST's commit.
+};
+
 class DataDir {
  public:
+  using SnapshotDone = std::function<void(const absl::StatusOr<SnapshotInfo>&)>;
+
   static absl::StatusOr<std::unique_ptr<DataDir>> Open(const std::string& path, SyncMode mode,
                                                        bool load_intact);
   ~DataDir();
@@ -68,6 +96,18 @@ class DataDir {
   absl::Status OpenLogs(uint32_t workers, const std::function<void(uint16_t)>& on_progress);
   LogWriter& log(uint32_t worker) { return *logs_[worker]; }
 
+  // Starts the snapshotter thread (after OpenLogs). `start(i, job)` hands `job` to worker i
+  // (Worker::StartSnapshot); its loop is then woken with OpenLogs's `on_progress(i)`. With
+  // `every` > 0 a snapshot is also taken that long after the last one ended.
+  void StartSnapshotter(std::function<void(uint32_t, SnapshotJob*)> start, absl::Duration every);
+  // Any thread: asks for a snapshot that begins after this call; `done` is called on the
+  // snapshotter's thread once it is committed or has failed. Requests that come while one
+  // runs share the next.
+  void RequestSnapshot(SnapshotDone done);
+  // Lets the snapshot under way finish, fails the requests still waiting (UNAVAILABLE), and
+  // stops the thread. While the workers still run. Idempotent.
+  void StopSnapshotter();
+
   absl::Status CloseAndSnapshot(const std::vector<const Shard*>& shards, int64_t now_ms);
   // Closes the logs (written and synced) without a snapshot; the first error.
   absl::Status CloseLogs();
@@ -77,6 +117,11 @@ class DataDir {
 
  private:
   DataDir(std::string path, SyncMode mode, bool load_intact, int lock_fd);
+  void RunSnapshotter(absl::Duration every);
+  absl::StatusOr<SnapshotInfo> TakeLiveSnapshot();
+  // Writes the MANIFEST naming the snapshot of `generation` (its files committed) and removes
+  // the files it covers.
+  absl::Status CommitSnapshot(const SnapshotInfo& info, uint32_t shards);
   // Removes files no restore will read: temporaries, and logs and snapshots older than the
   // MANIFEST's snapshot.
   absl::Status RemoveStale(uint64_t keep_from, uint64_t snapshot_generation);
@@ -86,8 +131,18 @@ class DataDir {
   const bool load_intact_;
   const int lock_fd_;
 
-  Manifest manifest_;
-  uint64_t generation_ = 0;  // Of the logs this run writes.
+  mutable std::mutex manifest_mu_;
+  Manifest manifest_;        // Guarded by manifest_mu_ (written by one thread at a time).
+  uint64_t generation_ = 0;  // Of the logs this run writes (the control or snapshotter thread).
+  std::function<void(uint16_t)> on_progress_;
+
+  // The snapshotter.
+  std::function<void(uint32_t, SnapshotJob*)> start_snapshot_;
+  std::thread snapshotter_;
+  std::mutex snapshot_mu_;
+  std::condition_variable snapshot_cv_;
+  std::vector<SnapshotDone> snapshot_requests_;  // Guarded by snapshot_mu_.
+  bool snapshotter_stop_ = false;                // Guarded by snapshot_mu_.
   std::vector<std::unique_ptr<LogWriter>> logs_;
   uint64_t restored_keys_ = 0;
   double restore_seconds_ = 0;

@@ -57,48 +57,77 @@ const char* SyncModeName(SyncMode mode) {
   return "?";
 }
 
-LogWriter::LogWriter(std::string path, int fd, uint32_t seed, SyncMode mode,
-                     std::function<void()> on_progress, std::atomic<bool>* group_failed)
-    : path_(std::move(path)),
-      fd_(fd),
-      seed_(seed),
-      mode_(mode),
+LogWriter::LogWriter(Segment segment, SyncMode mode, std::function<void()> on_progress,
+                     std::atomic<bool>* group_failed)
+    : mode_(mode),
       on_progress_(std::move(on_progress)),
       fail_after_bytes_(FailAfterBytes()),
-      group_failed_(group_failed) {}
+      group_failed_(group_failed),
+      current_(std::move(segment)) {
+  file_bytes_.store(current_.bytes);
+  synced_bytes_.store(current_.synced);
+}
+
+absl::StatusOr<LogWriter::Segment> LogWriter::OpenSegment(const std::string& dir,
+                                                          const FileHeader& header) {
+  Segment segment;
+  segment.path = absl::StrCat(dir, "/", LogName(header.generation, header.shard));
+  segment.fd = open(segment.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC,
+                    0644);
+  if (segment.fd < 0) return IoError("cannot create the log", segment.path, errno);
+  std::string first;
+  AppendBlock(&first, 0, EncodeHeader(header));
+  int error = WriteAll(segment.fd, first);
+  if (error == 0 && fdatasync(segment.fd) != 0) error = errno;
+  if (error != 0) {
+    close(segment.fd);
+    unlink(segment.path.c_str());
+    return IoError("cannot write the log's header", segment.path, error);
+  }
+  segment.seed = SeedOf(header);
+  segment.bytes = first.size();
+  segment.synced = first.size();
+  return segment;
+}
 
 absl::StatusOr<std::unique_ptr<LogWriter>> LogWriter::Create(const std::string& dir,
                                                              const FileHeader& header,
                                                              SyncMode mode,
                                                              std::function<void()> on_progress,
                                                              std::atomic<bool>* group_failed) {
-  std::string path = absl::StrCat(dir, "/", LogName(header.generation, header.shard));
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError("cannot create the log", path, errno);
-  std::string first;
-  AppendBlock(&first, 0, EncodeHeader(header));
-  int error = WriteAll(fd, first);
-  if (error == 0 && fdatasync(fd) != 0) error = errno;
-  if (error != 0) {
-    close(fd);
-    unlink(path.c_str());
-    return IoError("cannot write the log's header", path, error);
-  }
+  absl::StatusOr<Segment> segment = OpenSegment(dir, header);
+  if (!segment.ok()) return segment.status();
   if (absl::Status s = SyncDirectory(dir); !s.ok()) {
-    close(fd);
+    close(segment->fd);
     return s;
   }
   std::unique_ptr<LogWriter> log(
-      new LogWriter(std::move(path), fd, SeedOf(header), mode, std::move(on_progress),
-                    group_failed));
-  log->file_bytes_.store(first.size());
-  log->synced_bytes_.store(first.size());
+      new LogWriter(std::move(*segment), mode, std::move(on_progress), group_failed));
   {
     std::lock_guard<std::mutex> lock(registry_mu);
     Registry().push_back(log.get());
   }
   log->syncer_ = std::thread([log = log.get()] { log->Run(); });
   return log;
+}
+
+void LogWriter::PrepareCut(Segment next) {
+  std::lock_guard<std::mutex> io(io_mu_);
+  next_ = std::make_unique<Segment>(std::move(next));
+}
+
+void LogWriter::Cut() {
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    cut_segment_ = std::move(next_);
+  }
+  cut_at_ = pending_blocks_.size();
+  block_closed_ = true;
+}
+
+std::string LogWriter::path() const {
+  std::lock_guard<std::mutex> io(io_mu_);
+  return current_.path;
 }
 
 LogWriter::~LogWriter() {
@@ -109,10 +138,11 @@ void LogWriter::Reserve(size_t record_bytes) {
   if (pending_.empty() && mode_ != SyncMode::kAlways) {
     pending_since_ = std::chrono::steady_clock::now();
   }
-  if (!pending_blocks_.empty()) {
+  if (!pending_blocks_.empty() && !block_closed_) {
     const size_t used = pending_.size() - pending_blocks_.back() - kBlockHeaderBytes;
     if (used == 0 || used + record_bytes <= kBlockTarget) return;
   }
+  block_closed_ = false;
   pending_blocks_.push_back(pending_.size());
   pending_.append(kBlockHeaderBytes, '\0');
 }
@@ -137,23 +167,26 @@ void LogWriter::Delete(std::string_view key) {
 }
 
 void LogWriter::Commit() {
-  if (pending_.empty() || in_flight_.load(std::memory_order_acquire)) return;
+  const bool cut = cut_segment_ != nullptr;
+  if ((pending_.empty() && !cut) || in_flight_.load(std::memory_order_acquire)) return;
   if (self_failed()) {  // Nothing more goes to the file; the worker refuses the writes.
     pending_.clear();
     pending_blocks_.clear();
     return;
   }
+  const size_t cut_at = cut ? cut_at_ : pending_blocks_.size();
   if (mode_ != SyncMode::kAlways) {
     // Nobody waits for a sync: the worker writes the blocks itself (into the page cache), which
     // costs less than waking the syncer for them, and coalesces the turns of a busy stretch
-    // into one write (a write() per turn of a few requests cost 2 us per PUT here).
+    // into one write (a write() per turn of a few requests cost 2 us per PUT here). A cut is
+    // written at once, so that the old segment is done with.
     const bool idle = appended_ == appended_at_commit_;
     appended_at_commit_ = appended_;
-    if (!idle && pending_.size() < kCoalesceBytes &&
+    if (!idle && !cut && pending_.size() < kCoalesceBytes &&
         std::chrono::steady_clock::now() - pending_since_ < kCoalesceTime) {
       return;
     }
-    if (WriteBlocks(pending_, pending_blocks_)) {
+    if (WriteBlocks(pending_, pending_blocks_, cut_at, std::move(cut_segment_))) {
       durable_.store(appended_, std::memory_order_release);
     }
     pending_.clear();
@@ -163,6 +196,8 @@ void LogWriter::Commit() {
   handoff_.swap(pending_);
   handoff_blocks_.swap(pending_blocks_);
   handoff_seq_ = appended_;
+  handoff_cut_ = cut_at;
+  handoff_segment_ = std::move(cut_segment_);
   in_flight_.store(true, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -171,8 +206,8 @@ void LogWriter::Commit() {
   cv_.notify_one();
 }
 
-void LogWriter::Fail(std::string_view step, int error) {
-  std::string message = absl::StrCat(std::string(step), " ", path_, ": ", std::strerror(error));
+void LogWriter::Fail(std::string_view step, const std::string& path, int error) {
+  std::string message = absl::StrCat(std::string(step), " ", path, ": ", std::strerror(error));
   Log(LogLevel::kError, "%s; writes are refused from now on (reads go on)", message);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -187,46 +222,83 @@ std::string LogWriter::error() const {
   return error_;
 }
 
-bool LogWriter::WriteBlocks(std::string& data, const std::vector<size_t>& blocks) {
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const size_t end = i + 1 < blocks.size() ? blocks[i + 1] : data.size();
-    SealBlock(data.data() + blocks[i], end - blocks[i] - kBlockHeaderBytes, seed_);
-  }
-  std::string_view bytes = data;
+bool LogWriter::WriteLocked(std::string_view bytes) {
+  if (bytes.empty()) return true;
   int error = 0;
-  std::lock_guard<std::mutex> io(io_mu_);
   const uint64_t before = file_bytes_.load(std::memory_order_relaxed);
   if (fail_after_bytes_ != 0 && before + bytes.size() > fail_after_bytes_) {
     bytes = bytes.substr(0, fail_after_bytes_ > before ? fail_after_bytes_ - before : 0);
     error = ENOSPC;
   }
-  const int write_error = WriteAll(fd_, bytes);
+  const int write_error = WriteAll(current_.fd, bytes);
   if (write_error == 0) file_bytes_.store(before + bytes.size(), std::memory_order_relaxed);
   if (write_error != 0) error = write_error;
   if (error != 0) {
-    Fail("cannot write the log", error);
+    Fail("cannot write the log", current_.path, error);
     return false;
   }
   return true;
 }
 
+bool LogWriter::WriteBlocks(std::string& data, const std::vector<size_t>& blocks, size_t cut,
+                            std::unique_ptr<Segment> next) {
+  std::lock_guard<std::mutex> io(io_mu_);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const size_t end = i + 1 < blocks.size() ? blocks[i + 1] : data.size();
+    const uint32_t seed = i >= cut && next != nullptr ? next->seed : current_.seed;
+    SealBlock(data.data() + blocks[i], end - blocks[i] - kBlockHeaderBytes, seed);
+  }
+  const size_t split = cut < blocks.size() ? blocks[cut] : data.size();
+  const std::string_view bytes = data;
+  if (!WriteLocked(bytes.substr(0, split))) {
+    if (next != nullptr) close(next->fd);
+    return false;
+  }
+  if (next == nullptr) return true;
+  current_.bytes = file_bytes_.load(std::memory_order_relaxed);
+  current_.synced = synced_bytes_.load(std::memory_order_relaxed);
+  retired_.push_back(std::move(current_));
+  current_ = std::move(*next);
+  ++segment_number_;
+  file_bytes_.store(current_.bytes, std::memory_order_relaxed);
+  synced_bytes_.store(current_.synced, std::memory_order_relaxed);
+  return WriteLocked(bytes.substr(split));
+}
+
 bool LogWriter::Sync() {
+  std::vector<Segment> retired;
+  int fd;
+  std::string path;
   uint64_t covered;
+  uint64_t segment;
   {
     // Not held over the fdatasync, which may take milliseconds: with everysec the worker
     // writes meanwhile. What it writes then is not counted as synced.
     std::lock_guard<std::mutex> io(io_mu_);
+    retired.swap(retired_);
+    fd = current_.fd;
+    path = current_.path;
     covered = file_bytes_.load(std::memory_order_relaxed);
+    segment = segment_number_;
   }
-  if (fdatasync(fd_) != 0) {
-    Fail("cannot fdatasync the log", errno);
+  bool ok = true;
+  for (Segment& old : retired) {
+    if (ok && fdatasync(old.fd) != 0) {
+      Fail("cannot fdatasync the log", old.path, errno);
+      ok = false;
+    }
+    close(old.fd);
+  }
+  if (!ok) return false;
+  if (fdatasync(fd) != 0) {
+    Fail("cannot fdatasync the log", path, errno);
     return false;
   }
   {
     // Under the mutex again, so that once SimulatePowerLoss holds it no sync can be published
     // (and no answer released) after it cut the file.
     std::lock_guard<std::mutex> io(io_mu_);
-    synced_bytes_.store(covered, std::memory_order_relaxed);
+    if (segment == segment_number_) synced_bytes_.store(covered, std::memory_order_relaxed);
   }
   syncs_.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -251,9 +323,12 @@ void LogWriter::Run() {
     ready_ = false;
     lock.unlock();
     if (have) {
-      if (!self_failed() && WriteBlocks(handoff_, handoff_blocks_) && Sync()) {
+      if (!self_failed() &&
+          WriteBlocks(handoff_, handoff_blocks_, handoff_cut_, std::move(handoff_segment_)) &&
+          Sync()) {
         durable_.store(handoff_seq_, std::memory_order_release);
       }
+      handoff_segment_.reset();
       handoff_.clear();
       handoff_blocks_.clear();
       in_flight_.store(false, std::memory_order_release);
@@ -261,8 +336,12 @@ void LogWriter::Run() {
       // to refuse now that the log failed.
       on_progress_();
     }
-    const bool unsynced = file_bytes_.load(std::memory_order_relaxed) >
-                          synced_bytes_.load(std::memory_order_relaxed);
+    bool unsynced;
+    {
+      std::lock_guard<std::mutex> io(io_mu_);
+      unsynced = !retired_.empty() || file_bytes_.load(std::memory_order_relaxed) >
+                                          synced_bytes_.load(std::memory_order_relaxed);
+    }
     if (mode_ == SyncMode::kEverySec && !self_failed() && unsynced) Sync();
     lock.lock();
     if (stop && !ready_) return;
@@ -280,7 +359,9 @@ absl::Status LogWriter::Close() {
   if (syncer_.joinable()) syncer_.join();
   // What the worker recorded and had not handed over (always: the syncer was busy) or written
   // (everysec, no: it was still coalescing).
-  if (!self_failed() && !pending_.empty() && WriteBlocks(pending_, pending_blocks_)) {
+  if (!self_failed() && (!pending_.empty() || cut_segment_ != nullptr)) {
+    const size_t cut_at = cut_segment_ != nullptr ? cut_at_ : pending_blocks_.size();
+    WriteBlocks(pending_, pending_blocks_, cut_at, std::move(cut_segment_));
     pending_.clear();
     pending_blocks_.clear();
   }
@@ -289,7 +370,12 @@ absl::Status LogWriter::Close() {
     std::lock_guard<std::mutex> lock(registry_mu);
     std::erase(Registry(), this);
   }
-  close(fd_);
+  std::lock_guard<std::mutex> io(io_mu_);
+  for (const Segment& old : retired_) close(old.fd);  // Left by a failure.
+  retired_.clear();
+  close(current_.fd);
+  if (cut_segment_ != nullptr) close(cut_segment_->fd);
+  if (next_ != nullptr) close(next_->fd);  // Prepared for a cut the worker never made.
   if (self_failed()) return absl::UnavailableError(error());
   return absl::OkStatus();
 }
@@ -298,7 +384,12 @@ void SimulatePowerLoss() {
   registry_mu.lock();  // Never released: the process ends here.
   for (LogWriter* log : Registry()) {
     log->io_mu_.lock();  // Between a write and a sync, or before either.
-    if (ftruncate(log->fd_, static_cast<off_t>(log->synced_bytes_.load())) != 0) _exit(1);
+    for (const LogWriter::Segment& old : log->retired_) {
+      if (ftruncate(old.fd, static_cast<off_t>(old.synced)) != 0) _exit(1);
+    }
+    if (ftruncate(log->current_.fd, static_cast<off_t>(log->synced_bytes_.load())) != 0) {
+      _exit(1);
+    }
   }
   kill(getpid(), SIGKILL);
   _exit(137);  // Not reached.

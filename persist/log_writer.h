@@ -19,6 +19,14 @@
 // Failures: a write or fdatasync that fails marks the log failed for good (never retried: see
 // persist/file.h), and the worker refuses writes from then on (shard/journal.h).
 //
+// Segments: a log is a run of files, one per generation. A live snapshot opens the next
+// generation's file for every worker (OpenSegment, PrepareCut) before it asks the workers for
+// their cuts; at its cut the worker calls Cut(), and from then on its records go to the new
+// file while the ones recorded before still go to the old one, in order: whichever thread
+// writes the blocks (the syncer with always, the worker otherwise) writes the blocks from
+// before the cut to the old file, switches, and writes the rest to the new one. The old file is
+// synced once more and closed by the syncer before the new one's next sync.
+//
 // Faults for tests, from the environment:
 //   RINGKV_TEST_LOG_FAIL_AFTER_BYTES=N  a write that would take a log past N bytes writes what
 //                                       fits and fails as a full disk does (ENOSPC).
@@ -74,6 +82,19 @@ class LogWriter final : public Journal {
                                                            SyncMode mode,
                                                            std::function<void()> on_progress,
                                                            std::atomic<bool>* group_failed);
+
+  // One file of a log: created, its header written and synced (the directory is not).
+  struct Segment {
+    std::string path;
+    int fd = -1;
+    uint32_t seed = 0;
+    uint64_t bytes = 0;   // Written.
+    uint64_t synced = 0;  // Covered by an fdatasync.
+  };
+  static absl::StatusOr<Segment> OpenSegment(const std::string& dir, const FileHeader& header);
+  // Any thread: `next` is the file the records after the next Cut() go to. One at a time: the
+  // log takes it at Cut(), before which it may not be called again.
+  void PrepareCut(Segment next);
   ~LogWriter() override;
   LogWriter(const LogWriter&) = delete;
   LogWriter& operator=(const LogWriter&) = delete;
@@ -92,12 +113,16 @@ class LogWriter final : public Journal {
            (group_failed_ != nullptr && group_failed_->load(std::memory_order_acquire));
   }
   bool backlogged() const override { return pending_.size() > kMaxPending; }
+  // Records from now on go to the segment PrepareCut gave (which must have been called).
+  void Cut() override;
 
   // Writes and syncs whatever is left (in every mode), stops the syncer and closes the file;
   // the log's error if it failed. Once only.
   absl::Status Close();
 
-  const std::string& path() const { return path_; }
+  // The file records go to now.
+  std::string path() const;
+  // Of the file records go to now.
   uint64_t bytes() const { return file_bytes_.load(std::memory_order_relaxed); }
   // fdatasyncs done (with always, one per group commit).
   uint64_t syncs() const { return syncs_.load(std::memory_order_relaxed); }
@@ -107,22 +132,26 @@ class LogWriter final : public Journal {
  private:
   friend void SimulatePowerLoss();
 
-  LogWriter(std::string path, int fd, uint32_t seed, SyncMode mode,
-            std::function<void()> on_progress, std::atomic<bool>* group_failed);
+  LogWriter(Segment segment, SyncMode mode, std::function<void()> on_progress,
+            std::atomic<bool>* group_failed);
   // This log's own failure (failed() also counts the group's).
   bool self_failed() const { return failed_.load(std::memory_order_acquire); }
   void Run();
   // Starts a new block unless the open one has room for `record_bytes` more.
   void Reserve(size_t record_bytes);
-  // Seals the blocks of `data` (starting at `blocks`) and writes them; false if it failed.
-  bool WriteBlocks(std::string& data, const std::vector<size_t>& blocks);
+  // Seals the blocks of `data` (starting at `blocks`) and writes them; with `next`, blocks
+  // [0, cut) to the current segment and the rest to `next`, which becomes the current one.
+  // False if it failed.
+  bool WriteBlocks(std::string& data, const std::vector<size_t>& blocks, size_t cut,
+                   std::unique_ptr<Segment> next);
+  // Writes `bytes` to the current segment; io_mu_ held. False if it failed.
+  bool WriteLocked(std::string_view bytes);
+  // Syncs and closes the retired segments, then syncs the current one. Syncer thread (or
+  // Close, once the syncer has stopped).
   bool Sync();
-  void Fail(std::string_view step, int error);
+  void Fail(std::string_view step, const std::string& path, int error);
 
   // Constant after construction.
-  const std::string path_;
-  const int fd_;
-  const uint32_t seed_;
   const SyncMode mode_;
   const std::function<void()> on_progress_;
   const uint64_t fail_after_bytes_;  // RINGKV_TEST_LOG_FAIL_AFTER_BYTES; 0: never.
@@ -134,6 +163,10 @@ class LogWriter final : public Journal {
   uint64_t appended_ = 0;
   uint64_t appended_at_commit_ = 0;  // appended_ at the last Commit.
   std::chrono::steady_clock::time_point pending_since_;  // When pending_ got its first record.
+  // After Cut(): the segment pending_blocks_[cut_at_..] go to (null: no cut pending).
+  std::unique_ptr<Segment> cut_segment_;
+  size_t cut_at_ = 0;
+  bool block_closed_ = false;  // The next record starts a new block (the last one precedes a cut).
 
   // The hand-off: the worker fills handoff_* and sets in_flight_ (then ready_ under mu_); the
   // syncer writes them, empties them and clears in_flight_ (release), after which the worker
@@ -141,6 +174,8 @@ class LogWriter final : public Journal {
   std::string handoff_;
   std::vector<size_t> handoff_blocks_;
   uint64_t handoff_seq_ = 0;
+  std::unique_ptr<Segment> handoff_segment_;
+  size_t handoff_cut_ = 0;
   std::atomic<bool> in_flight_{false};
 
   mutable std::mutex mu_;
@@ -153,7 +188,13 @@ class LogWriter final : public Journal {
   // Held around each write(), to read file_bytes_ before an fdatasync and to publish
   // synced_bytes_ after it (not over the fdatasync itself), so that SimulatePowerLoss cuts the
   // file between writes, at a length no answer has gone past, and nothing is published after.
-  std::mutex io_mu_;
+  // It also guards the segments: current_ (whose fd only the syncer closes, so a sync may run
+  // outside the lock), retired_ (switched away from, to be synced and closed) and next_.
+  mutable std::mutex io_mu_;
+  Segment current_;
+  std::vector<Segment> retired_;
+  std::unique_ptr<Segment> next_;
+  uint64_t segment_number_ = 0;  // Counts switches; a sync publishes only for its segment.
   std::atomic<uint64_t> durable_{0};
   std::atomic<bool> failed_{false};
   std::atomic<uint64_t> file_bytes_{0};

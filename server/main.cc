@@ -18,6 +18,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "client/command_line.h"
 #include "persist/log_writer.h"
 #include "server/log.h"
@@ -77,6 +78,10 @@ ABSL_FLAG(bool, load_intact, false,
 ABSL_FLAG(bool, no_snapshot_on_exit, false,
           "with --data-dir, skip the snapshot at a clean stop (the logs keep the data, and the "
           "next start replays them)");
+ABSL_FLAG(std::string, snapshot_every, "0",
+          "with --data-dir, also take a snapshot this long after the last one ended (a duration: "
+          "30m, 1h, 90s); it lets the logs restart, so restarts replay less. 0: only on the "
+          "Snapshot RPC (`ringkv snapshot`) and at a clean stop");
 ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
 
 // LeakSanitizer's entry point, present only in sanitizer builds.
@@ -239,6 +244,15 @@ int Main(int argc, char** argv) {
       absl::GetFlagReflectionHandle(FLAGS_fsync).CurrentValue() !=
           absl::GetFlagReflectionHandle(FLAGS_fsync).DefaultValue()) {
     ExitUsageError(argv[0], "--fsync needs --data-dir (without it nothing is written to disk)");
+  }
+  const std::string every = absl::GetFlag(FLAGS_snapshot_every);
+  if (every != "0" && (!absl::ParseDuration(every, &options.snapshot_every) ||
+                       options.snapshot_every < absl::Seconds(1))) {
+    ExitUsageError(argv[0], "--snapshot-every must be 0 (none) or a duration of at least 1s "
+                            "(90s, 30m, 1h), got '" + every + "'");
+  }
+  if (every != "0" && options.data_dir.empty()) {
+    ExitUsageError(argv[0], "--snapshot-every needs --data-dir");
   }
 
   // Every thread, gRPC's included, inherits this mask, so the signals reach sigwait below only.

@@ -88,6 +88,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   for (auto& loop : server->loops_) {
     server->threads_.emplace_back([loop = loop.get()] { loop->Run(); });
   }
+  if (server->data_dir_ != nullptr) {
+    // Once the loops run: a snapshot waits for every worker's cut.
+    RingEngine* engine = server->ring_engine_.get();
+    server->data_dir_->StartSnapshotter(
+        [engine](uint32_t i, SnapshotJob* job) { engine->worker(i).StartSnapshot(job); },
+        options.snapshot_every);
+  }
   return server;
 }
 
@@ -145,6 +152,8 @@ absl::Status Server::Shutdown() {
          absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(2));
   }
+  // A snapshot under way needs the workers: it ends before they stop.
+  if (data_dir_ != nullptr) data_dir_->StopSnapshotter();
   Log(LogLevel::kDebug, "%d calls still in flight; stopping the transport",
       active_calls_.load(std::memory_order_acquire));
   // Ends whatever is left and closes the connections.

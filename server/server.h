@@ -3,8 +3,10 @@
 // HTTP/2 on nghttp2, or grpc++). server/shard_loop.h tells the request path.
 //
 // Persistence (ServerOptions::data_dir, persist/data_dir.h): Start restores the data before it
-// listens, so the server never reports SERVING over a partial data set, and gives each worker
-// its log; Shutdown, once the loops have stopped, closes the logs and takes a snapshot (unless
+// listens, so the server never reports SERVING over a partial data set, gives each worker its
+// log, and starts the snapshotter (the Snapshot RPC, snapshot_every) once the loops run;
+// Shutdown stops the snapshotter (letting a snapshot under way finish) before it stops the
+// transport, and once the loops have stopped closes the logs and takes a snapshot (unless
 // snapshot_on_exit is false).
 //
 // Shutdown order (Shutdown()): health goes NOT_SERVING (each loop tells its Watch streams and
@@ -72,11 +74,13 @@ struct ServerOptions {
   MemoryLimit memory;
   // What TTL deadlines are compared with (wall-clock ms); tests may set a clock of their own.
   Clock clock = SystemClockMs;
-  // --data-dir (empty: in memory only), --fsync, --load-intact, --no-snapshot-on-exit.
+  // --data-dir (empty: in memory only), --fsync, --load-intact, --no-snapshot-on-exit,
+  // --snapshot-every (zero: none).
   std::string data_dir;
   persist::SyncMode fsync = persist::SyncMode::kEverySec;
   bool load_intact = false;
   bool snapshot_on_exit = true;
+  absl::Duration snapshot_every = absl::ZeroDuration();
 };
 
 class Server : public WorkerWaker {
@@ -96,6 +100,8 @@ class Server : public WorkerWaker {
   const ServerOptions& options() const { return options_; }
   bool shutting_down() const { return shutting_down_.load(std::memory_order_acquire); }
   void FillStats(ringkv::v1::StatsResponse* stats) const;
+  // The data directory (null without --data-dir).
+  persist::DataDir* data_dir() const { return data_dir_.get(); }
 
   // For the transports: a call is being served (not refused) / has ended. Any loop thread.
   void CallStarted() { active_calls_.fetch_add(1, std::memory_order_relaxed); }

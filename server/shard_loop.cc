@@ -37,8 +37,29 @@ void ShardLoop::Complete(Request* request) {
   static_cast<Handler*>(request->tag)->OnRequestDone(request);
 }
 
+void ShardLoop::CompleteExternal(Request* request) {
+  {
+    std::lock_guard<std::mutex> lock(external_mu_);
+    external_.push_back(request);
+  }
+  external_ready_.store(true, std::memory_order_release);
+  WakeIfParked();
+}
+
+size_t ShardLoop::TakeExternal() {
+  std::vector<Request*> done;
+  {
+    std::lock_guard<std::mutex> lock(external_mu_);
+    done.swap(external_);
+    external_ready_.store(false, std::memory_order_relaxed);
+  }
+  for (Request* request : done) Complete(request);
+  return done.size();
+}
+
 size_t ShardLoop::RunEngine() {
-  const size_t n = RunEngineTurn();
+  size_t n = RunEngineTurn();
+  if (external_ready_.load(std::memory_order_acquire)) n += TakeExternal();
   // A handler in flush_ cannot have been deleted: it has answers to write, so it has not
   // finished, and the transport deletes handlers only outside the engine turn.
   for (Handler* handler : flush_) handler->Flush();

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "server/handlers/handler.h"
@@ -74,6 +75,18 @@ class ShardLoop : public RequestSource {
     ++in_flight_;
   }
 
+  // Loop thread only: a handler hands out a Request that something other than the engine
+  // (the data dir's snapshotter) will give back through CompleteExternal; its pointer is in
+  // Request::tag. Counted as in flight like a submitted one, so the loop does not finish
+  // before it is back.
+  void SubmitExternal(Handler* handler, Request* request) {
+    request->tag = handler;
+    ++in_flight_;
+  }
+  // Any thread: gives back a Request of SubmitExternal; the loop completes it (OnRequestDone
+  // on its handler) in its next turn.
+  void CompleteExternal(Request* request);
+
   // Loop thread only: `handler` is flushed once the current engine turn is over, so the answers
   // that turn completes go out together (one Write for a Stream, not one per answer).
   void RequestFlush(Handler* handler) { flush_.push_back(handler); }
@@ -109,6 +122,8 @@ class ShardLoop : public RequestSource {
   size_t RunEngineTurn();
   // Waits for work; true if something arrived (false: the wait timed out).
   bool Park();
+  // Completes the Requests given back by CompleteExternal; how many.
+  size_t TakeExternal();
   // Once the server is draining: tells the watchers and the LoopIo, then sets saw_draining_.
   void NoticeDraining();
 
@@ -136,6 +151,10 @@ class ShardLoop : public RequestSource {
   std::atomic<bool> wake_pending_{false};
   std::atomic<uint64_t> lock_ops_{0};      // Written by this loop only.
   std::atomic<bool> saw_draining_{false};  // Written by this loop only.
+  // Requests given back by CompleteExternal; external_ready_ says there are some.
+  std::mutex external_mu_;
+  std::vector<Request*> external_;  // Guarded by external_mu_.
+  std::atomic<bool> external_ready_{false};
 };
 
 }  // namespace ringkv

@@ -43,6 +43,9 @@ class Journal {
   virtual bool failed() const = 0;
   // Whether so much is waiting for the disk that the worker should admit no new requests.
   virtual bool backlogged() const = 0;
+  // A snapshot's cut (Worker::StartSnapshot): the records from now on go after it, to the
+  // next segment of the log; the ones before it are covered by the snapshot.
+  virtual void Cut() = 0;
 };
 
 }  // namespace ringkv

@@ -31,6 +31,7 @@ Worker::Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, 
 
 size_t Worker::RunOnce(RequestSource& source) {
   size_t handled = 0;
+  if (next_snapshot_.load(std::memory_order_relaxed) != nullptr) CutSnapshot();
   if (backlog_ < kMaxBacklog && (journal_ == nullptr || !journal_->backlogged())) {
     Request* batch[kMaxBurst];
     const size_t n = source.Poll(batch, burst_);
@@ -43,7 +44,30 @@ size_t Worker::RunOnce(RequestSource& source) {
   if (journal_ != nullptr) handled += CommitJournal(source);
   if (backlog_ > 0) Flush();
   if (shard_.has_ttls()) handled += ExpireDue();
+  if (snapshot_ != nullptr) handled += WalkSnapshot();
   return handled;
+}
+
+void Worker::CutSnapshot() {
+  SnapshotJob* job = next_snapshot_.exchange(nullptr, std::memory_order_acquire);
+  if (journal_ != nullptr) journal_->Cut();
+  shard_.BeginSnapshot(job, clock_());
+  snapshot_ = job;
+}
+
+size_t Worker::WalkSnapshot() {
+  const auto deadline = std::chrono::steady_clock::now() + kSnapshotSlice;
+  size_t slices = 0;
+  while (!snapshot_->backlogged()) {
+    ++slices;
+    if (shard_.SnapshotStep(kSnapshotBuckets)) {
+      snapshot_->Finish();
+      snapshot_ = nullptr;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+  }
+  return slices;
 }
 
 size_t Worker::ExpireDue() {

@@ -15,7 +15,14 @@
 //      recorded, and release the answers whose records are now durable (see below);
 //   5. if the shard has keys with a TTL, reclaim those due (Shard::ExpireDue), up to a budget
 //      that doubles while it is all used (from kMinExpireBudget to kMaxExpireBudget), so that
-//      a write rate of TTL keys is matched without an unbounded stall in any one turn.
+//      a write rate of TTL keys is matched without an unbounded stall in any one turn;
+//   6. while a snapshot is under way, walk the shard for it for up to kSnapshotSlice.
+// Snapshots (StartSnapshot, from any thread): at the start of its next turn the worker makes
+// the cut (its journal's Cut(), then Shard::BeginSnapshot), so the snapshot holds the shard as
+// it was between two turns, and the journal's records from then on go to the next segment.
+// The walk then goes a slice per turn (step 6), while the sink has room; a turn that walked
+// counts as work, so the loop does not park until the walk is over. The sink's Finish() is
+// called on the worker's thread once every key is handed over.
 // With a journal that holds acknowledgements (the daemon's logs, in every --fsync mode), a
 // write's answer does not go back (to the source, or through a ring to its origin) when the
 // write is run but once the journal says its record is durable (shard/journal.h); the worker keeps running turns meanwhile. Once the journal fails,
@@ -31,6 +38,7 @@
 #define RINGKV_SHARD_WORKER_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -64,6 +72,16 @@ class WorkerWaker {
  public:
   virtual ~WorkerWaker() = default;
   virtual void Wake(uint16_t to) = 0;
+};
+
+// A snapshot of one shard as its worker takes it: where the keys go (SnapshotSink), whether
+// the walk must wait for room, and its end. Worker thread only.
+class SnapshotJob : public SnapshotSink {
+ public:
+  // The sink's buffers are full: the walk waits (the sink wakes the loop when it has room).
+  virtual bool backlogged() const = 0;
+  // Every key is handed over.
+  virtual void Finish() = 0;
 };
 
 // Written by one worker only (a relaxed load and store, no read-modify-write), read by any thread
@@ -105,6 +123,9 @@ class Worker {
   static constexpr size_t kMaxBacklog = 4096;
   static constexpr size_t kMinExpireBudget = 64;
   static constexpr size_t kMaxExpireBudget = 4096;
+  // A turn walks a snapshot for about this long, kSnapshotBuckets home buckets at a time.
+  static constexpr std::chrono::microseconds kSnapshotSlice{100};
+  static constexpr size_t kSnapshotBuckets = 64;
 
   // `outbound[d]` carries requests and answers to worker d (null for this worker), `inbound` are
   // the rings this worker consumes. Rings, router and counters outlive the worker.
@@ -123,8 +144,11 @@ class Worker {
   void RunToCompletion(RequestSource& source, std::atomic<uint32_t>& finished_workers,
                        uint32_t total_workers);
 
-  // Nothing waits in this worker's outboxes, nor for its journal.
-  bool Drained() const { return backlog_ == 0 && held_.empty(); }
+  // Nothing waits in this worker's outboxes, nor for its journal, and no snapshot is under way.
+  bool Drained() const {
+    return backlog_ == 0 && held_.empty() && snapshot_ == nullptr &&
+           next_snapshot_.load(std::memory_order_acquire) == nullptr;
+  }
   // Requests wait in the outboxes for room in a ring.
   bool Backlogged() const { return backlog_ > 0; }
   // Answers wait for the journal's sync (which wakes the loop when it is done).
@@ -137,6 +161,11 @@ class Worker {
   }
   // The shard, to restore it before the worker runs.
   Shard& mutable_shard() { return shard_; }
+
+  // Any thread: the worker takes a snapshot of its shard into `job`, which outlives it, making
+  // the cut at the start of its next turn (the caller wakes its loop). One at a time: not again
+  // before the job's Finish().
+  void StartSnapshot(SnapshotJob* job) { next_snapshot_.store(job, std::memory_order_release); }
 
   uint16_t id() const { return id_; }
   // The shard, for its owning thread, or for anyone once the workers have stopped.
@@ -158,8 +187,12 @@ class Worker {
   void Answer(Request* request, RequestSource& source, bool hold_if_needed);
   // Step 4 of the turn; returns how many answers it released.
   size_t CommitJournal(RequestSource& source);
-  // Step 4 of the turn; returns how many keys it reclaimed.
+  // Step 5 of the turn; returns how many keys it reclaimed.
   size_t ExpireDue();
+  // The snapshot's cut, at the start of a turn.
+  void CutSnapshot();
+  // Step 6 of the turn; returns how many slices it walked (1 for the last).
+  size_t WalkSnapshot();
   void PublishShardCounters();
   void Push(uint16_t to, Request* request);
   void Flush();
@@ -182,6 +215,10 @@ class Worker {
   size_t expire_budget_ = kMinExpireBudget;
   Journal* journal_ = nullptr;
   std::deque<Request*> held_;  // Answers waiting for the journal, in log_seq order.
+  SnapshotJob* snapshot_ = nullptr;  // Under way.
+
+  // Shared: set by StartSnapshot, taken (exchanged for null) at the cut.
+  std::atomic<SnapshotJob*> next_snapshot_{nullptr};
 };
 
 }  // namespace ringkv

@@ -66,6 +66,8 @@ class UnaryHandler : public Handler {
     ++outstanding_;
     Submit(request);
   }
+  // Counts a Request that comes back by another way than Submit (ShardLoop::SubmitExternal).
+  void CountExternal() { ++outstanding_; }
   // Ends the call; only with no Request out.
   void Reply(const absl::Status& status) {
     sink_.Finish(status, status.ok() ? &response_ : nullptr);
@@ -280,6 +282,42 @@ class StatsHandler : public UnaryHandler<pb::StatsRequest, pb::StatsResponse> {
   void Take(Request&) override {}
 };
 
+// Snapshot: the data dir's snapshotter takes it; its Request is a placeholder that comes back
+// (ShardLoop::CompleteExternal) once the snapshot is durable or has failed.
+class SnapshotHandler : public UnaryHandler<pb::SnapshotRequest, pb::SnapshotResponse> {
+ public:
+  using UnaryHandler::UnaryHandler;
+  void Start() override {
+    persist::DataDir* dir = loop_.server().data_dir();
+    if (dir == nullptr) {
+      Reply(absl::FailedPreconditionError(
+          "this server runs without --data-dir: it keeps nothing on disk to snapshot"));
+      return;
+    }
+    CountExternal();
+    loop_.SubmitExternal(this, &placeholder_);
+    // Called on the snapshotter's thread; the loop touches nothing of this until the Request
+    // is back (CompleteExternal hands it over under a mutex).
+    dir->RequestSnapshot([this](const absl::StatusOr<persist::SnapshotInfo>& info) {
+      result_ = info.status();
+      if (info.ok()) {
+        response_.set_generation(info->generation);
+        response_.set_keys(info->keys);
+        response_.set_bytes(info->bytes);
+        response_.set_unix_ms(info->unix_ms);
+        response_.set_seconds(info->seconds);
+      }
+      loop_.CompleteExternal(&placeholder_);
+    });
+  }
+  void Take(Request&) override {}
+  absl::Status Result() override { return result_; }
+
+ private:
+  Request placeholder_;
+  absl::Status result_;
+};
+
 // Stream: up to kMaxStreamInFlight operations in flight; the answers that one engine turn
 // completes, or that pile up while a Write is out, share the next reply message.
 class StreamHandler : public BidiHandler<pb::StreamResponse> {
@@ -415,6 +453,9 @@ std::unique_ptr<Handler> MakeStreamHandler(ShardLoop& loop, CallSink& sink) {
 }
 std::unique_ptr<Handler> MakeStatsHandler(ShardLoop& loop, CallSink& sink) {
   return std::make_unique<StatsHandler>(loop, sink);
+}
+std::unique_ptr<Handler> MakeSnapshotHandler(ShardLoop& loop, CallSink& sink) {
+  return std::make_unique<SnapshotHandler>(loop, sink);
 }
 std::unique_ptr<Handler> MakeExpireHandler(ShardLoop& loop, CallSink& sink) {
   return std::make_unique<ExpireHandler>(loop, sink);

@@ -22,6 +22,7 @@ using internal::MakePutHandler;
 using internal::MakeReflectionV1alphaHandler;
 using internal::MakeReflectionV1Handler;
 using internal::MakeScanHandler;
+using internal::MakeSnapshotHandler;
 using internal::MakeStatsHandler;
 using internal::MakeStreamHandler;
 
@@ -41,6 +42,7 @@ const std::array<Method, kMethodCount> kMethods = {{
     {MethodId::kPersist, "/ringkv.v1.KV/Persist", kUnary, false, true, MakePersistHandler},
     {MethodId::kIncrement, "/ringkv.v1.KV/Increment", kUnary, false, true, MakeIncrementHandler},
     {MethodId::kScan, "/ringkv.v1.KV/Scan", kUnary, false, true, MakeScanHandler},
+    {MethodId::kSnapshot, "/ringkv.v1.KV/Snapshot", kUnary, false, true, MakeSnapshotHandler},
     {MethodId::kHealthCheck, "/grpc.health.v1.Health/Check", kUnary, true, true,
      MakeHealthCheckHandler},
     {MethodId::kHealthWatch, "/grpc.health.v1.Health/Watch", MethodKind::kServerStreaming, true,

@@ -33,6 +33,7 @@ enum class MethodId {
   kPersist,
   kIncrement,
   kScan,
+  kSnapshot,
   kHealthCheck,
   kHealthWatch,
   kReflectionV1alpha,

@@ -21,6 +21,7 @@ std::unique_ptr<Handler> MakeExpireHandler(ShardLoop& loop, CallSink& sink);
 std::unique_ptr<Handler> MakePersistHandler(ShardLoop& loop, CallSink& sink);
 std::unique_ptr<Handler> MakeIncrementHandler(ShardLoop& loop, CallSink& sink);
 std::unique_ptr<Handler> MakeScanHandler(ShardLoop& loop, CallSink& sink);
+std::unique_ptr<Handler> MakeSnapshotHandler(ShardLoop& loop, CallSink& sink);
 
 // health_handlers.cc: grpc.health.v1.Health.
 std::unique_ptr<Handler> MakeHealthCheckHandler(ShardLoop& loop, CallSink& sink);
