@@ -1,8 +1,12 @@
 // Persistence end to end (--data-dir): a real ringkv-server process, written to by the real
 // client library, stopped cleanly, killed with SIGKILL, or made to lose what it had not synced
 // (the power-loss seam, RINGKV_TEST_POWER_LOSS), and started again on the same directory.
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -20,6 +24,7 @@
 #include "client/client.h"
 #include "gtest/gtest.h"
 #include "server/testing/server_process.h"
+#include "shard/router.h"
 
 namespace ringkv {
 namespace {
@@ -130,13 +135,23 @@ void Write(const std::string& address, int writer, std::atomic<bool>& stop, Acke
   }
 }
 
-// kWriters writers against `server` until it is crashed by `crash_signal` at a random moment.
-void CrashRound(ServerProcess& server, int crash_signal, std::mt19937& random, Acked& acked) {
+// kWriters writers against `server` until it is crashed by `crash_signal` at a random moment;
+// with `snapshots`, another client asks for one snapshot after another meanwhile, so that the
+// crash often comes in the middle of one.
+void CrashRound(ServerProcess& server, int crash_signal, std::mt19937& random, Acked& acked,
+                bool snapshots = false) {
   const std::string address = server.address();
   std::atomic<bool> stop{false};
   std::vector<std::thread> writers;
   for (int w = 0; w < kWriters; ++w) {
     writers.emplace_back([&, w] { Write(address, w, stop, acked); });
+  }
+  if (snapshots) {
+    writers.emplace_back([&] {
+      Client client(address, absl::Seconds(10));
+      while (!stop.load() && client.Snapshot().ok()) {
+      }
+    });
   }
   const uint64_t before = acked.acks.load();
   std::this_thread::sleep_for(std::chrono::milliseconds(100 + random() % 300));
@@ -166,24 +181,169 @@ void CheckAcked(Client& client, Acked& acked, bool expect_all, int* missing) {
   }
 }
 
+// Starts a server on `dir` and kills it (SIGKILL) after `delay`, without waiting for it to
+// listen: a kill in the middle of the restore. Returns the exit status.
+int KillDuringStart(const std::string& dir, std::chrono::milliseconds delay) {
+  std::vector<std::string> args = {std::getenv("RINGKV_SERVER"), "--listen=127.0.0.1:0",
+                                   "--data-dir=" + dir, "--log-level=error"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  std::this_thread::sleep_for(delay);
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+// A bulk of keys that stay as they are, so that each snapshot takes a while.
+constexpr int kStillKeys = 60000;
+std::string StillKey(int i) { return absl::StrCat("still:", i); }
+std::string StillValue(int i) { return absl::StrCat(std::string(80, 'v'), i); }
+
 TEST_F(PersistTest, KillNineUnderLoadLosesNoAcknowledgedWriteWithAlwaysOrEverysec) {
   std::mt19937 random(std::random_device{}());
   Acked acked;
-  for (int round = 0; round < 4; ++round) {
+  Start({"--threads=2"});
+  for (int i = 0; i < kStillKeys; i += 1000) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (int j = i; j < i + 1000; ++j) items.emplace_back(StillKey(j), StillValue(j));
+    ASSERT_TRUE(client_->MultiPut(items).ok());
+  }
+  ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);
+  for (int round = 0; round < 6; ++round) {
+    // Killed while it restores, at a random moment (it may already be serving).
+    EXPECT_EQ(KillDuringStart(dir_, std::chrono::milliseconds(random() % 60)), 137);
     // Both modes that answer only what is safe from a process crash (always: synced; everysec:
-    // written), and alternate thread counts, so the restart re-routes every key too.
-    Start({round < 2 ? "--fsync=always" : "--fsync=everysec",
+    // written), alternate thread counts, so the restart re-routes every key too, and
+    // snapshots one after another in every other round, so that kills come during them.
+    Start({round < 3 ? "--fsync=always" : "--fsync=everysec",
            round % 2 == 0 ? "--threads=2" : "--threads=1"});
-    if (round > 0) {
-      int missing = 0;
-      CheckAcked(*client_, acked, true, &missing);
+    int missing = 0;
+    CheckAcked(*client_, acked, true, &missing);
+    for (int i = round; i < kStillKeys; i += 997) {
+      ASSERT_EQ(client_->Get(StillKey(i)).value_or("(missing)"), StillValue(i)) << i;
     }
-    CrashRound(*server_, SIGKILL, random, acked);
+    CrashRound(*server_, SIGKILL, random, acked, /*snapshots=*/round % 2 == 1);
   }
   Start({"--threads=2"});
   int missing = 0;
   CheckAcked(*client_, acked, true, &missing);
   EXPECT_GT(acked.acks.load(), 100u);
+  EXPECT_GE(client_->Stats().value().persistence().restored_keys(),
+            kStillKeys + acked.last.size());
+}
+
+// A snapshot taken while one client writes (one call at a time, so the order of the writes is
+// the order the server ran them in): restored alone (the logs removed), each shard holds the
+// state after some prefix of the writes, one that ends between the last write acknowledged
+// before the Snapshot call and the last write sent before its answer.
+TEST_F(PersistTest, ALiveSnapshotHoldsEachShardAtOneMomentOfItsWrites) {
+  constexpr int kShards = 2;
+  constexpr int kKeys = 40000;
+  Start({absl::StrCat("--threads=", kShards), "--fsync=no"});
+  std::map<std::string, std::string> base;
+  for (int i = 0; i < kKeys; i += 1000) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (int j = i; j < i + 1000; ++j) {
+      // Large values: the walk then waits for the disk, and many writes run during it.
+      items.emplace_back(absl::StrCat("k", j), absl::StrCat(std::string(1000, 'b'), j));
+      base[items.back().first] = items.back().second;
+    }
+    ASSERT_TRUE(client_->MultiPut(items).ok());
+  }
+  // The writes, in order: a put (value) or a delete (nullopt).
+  std::vector<std::pair<std::string, std::optional<std::string>>> writes;
+  std::mutex mu;
+  std::atomic<size_t> acked{0};
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    Client client(server_->address(), absl::Seconds(10));
+    std::mt19937 random(7);
+    for (int n = 0; !stop.load(); ++n) {
+      const std::string key = absl::StrCat("k", random() % (kKeys + kKeys / 10));
+      std::optional<std::string> value;
+      if (random() % 4 != 0) value = absl::StrCat("w", n);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        writes.emplace_back(key, value);
+      }
+      const bool ok = value ? client.Put(key, *value).ok() : [&] {
+        const absl::Status s = client.Delete(key);
+        return s.ok() || s.code() == absl::StatusCode::kNotFound;
+      }();
+      ASSERT_TRUE(ok);
+      acked = writes.size();
+    }
+  });
+  while (acked.load() < 200) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const size_t low = acked.load();
+  const auto snapshot = client_->Snapshot();
+  size_t high;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    high = writes.size();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  stop = true;
+  writer.join();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->keys(), client_->Stats().value().persistence().snapshot_keys());
+  ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    if (entry.path().filename().string().starts_with("log-")) fs::remove(entry.path());
+  }
+  Start({absl::StrCat("--threads=", kShards)});
+  // The state after the first `low` writes; then, write by write, how far each shard's
+  // restored state is from the state after that write.
+  std::map<std::string, std::optional<std::string>> state(base.begin(), base.end());
+  for (size_t w = 0; w < low; ++w) state[writes[w].first] = writes[w].second;
+  std::map<std::string, std::optional<std::string>> restored;
+  for (const auto& [key, value] : state) restored[key];
+  for (size_t w = low; w < high; ++w) restored[writes[w].first];
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : restored) keys.push_back(key);
+  for (size_t i = 0; i < keys.size(); i += 1000) {
+    const std::vector<std::string> part(keys.begin() + i,
+                                        keys.begin() + std::min(i + 1000, keys.size()));
+    const auto items = client_->MultiGet(part);
+    ASSERT_TRUE(items.ok()) << items.status();
+    for (size_t j = 0; j < part.size(); ++j) {
+      if ((*items)[j].status.ok()) restored[part[j]] = (*items)[j].value;
+    }
+  }
+  const Router router(kShards);
+  auto shard_of = [&](const std::string& key) { return router.ShardOf(Router::Hash(key)); };
+  std::vector<int> differing(kShards, 0);
+  for (const auto& [key, value] : restored) {
+    const auto at = state.find(key);
+    const std::optional<std::string> expected = at == state.end() ? std::nullopt : at->second;
+    if (value != expected) ++differing[shard_of(key)];
+  }
+  std::vector<bool> matched(kShards, false);
+  for (size_t w = low;; ++w) {
+    for (int s = 0; s < kShards; ++s) matched[s] = matched[s] || differing[s] == 0;
+    if (w == high) break;
+    const auto& [key, value] = writes[w];
+    const auto& got = restored[key];
+    const bool was = got != state[key];
+    state[key] = value;
+    const bool is = got != state[key];
+    differing[shard_of(key)] += int(is) - int(was);
+  }
+  for (int s = 0; s < kShards; ++s) {
+    EXPECT_TRUE(matched[s]) << "shard " << s << " matches no moment between write " << low
+                            << " and " << high;
+  }
+  EXPECT_GT(high, low) << "no write ran during the snapshot";
+  EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
 }
 
 // A SIGKILL cannot catch a missing fsync (the page cache outlives the process), so this seam
@@ -240,42 +400,52 @@ TEST_F(PersistTest, AFullDiskRefusesWritesClearlyAndKeepsServingReads) {
   EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
 }
 
-// The snapshot at exit, killed at each step of its commit: the next start finds every write,
-// from the old snapshot and the logs or from the new snapshot.
+// A snapshot (at exit, or live on the Snapshot RPC) killed at each step of its commit: the next
+// start finds every write, from the old snapshot and the logs or from the new snapshot.
 TEST_F(PersistTest, ACrashAtEachStepOfTheSnapshotCommitLosesNothing) {
   for (const std::string step : {"writing", "renamed", "manifest", "cleanup"}) {
-    fs::remove_all(dir_);
-    Start({"--threads=2"});
-    std::map<std::string, std::string> model;
-    for (int i = 0; i < 100; ++i) {
-      model[absl::StrCat("a", i)] = absl::StrCat("first", i);
-      ASSERT_TRUE(client_->Put(absl::StrCat("a", i), model[absl::StrCat("a", i)]).ok());
+    for (const bool live : {false, true}) {
+      fs::remove_all(dir_);
+      Start({"--threads=2"});
+      std::map<std::string, std::string> model;
+      for (int i = 0; i < 100; ++i) {
+        model[absl::StrCat("a", i)] = absl::StrCat("first", i);
+        ASSERT_TRUE(client_->Put(absl::StrCat("a", i), model[absl::StrCat("a", i)]).ok());
+      }
+      ASSERT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();  // An old snapshot.
+      Start({"--threads=2"});
+      for (int i = 0; i < 100; i += 2) {
+        model[absl::StrCat("a", i)] = absl::StrCat("second", i);
+        ASSERT_TRUE(client_->Put(absl::StrCat("a", i), model[absl::StrCat("a", i)]).ok());
+        model[absl::StrCat("b", i)] = "new";
+        ASSERT_TRUE(client_->Put(absl::StrCat("b", i), "new").ok());
+      }
+      for (int i = 1; i < 100; i += 10) {
+        model.erase(absl::StrCat("a", i));
+        ASSERT_TRUE(client_->Delete(absl::StrCat("a", i)).ok());
+      }
+      ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);  // Logs over the old snapshot.
+      setenv("RINGKV_TEST_CRASH_IN_SNAPSHOT", step.c_str(), 1);
+      Start({"--threads=2"});
+      unsetenv("RINGKV_TEST_CRASH_IN_SNAPSHOT");
+      if (live) {
+        // Before the cut: in the old generation's log, and in the new snapshot.
+        ASSERT_TRUE(client_->Put("b1", "live").ok());
+        model["b1"] = "live";
+        EXPECT_FALSE(client_->Snapshot().ok()) << step;
+        ASSERT_EQ(server_->Wait(20), 137) << step << "\n" << server_->log();
+      } else {
+        ASSERT_EQ(server_->Stop(SIGTERM, 20), 137) << step << "\n" << server_->log();
+      }
+      Start({"--threads=2"});
+      const auto stats = client_->Stats().value();
+      EXPECT_EQ(stats.persistence().restored_keys(), model.size()) << step;
+      for (const auto& [key, value] : model) {
+        EXPECT_EQ(client_->Get(key).value_or("(missing)"), value) << step << " " << key;
+      }
+      EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+      EXPECT_TRUE(fs::exists(dir_ + "/MANIFEST"));
     }
-    ASSERT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();  // An old snapshot.
-    Start({"--threads=2"});
-    for (int i = 0; i < 100; i += 2) {
-      model[absl::StrCat("a", i)] = absl::StrCat("second", i);
-      ASSERT_TRUE(client_->Put(absl::StrCat("a", i), model[absl::StrCat("a", i)]).ok());
-      model[absl::StrCat("b", i)] = "new";
-      ASSERT_TRUE(client_->Put(absl::StrCat("b", i), "new").ok());
-    }
-    for (int i = 1; i < 100; i += 10) {
-      model.erase(absl::StrCat("a", i));
-      ASSERT_TRUE(client_->Delete(absl::StrCat("a", i)).ok());
-    }
-    ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);  // Logs over the old snapshot.
-    setenv("RINGKV_TEST_CRASH_IN_SNAPSHOT", step.c_str(), 1);
-    Start({"--threads=2"});
-    unsetenv("RINGKV_TEST_CRASH_IN_SNAPSHOT");
-    ASSERT_EQ(server_->Stop(SIGTERM, 20), 137) << step << "\n" << server_->log();
-    Start({"--threads=2"});
-    const auto stats = client_->Stats().value();
-    EXPECT_EQ(stats.persistence().restored_keys(), model.size()) << step;
-    for (const auto& [key, value] : model) {
-      EXPECT_EQ(client_->Get(key).value_or("(missing)"), value) << step << " " << key;
-    }
-    EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
-    EXPECT_TRUE(fs::exists(dir_ + "/MANIFEST"));
   }
 }
 
@@ -307,6 +477,27 @@ TEST_F(PersistTest, DamageRefusesTheStartUnlessLoadIntact) {
   Start({"--load-intact"});
   EXPECT_EQ(client_->Get("k0").value(), "v");  // From the intact prefix.
   EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+}
+
+TEST_F(PersistTest, SnapshotEveryTakesSnapshotsOnItsOwnAndTheRpcNeedsADataDir) {
+  Start({"--snapshot-every=1s"});
+  ASSERT_TRUE(client_->Put("k", "v").ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (client_->Stats().value().persistence().snapshot_keys() == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(client_->Stats().value().persistence().snapshot_keys(), 1u);
+  EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+  EXPECT_NE(server_->log().find("snapshot 2 of 1 keys"), std::string::npos) << server_->log();
+
+  ServerProcess memory_only({});
+  ASSERT_TRUE(memory_only.Start()) << memory_only.log();
+  Client client(memory_only.address(), absl::Seconds(10));
+  const auto snapshot = client.Snapshot();
+  EXPECT_EQ(snapshot.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(snapshot.status().message().find("--data-dir"), std::string::npos)
+      << snapshot.status();
 }
 
 TEST_F(PersistTest, ASecondServerOnTheSameDirectoryIsRefused) {
