@@ -9,13 +9,21 @@
            them to ringkv with MultiPut, which stops (a snapshot at exit); redis-cli --pipe
            SETs them in Redis, then SAVE; then each starts again on its files, and the time
            each says the load took is compared (ringkv: "N keys restored in S s"; Redis: "DB
-           loaded from disk: S seconds"), with the files' size.
+           loaded from disk: S seconds"), with the files' size;
+  snapshot the same KEYS keys loaded in both; then unary PUT (50 connections x 1 call, over the
+           loaded keys) for SECONDS with no snapshot, and again while a snapshot runs
+           (ringkv: the Snapshot RPC, `ringkv snapshot`; Redis: BGSAVE), started with the
+           load; p99 and ops/s of each, how long the snapshot took, and the memory: the
+           server's proportional set size (Pss from /proc/PID/smaps_rollup, which counts a
+           page shared by Redis and its fork child once) before and at its peak during the
+           snapshot, sampled every 50 ms, Redis's child included.
 
 Data files go to a fresh directory under bench-results/persist/ (the same disk for both), and
 are removed after each run. Every server is stopped at the end. Prints markdown; raw results in
 bench-results/persist/results.jsonl.
 
 Usage: bench/persist_bench.py [RUNS=3] [SECONDS=20] [PARTS=put,restore] [KEYS=2000000]
+       (PARTS: any of put, restore, snapshot)
 (repository root, after scripts/setup.sh)
 """
 import json
@@ -132,9 +140,7 @@ def ringkv_restore():
     log = os.path.join(OUT, "ringkv-restore.log")
     proc, addr = start_ringkv(log, [f"--data-dir={data}"])
     try:
-        subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
-                        "--ops=1", "--concurrency=1", "--progress=false"],
-                       capture_output=True, check=True, timeout=600)
+        ringkv_load(addr)
     finally:
         t0 = time.monotonic()
         stop(proc)
@@ -148,24 +154,27 @@ def ringkv_restore():
     return {"load_s": float(m[2]), "bytes": size, "stop_s": stop_s}
 
 
+def redis_fill(cli):
+    """SETs the keys and values ringkv-loadgen writes ("key:%012d", 32 bytes of 'v')."""
+    pipe = subprocess.Popen(cli + ["--pipe"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    value = b"v" * 32
+    for start in range(0, KEYS, 100_000):
+        pipe.stdin.write(b"".join(
+            b"*3\r\n$3\r\nSET\r\n$16\r\nkey:%012d\r\n$32\r\n%s\r\n" % (i, value)
+            for i in range(start, min(KEYS, start + 100_000))))
+    pipe.stdin.close()
+    assert pipe.wait(timeout=600) == 0, "redis-cli --pipe failed"
+    keys = subprocess.run(cli + ["DBSIZE"], check=True, capture_output=True, text=True)
+    assert int(keys.stdout) == KEYS, f"Redis holds {keys.stdout} keys, not {KEYS}"
+
+
 def redis_restore():
     data = fresh_dir("redis-data")
     log = os.path.join(OUT, "redis-restore.log")
     proc, port = start_redis(log, ["--dir", data])
     try:
         cli = ["redis-cli", "-p", str(port)]
-        # The keys and values ringkv-loadgen writes: "key:%012d", 32 bytes of 'v'.
-        pipe = subprocess.Popen(cli + ["--pipe"], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL)
-        value = b"v" * 32
-        for start in range(0, KEYS, 100_000):
-            pipe.stdin.write(b"".join(
-                b"*3\r\n$3\r\nSET\r\n$16\r\nkey:%012d\r\n$32\r\n%s\r\n" % (i, value)
-                for i in range(start, min(KEYS, start + 100_000))))
-        pipe.stdin.close()
-        assert pipe.wait(timeout=600) == 0, "redis-cli --pipe failed"
-        keys = subprocess.run(cli + ["DBSIZE"], check=True, capture_output=True, text=True)
-        assert int(keys.stdout) == KEYS, f"Redis holds {keys.stdout} keys, not {KEYS}"
+        redis_fill(cli)
         t0 = time.monotonic()
         subprocess.run(cli + ["SAVE"], check=True, capture_output=True, timeout=600)
         save_s = time.monotonic() - t0
@@ -205,6 +214,144 @@ def restore():
     print(f"\nRedis load time / ringkv restore time (medians): {ratio:.2f}")
 
 
+# ---- snapshot -----------------------------------------------------------------------------------
+
+def pss_bytes(pids):
+    total = 0
+    for pid in pids:
+        try:
+            for line in open(f"/proc/{pid}/smaps_rollup"):
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            pass  # Gone (Redis's child, once done).
+    return total
+
+
+def children(pid):
+    try:
+        return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    except OSError:
+        return []
+
+
+class PeakMemory:
+    """Samples the Pss of a process and its children every 50 ms on a thread of its own."""
+
+    def __init__(self, pid):
+        import threading
+        self.pid, self.peak, self.stop = pid, 0, threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.peak = max(self.peak, pss_bytes([self.pid] + children(self.pid)))
+            self.stop.wait(0.05)
+
+    def end(self):
+        self.stop.set()
+        self.thread.join()
+        return self.peak
+
+
+def ringkv_load(addr):
+    subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
+                    "--ops=1", "--concurrency=1", "--progress=false"],
+                   capture_output=True, check=True, timeout=900)
+
+
+def ringkv_puts(proc, addr, seconds):
+    json_path = os.path.join(OUT, "tmp.json")
+    _, cpu = run_client([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
+                         "--ratio=0:1", "--connections=50", "--concurrency=50",
+                         f"--duration={seconds}", "--progress=false", "--preload=false",
+                         f"--json={json_path}"], proc.pid, seconds * 10 + 60)
+    r = json.load(open(json_path))
+    return {"ops_per_s": r["ops_per_s"], "p99_ms": r["p99_ms"]}
+
+
+def ringkv_snapshot():
+    data = fresh_dir("ringkv-data")
+    proc, addr = start_ringkv(os.path.join(OUT, "ringkv-snapshot.log"),
+                              [f"--data-dir={data}", "--fsync=everysec"])
+    try:
+        ringkv_load(addr)
+        cli = ["build/client/ringkv", f"--addr={addr}", "--json", "snapshot"]
+        subprocess.run(cli, check=True, capture_output=True)  # The logs restart: even start.
+        quiet = ringkv_puts(proc, addr, SECONDS)
+        before = pss_bytes([proc.pid])
+        peak = PeakMemory(proc.pid)
+        snap = subprocess.Popen(cli, stdout=subprocess.PIPE, text=True)
+        during = ringkv_puts(proc, addr, SECONDS)
+        out, _ = snap.communicate(timeout=900)
+        peak_bytes = peak.end()
+        snapshot_s = json.loads(out)["seconds"]
+    finally:
+        stop(proc)
+    shutil.rmtree(data, ignore_errors=True)
+    return {"quiet": quiet, "during": during, "snapshot_s": snapshot_s, "pss_before": before,
+            "pss_peak": peak_bytes}
+
+
+def redis_puts(proc, port, seconds, rps_guess):
+    n = max(20000, int(rps_guess * seconds))
+    out, _ = run_client(["redis-benchmark", "-p", str(port), "-t", "set", "-r", str(KEYS),
+                         "-d", "32", "-c", "50", "-P", "1", "--csv", "-n", str(n)],
+                        proc.pid, seconds * 10 + 60)
+    row = out.strip().splitlines()[-1].strip('"').split('","')
+    return {"ops_per_s": float(row[1]), "p99_ms": float(row[6])}
+
+
+def redis_snapshot():
+    data = fresh_dir("redis-data")
+    proc, port = start_redis(os.path.join(OUT, "redis-snapshot.log"), ["--dir", data])
+    cli = ["redis-cli", "-p", str(port)]
+    try:
+        redis_fill(cli)
+        sizing = redis_puts(proc, port, 1, 20000)
+        quiet = redis_puts(proc, port, SECONDS, sizing["ops_per_s"])
+        before = pss_bytes([proc.pid])
+        peak = PeakMemory(proc.pid)
+        t0 = time.monotonic()
+        subprocess.run(cli + ["BGSAVE"], check=True, capture_output=True)
+        during = redis_puts(proc, port, SECONDS, quiet["ops_per_s"])
+        while "rdb_bgsave_in_progress:1" in subprocess.run(
+                cli + ["INFO", "persistence"], capture_output=True, text=True).stdout:
+            time.sleep(0.05)
+        snapshot_s = time.monotonic() - t0
+        peak_bytes = peak.end()
+    finally:
+        stop(proc)
+    shutil.rmtree(data, ignore_errors=True)
+    return {"quiet": quiet, "during": during, "snapshot_s": snapshot_s, "pss_before": before,
+            "pss_peak": peak_bytes}
+
+
+def snapshot():
+    rows = {"ringkv": [], "redis": []}
+    for _ in range(RUNS):
+        for system, run in (("ringkv", ringkv_snapshot), ("redis", redis_snapshot)):
+            r = run()
+            record(f"snapshot-{system}", r)
+            rows[system].append(r)
+    print(f"\n### Unary PUT while a snapshot of {KEYS:,} keys runs (50 connections x 1 call, "
+          f"32-byte values, {SECONDS} s each; median (min .. max) of {RUNS})\n")
+    print("| | p99 ms, no snapshot | p99 ms, during | p99 during / without | ops/s, no snapshot "
+          "| ops/s, during | snapshot s | memory MiB before | memory growth at peak |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for system, rs in rows.items():
+        ratio = [r["during"]["p99_ms"] / r["quiet"]["p99_ms"] for r in rs]
+        growth = [100 * (r["pss_peak"] / r["pss_before"] - 1) for r in rs]
+        print(f"| {system} | {cell([r['quiet']['p99_ms'] for r in rs], '{:.2f}')} | "
+              f"{cell([r['during']['p99_ms'] for r in rs], '{:.2f}')} | "
+              f"{cell(ratio, '{:.2f}')} | {cell([r['quiet']['ops_per_s'] for r in rs])} | "
+              f"{cell([r['during']['ops_per_s'] for r in rs])} | "
+              f"{cell([r['snapshot_s'] for r in rs], '{:.1f}')} | "
+              f"{cell([r['pss_before'] / 2**20 for r in rs])} | "
+              f"{cell(growth, '{:+.1f}%')} |")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     print(f"{machine()}; {time.strftime('%Y-%m-%d')}")
@@ -212,6 +359,8 @@ def main():
         put()
     if "restore" in PARTS:
         restore()
+    if "snapshot" in PARTS:
+        snapshot()
 
 
 if __name__ == "__main__":

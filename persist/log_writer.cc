@@ -172,6 +172,10 @@ void LogWriter::Commit() {
   if (self_failed()) {  // Nothing more goes to the file; the worker refuses the writes.
     pending_.clear();
     pending_blocks_.clear();
+    if (cut) {
+      close(cut_segment_->fd);
+      cut_segment_.reset();
+    }
     return;
   }
   const size_t cut_at = cut ? cut_at_ : pending_blocks_.size();

@@ -35,6 +35,8 @@ class SnapshotFile final : public SnapshotJob {
  public:
   static constexpr size_t kBlockBytes = size_t{1} << 20;
   static constexpr size_t kMaxQueuedBytes = size_t{4} << 20;
+  // The writer thread's nice value (setpriority on the thread alone).
+  static constexpr int kWriterNice = 19;
 
   // Creates the temporary file of SnapshotName(header) in `dir` and writes its header.
   // `crash_when_written` (tests): the writer calls it once the file is written, before Commit.
