@@ -44,7 +44,9 @@ size_t Worker::RunOnce(RequestSource& source) {
   if (journal_ != nullptr) handled += CommitJournal(source);
   if (backlog_ > 0) Flush();
   if (shard_.has_ttls()) handled += ExpireDue();
-  if (snapshot_ != nullptr) handled += WalkSnapshot();
+  if (snapshot_ != nullptr) {
+    handled += WalkSnapshot(handled > 0 ? kBusySnapshotSlice : kSnapshotSlice);
+  }
   return handled;
 }
 
@@ -55,8 +57,8 @@ void Worker::CutSnapshot() {
   snapshot_ = job;
 }
 
-size_t Worker::WalkSnapshot() {
-  const auto deadline = std::chrono::steady_clock::now() + kSnapshotSlice;
+size_t Worker::WalkSnapshot(std::chrono::microseconds slice) {
+  const auto deadline = std::chrono::steady_clock::now() + slice;
   size_t slices = 0;
   while (!snapshot_->backlogged()) {
     ++slices;

@@ -16,7 +16,8 @@
 //   5. if the shard has keys with a TTL, reclaim those due (Shard::ExpireDue), up to a budget
 //      that doubles while it is all used (from kMinExpireBudget to kMaxExpireBudget), so that
 //      a write rate of TTL keys is matched without an unbounded stall in any one turn;
-//   6. while a snapshot is under way, walk the shard for it for up to kSnapshotSlice.
+//   6. while a snapshot is under way, walk the shard for it for up to kBusySnapshotSlice after
+//      a turn that had requests, kSnapshotSlice after one that had none.
 // Snapshots (StartSnapshot, from any thread): at the start of its next turn the worker makes
 // the cut (its journal's Cut(), then Shard::BeginSnapshot), so the snapshot holds the shard as
 // it was between two turns, and the journal's records from then on go to the next segment.
@@ -123,9 +124,11 @@ class Worker {
   static constexpr size_t kMaxBacklog = 4096;
   static constexpr size_t kMinExpireBudget = 64;
   static constexpr size_t kMaxExpireBudget = 4096;
-  // A turn walks a snapshot for about this long, kSnapshotBuckets home buckets at a time.
-  static constexpr std::chrono::microseconds kSnapshotSlice{100};
-  static constexpr size_t kSnapshotBuckets = 64;
+  // A turn walks a snapshot for about this long, kSnapshotBuckets home buckets at a time: the
+  // busy slice after a turn that had requests (serving comes first), the idle one otherwise.
+  static constexpr std::chrono::microseconds kSnapshotSlice{200};
+  static constexpr std::chrono::microseconds kBusySnapshotSlice{10};
+  static constexpr size_t kSnapshotBuckets = 16;
 
   // `outbound[d]` carries requests and answers to worker d (null for this worker), `inbound` are
   // the rings this worker consumes. Rings, router and counters outlive the worker.
@@ -191,8 +194,8 @@ class Worker {
   size_t ExpireDue();
   // The snapshot's cut, at the start of a turn.
   void CutSnapshot();
-  // Step 6 of the turn; returns how many slices it walked (1 for the last).
-  size_t WalkSnapshot();
+  // Step 6 of the turn, for `slice`; returns how many steps it walked.
+  size_t WalkSnapshot(std::chrono::microseconds slice);
   void PublishShardCounters();
   void Push(uint16_t to, Request* request);
   void Flush();
