@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -139,6 +140,25 @@ class CliTest(unittest.TestCase):
         stats = json.loads(self.cli("--json", "stats").stdout)
         self.assertEqual(len(stats["shards"]), 2)
         self.assertGreaterEqual(sum(int(s["keys"]) for s in stats["shards"]), 1)
+
+    def test_snapshot(self):
+        r = self.cli("snapshot")  # This server keeps nothing on disk.
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn(b"without --data-dir", r.stderr)
+        with tempfile.TemporaryDirectory() as data:
+            server = RingkvServer(SERVER, "--threads=2", f"--data-dir={data}", *SERVER_FLAGS)
+            self.addCleanup(server.stop)
+            self.assertEqual(self.cli("mput", "a=1", "b=2", addr=server.address).returncode, 0)
+            r = self.cli("snapshot", addr=server.address)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stdout, rb"^snapshot 2: 2 keys, [\d.]+ MiB, durable in [\d.]+ s\n$")
+            snapshot = json.loads(self.cli("--json", "snapshot", addr=server.address).stdout)
+            self.assertEqual((snapshot["generation"], snapshot["keys"]), (3, 2))
+            self.assertIn("snap-000000000003-0001.rkv", os.listdir(data))
+            self.assertNotIn("snap-000000000002-0001.rkv", os.listdir(data))
+            r = self.cli("stats", addr=server.address)
+            self.assertIn(b", 2 keys, ", r.stdout)
+            server.stop()  # Before its directory goes (it takes a snapshot at exit).
 
     def test_usage_errors_exit_2(self):
         for args in (["get"], ["put", "k"], ["frobnicate"], [], ["--bogus", "get", "k"],

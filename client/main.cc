@@ -398,7 +398,8 @@ int Stats(Invocation& in) {
 
 int Snapshot(Invocation& in) {
   auto snapshot = in.client.Snapshot();
-  if (!snapshot.ok()) return FailStatus(snapshot.status());
+  // FAILED_PRECONDITION here is the server's state (no --data-dir), not a write's condition.
+  if (!snapshot.ok()) return Fail(kServerError, std::string(snapshot.status().message()));
   if (in.json) {
     std::printf("{\"generation\":%lu,\"keys\":%lu,\"bytes\":%lu,\"unix_ms\":%ld,"
                 "\"seconds\":%.3f}\n",

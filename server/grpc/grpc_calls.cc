@@ -338,6 +338,7 @@ void GrpcCall::ArmAll(GrpcLoopIo& io, int per_method) {
   Arm<UnaryAdapter, &Kv::RequestPersist>(io, MethodId::kPersist, n);
   Arm<UnaryAdapter, &Kv::RequestIncrement>(io, MethodId::kIncrement, n);
   Arm<UnaryAdapter, &Kv::RequestScan>(io, MethodId::kScan, n);
+  Arm<UnaryAdapter, &Kv::RequestSnapshot>(io, MethodId::kSnapshot, n);
   Arm<UnaryAdapter, &Health::RequestCheck>(io, MethodId::kHealthCheck, n);
   Arm<ServerStreamAdapter, &Health::RequestWatch>(io, MethodId::kHealthWatch, n);
   Arm<BidiAdapter, &ReflectionV1alpha::RequestServerReflectionInfo>(
