@@ -333,13 +333,15 @@ absl::Status DataDir::CloseLogs() {
 void DataDir::StartSnapshotter(std::function<void(uint32_t, SnapshotJob*)> start,
                                absl::Duration every) {
   start_snapshot_ = std::move(start);
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  snapshotter_running_ = true;
   snapshotter_ = std::thread([this, every] { RunSnapshotter(every); });
 }
 
 void DataDir::RequestSnapshot(SnapshotDone done) {
   {
     std::lock_guard<std::mutex> lock(snapshot_mu_);
-    if (!snapshotter_stop_ && snapshotter_.joinable()) {
+    if (snapshotter_running_ && !snapshotter_stop_) {
       snapshot_requests_.push_back(std::move(done));
       snapshot_cv_.notify_one();
       return;

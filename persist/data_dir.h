@@ -142,6 +142,7 @@ class DataDir {
   std::mutex snapshot_mu_;
   std::condition_variable snapshot_cv_;
   std::vector<SnapshotDone> snapshot_requests_;  // Guarded by snapshot_mu_.
+  bool snapshotter_running_ = false;             // Guarded by snapshot_mu_.
   bool snapshotter_stop_ = false;                // Guarded by snapshot_mu_.
   std::vector<std::unique_ptr<LogWriter>> logs_;
   uint64_t restored_keys_ = 0;

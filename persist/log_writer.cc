@@ -261,7 +261,11 @@ bool LogWriter::WriteBlocks(std::string& data, const std::vector<size_t>& blocks
   if (next == nullptr) return true;
   current_.bytes = file_bytes_.load(std::memory_order_relaxed);
   current_.synced = synced_bytes_.load(std::memory_order_relaxed);
-  retired_.push_back(std::move(current_));
+  if (mode_ == SyncMode::kNo) {
+    close(current_.fd);  // Nothing syncs it (the syncer syncs only at Close).
+  } else {
+    retired_.push_back(std::move(current_));
+  }
   current_ = std::move(*next);
   ++segment_number_;
   file_bytes_.store(current_.bytes, std::memory_order_relaxed);

@@ -25,7 +25,8 @@
 // file while the ones recorded before still go to the old one, in order: whichever thread
 // writes the blocks (the syncer with always, the worker otherwise) writes the blocks from
 // before the cut to the old file, switches, and writes the rest to the new one. The old file is
-// synced once more and closed by the syncer before the new one's next sync.
+// synced once more and closed by the syncer before the new one's next sync (with no, closed at
+// once: nothing syncs it).
 //
 // Faults for tests, from the environment:
 //   RINGKV_TEST_LOG_FAIL_AFTER_BYTES=N  a write that would take a log past N bytes writes what

@@ -75,11 +75,11 @@ void SnapshotFile::Finish() {
   std::string footer;
   AppendBlock(&footer, seed_, EncodeFooter(footer_));
   Queue(std::move(footer));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    finished_ = true;
-    commit_ = true;
-  }
+  // Notified under the lock: once the writer sees finished_, the file may be committed and
+  // this object destroyed (the owner's Wait returns), so nothing of it may be touched after.
+  std::lock_guard<std::mutex> lock(mu_);
+  finished_ = true;
+  commit_ = true;
   cv_.notify_all();
 }
 
