@@ -397,6 +397,26 @@ void DataDir::RunSnapshotter(absl::Duration every) {
   }
 }
 
+absl::StatusOr<std::vector<std::unique_ptr<SnapshotFile>>> DataDir::CreateSnapshotFiles(
+    const SnapshotInfo& info, uint32_t shards, bool wake_workers) {
+  std::vector<std::unique_ptr<SnapshotFile>> files;
+  for (uint32_t i = 0; i < shards; ++i) {
+    const FileHeader header{.kind = FileKind::kSnapshot,
+                            .generation = info.generation,
+                            .shard = i,
+                            .shards = shards,
+                            .created_ms = info.unix_ms};
+    std::function<void()> wake;
+    if (wake_workers) wake = [this, i] { on_progress_(static_cast<uint16_t>(i)); };
+    absl::StatusOr<std::unique_ptr<SnapshotFile>> file = SnapshotFile::Create(
+        path_, header, std::move(wake),
+        i == 0 ? std::function<void()>([] { CrashPoint("writing"); }) : nullptr);
+    if (!file.ok()) return file.status();
+    files.push_back(std::move(*file));
+  }
+  return files;
+}
+
 absl::StatusOr<SnapshotInfo> DataDir::TakeLiveSnapshot() {
   const auto started = std::chrono::steady_clock::now();
   SnapshotInfo info{.generation = generation_ + 1, .unix_ms = WallClockMs()};
@@ -406,19 +426,9 @@ absl::StatusOr<SnapshotInfo> DataDir::TakeLiveSnapshot() {
                                                "); the logs keep the data"));
   };
   // Its files first: then the log segments, which the workers must take once given.
-  std::vector<std::unique_ptr<SnapshotFile>> files;
-  for (uint32_t i = 0; i < n; ++i) {
-    const FileHeader header{.kind = FileKind::kSnapshot,
-                            .generation = info.generation,
-                            .shard = i,
-                            .shards = n,
-                            .created_ms = info.unix_ms};
-    absl::StatusOr<std::unique_ptr<SnapshotFile>> file = SnapshotFile::Create(
-        path_, header, [this, i] { on_progress_(static_cast<uint16_t>(i)); },
-        i == 0 ? std::function<void()>([] { CrashPoint("writing"); }) : nullptr);
-    if (!file.ok()) return failed(file.status());
-    files.push_back(std::move(*file));
-  }
+  auto created = CreateSnapshotFiles(info, n, /*wake_workers=*/true);
+  if (!created.ok()) return failed(created.status());
+  std::vector<std::unique_ptr<SnapshotFile>>& files = *created;
   std::vector<LogWriter::Segment> segments;
   absl::Status status;
   for (uint32_t i = 0; i < n && status.ok(); ++i) {
@@ -485,24 +495,10 @@ absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards,
   const absl::Status log_status = CloseLogs();
   const uint32_t n = static_cast<uint32_t>(shards.size());
   SnapshotInfo info{.generation = generation_ + 1, .unix_ms = now_ms};
-  std::vector<std::unique_ptr<SnapshotFile>> files;
-  absl::Status status;
-  for (uint32_t i = 0; i < n && status.ok(); ++i) {
-    const FileHeader header{.kind = FileKind::kSnapshot,
-                            .generation = info.generation,
-                            .shard = i,
-                            .shards = n,
-                            .created_ms = now_ms};
-    absl::StatusOr<std::unique_ptr<SnapshotFile>> file = SnapshotFile::Create(
-        path_, header, nullptr,
-        i == 0 ? std::function<void()>([] { CrashPoint("writing"); }) : nullptr);
-    if (file.ok()) {
-      files.push_back(std::move(*file));
-    } else {
-      status = file.status();
-    }
-  }
+  auto created = CreateSnapshotFiles(info, n, /*wake_workers=*/false);
+  absl::Status status = created.status();
   if (status.ok()) {
+    std::vector<std::unique_ptr<SnapshotFile>>& files = *created;
     // A thread per shard walks it (the workers have stopped), a writer thread per file writes.
     std::vector<std::thread> threads;
     for (uint32_t i = 0; i < n; ++i) {

@@ -80,6 +80,8 @@ struct SnapshotInfo {
   double seconds = 0;   // How long it took, to the MANIFEST's commit.
 };
 
+class SnapshotFile;
+
 class DataDir {
  public:
   using SnapshotDone = std::function<void(const absl::StatusOr<SnapshotInfo>&)>;
@@ -119,6 +121,10 @@ class DataDir {
   DataDir(std::string path, SyncMode mode, bool load_intact, int lock_fd);
   void RunSnapshotter(absl::Duration every);
   absl::StatusOr<SnapshotInfo> TakeLiveSnapshot();
+  // The snapshot files of `info.generation`, one per shard (temporary until each commits); with
+  // `wake_workers`, each file's writer wakes its worker's loop when it has made room.
+  absl::StatusOr<std::vector<std::unique_ptr<SnapshotFile>>> CreateSnapshotFiles(
+      const SnapshotInfo& info, uint32_t shards, bool wake_workers);
   // Writes the MANIFEST naming the snapshot of `generation` (its files committed) and removes
   // the files it covers.
   absl::Status CommitSnapshot(const SnapshotInfo& info, uint32_t shards);
