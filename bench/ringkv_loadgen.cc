@@ -80,6 +80,12 @@ ABSL_FLAG(int64_t, ttl_ms, 0,
           "every PUT gives its key this TTL in milliseconds (0: none); needs --preload=false");
 ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file");
 ABSL_FLAG(bool, progress, true, "a progress line on stderr every second");
+ABSL_FLAG(std::string, token_file, "",
+          "send the bearer token in this file with every call (default: $RINGKV_TOKEN, if set)");
+ABSL_FLAG(bool, tls, false, "connect with TLS, trusting the system's CAs");
+ABSL_FLAG(std::string, tls_ca, "", "connect with TLS, trusting the CAs in this PEM file");
+ABSL_FLAG(std::string, tls_cert, "", "present this PEM client certificate (mTLS)");
+ABSL_FLAG(std::string, tls_key, "", "the PEM private key of --tls-cert");
 ABSL_FLAG(bool, hold, false,
           "make no calls: open --connections connections and hold them idle for --duration s");
 
@@ -99,6 +105,7 @@ struct Config {
   double get_fraction;
   bool preload;
   int64_t ttl_ms;  // Every PUT's TTL; 0: none.
+  std::string authorization;  // "Bearer TOKEN" (--token-file), or empty.
 };
 
 // Per-thread results, merged at the end.
@@ -273,7 +280,7 @@ class GrpcSlot {
 
   void Start() {
     if (work_.config().mode == Mode::kStream) {
-      context_ = std::make_unique<grpc::ClientContext>();
+      context_ = NewContext();
       stream_ = stub_->PrepareAsyncStream(context_.get(), cq_);
       phase_ = Phase::kStreamStarting;
       stream_->StartCall(this);
@@ -336,9 +343,16 @@ class GrpcSlot {
     kCall, kStreamStarting, kStreamWriting, kStreamReading, kStreamClosing, kStreamFinishing
   };
 
+  std::unique_ptr<grpc::ClientContext> NewContext() const {
+    auto context = std::make_unique<grpc::ClientContext>();
+    const std::string& authorization = work_.config().authorization;
+    if (!authorization.empty()) context->AddMetadata("authorization", authorization);
+    return context;
+  }
+
   void Issue() {
     phase_ = Phase::kCall;
-    context_ = std::make_unique<grpc::ClientContext>();
+    context_ = NewContext();
     is_get_ = work_.FillCall(&get_, &put_, &mget_, &mput_);
     if (work_.config().mode == Mode::kUnary) {
       if (is_get_) {
@@ -645,6 +659,21 @@ int Main(int argc, char** argv) {
   if (connections > 100'000) ExitUsageError(argv[0], "--connections must be at most 100000");
   if (config.keys > kMaxKeys) ExitUsageError(argv[0], "--keys must be at most 10^12");
   const std::string addr = absl::GetFlag(FLAGS_addr);
+  const CredentialFiles files = {.token_file = absl::GetFlag(FLAGS_token_file),
+                                 .tls = absl::GetFlag(FLAGS_tls),
+                                 .tls_ca = absl::GetFlag(FLAGS_tls_ca),
+                                 .tls_cert = absl::GetFlag(FLAGS_tls_cert),
+                                 .tls_key = absl::GetFlag(FLAGS_tls_key)};
+  absl::StatusOr<ClientCredentials> credentials = LoadCredentials(files);
+  if (!credentials.ok()) ExitUsageError(argv[0], std::string(credentials.status().message()));
+  if (!credentials->token.empty()) config.authorization = "Bearer " + credentials->token;
+  std::unique_ptr<ClientTls> h2_tls;
+  if (h2 && credentials->tls) {
+    absl::StatusOr<std::unique_ptr<ClientTls>> tls =
+        ClientTls::Load({.ca = files.tls_ca, .cert = files.tls_cert, .key = files.tls_key});
+    if (!tls.ok()) ExitUsageError(argv[0], std::string(tls.status().message()));
+    h2_tls = *std::move(tls);
+  }
 
   // Connections. grpc++: channels, each its own connection (a local subchannel pool keeps gRPC
   // from sharing one).
@@ -653,7 +682,8 @@ int Main(int argc, char** argv) {
   std::vector<std::unique_ptr<pb::KV::Stub>> stubs;
   for (uint32_t i = 0; i < connections; ++i) {
     if (h2) {
-      absl::StatusOr<std::unique_ptr<H2Channel>> channel = H2Channel::Connect(addr);
+      absl::StatusOr<std::unique_ptr<H2Channel>> channel =
+          H2Channel::Connect(addr, {.tls = h2_tls.get(), .token = credentials->token});
       if (!channel.ok()) {
         std::fprintf(stderr, "ringkv-loadgen: %s\n",
                      std::string(channel.status().message()).c_str());
@@ -665,7 +695,8 @@ int Main(int argc, char** argv) {
     grpc::ChannelArguments args = Client::ChannelArgs();
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt("ringkv.channel", static_cast<int>(i));  // Distinct args: distinct channels.
-    channels.push_back(grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args));
+    channels.push_back(
+        grpc::CreateCustomChannel(addr, Client::ChannelCredentials(*credentials), args));
     stubs.push_back(pb::KV::NewStub(channels.back()));
   }
   for (auto& channel : channels) {
@@ -683,7 +714,7 @@ int Main(int argc, char** argv) {
   }
 
   if (config.preload) {
-    Client loader(addr, absl::Seconds(60));
+    Client loader(addr, absl::Seconds(60), *credentials);
     // Batches of up to 1,000 keys and about 1 MiB, well under the server's message limit.
     const size_t per_batch =
         std::clamp<size_t>((size_t{1} << 20) / (config.value.size() + 32), 1, 1000);

@@ -1,12 +1,73 @@
 #include "client/client.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace ringkv {
 
 namespace pb = ::ringkv::v1;
+
+namespace {
+
+absl::Status ReadFile(const char* flag, const std::string& path, std::string* text) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot read ", path, ": ", std::strerror(errno)));
+  }
+  text->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ClientCredentials> LoadCredentials(const CredentialFiles& files) {
+  ClientCredentials credentials;
+  if (files.token_file.empty()) {
+    const char* env = std::getenv("RINGKV_TOKEN");
+    if (env != nullptr) credentials.token = std::string(absl::StripAsciiWhitespace(env));
+  } else {
+    std::string text;
+    if (absl::Status s = ReadFile("--token-file", files.token_file, &text); !s.ok()) return s;
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      line = absl::StripAsciiWhitespace(line);
+      if (line.empty() || line.front() == '#') continue;
+      credentials.token = std::string(line.substr(0, line.find_first_of(" \t")));
+      break;
+    }
+    if (credentials.token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--token-file: no token in ", files.token_file));
+    }
+  }
+  if (files.tls_cert.empty() != files.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  credentials.tls = files.tls || !files.tls_ca.empty() || !files.tls_cert.empty();
+  if (!files.tls_ca.empty()) {
+    if (absl::Status s = ReadFile("--tls-ca", files.tls_ca, &credentials.ca_pem); !s.ok()) {
+      return s;
+    }
+  }
+  if (!files.tls_cert.empty()) {
+    if (absl::Status s = ReadFile("--tls-cert", files.tls_cert, &credentials.cert_pem);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ReadFile("--tls-key", files.tls_key, &credentials.key_pem); !s.ok()) {
+      return s;
+    }
+  }
+  return credentials;
+}
 
 grpc::ChannelArguments Client::ChannelArgs() {
   grpc::ChannelArguments args;
@@ -15,10 +76,21 @@ grpc::ChannelArguments Client::ChannelArgs() {
   return args;
 }
 
-Client::Client(std::string address, absl::Duration timeout)
+std::shared_ptr<grpc::ChannelCredentials> Client::ChannelCredentials(
+    const ClientCredentials& credentials) {
+  if (!credentials.tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = credentials.ca_pem;
+  ssl.pem_private_key = credentials.key_pem;
+  ssl.pem_cert_chain = credentials.cert_pem;
+  return grpc::SslCredentials(ssl);
+}
+
+Client::Client(std::string address, absl::Duration timeout, ClientCredentials credentials)
     : address_(std::move(address)),
       timeout_(timeout),
-      channel_(grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(),
+      authorization_(credentials.token.empty() ? "" : "Bearer " + credentials.token),
+      channel_(grpc::CreateCustomChannel(address_, ChannelCredentials(credentials),
                                          ChannelArgs())),
       stub_(pb::KV::NewStub(channel_)) {}
 
@@ -26,6 +98,7 @@ std::unique_ptr<grpc::ClientContext> Client::NewContext() const {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::microseconds(absl::ToInt64Microseconds(timeout_)));
+  if (!authorization_.empty()) context->AddMetadata("authorization", authorization_);
   return context;
 }
 

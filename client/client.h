@@ -58,6 +58,31 @@ struct PutOptions {
   WriteCondition condition = WriteCondition();
 };
 
+// How a client reaches the server: TLS or plaintext, and what it shows: a bearer token (the
+// server's --auth-token-file), a client certificate (--tls-client-ca).
+struct ClientCredentials {
+  std::string token;  // Sent as `authorization: Bearer TOKEN` with every call; empty: none.
+  bool tls = false;   // TLS; the server's certificate is checked against ca_pem.
+  std::string ca_pem;    // PEM CAs to trust; empty: the system's.
+  std::string cert_pem;  // PEM client certificate chain and its key, for mTLS; empty: none.
+  std::string key_pem;
+};
+
+// Where a program's credentials come from: its --token-file, --tls, --tls-ca, --tls-cert and
+// --tls-key flags.
+struct CredentialFiles {
+  std::string token_file;  // Empty: $RINGKV_TOKEN, if set.
+  bool tls = false;        // TLS even without a file (the system's CAs).
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+};
+
+// Reads the files: the token is the first field of the first line that is not blank or a '#'
+// comment (a line of the server's --auth-token-file works); TLS is on if asked or if a CA or
+// certificate is given. INVALID_ARGUMENT naming the flag and file if one cannot be read.
+absl::StatusOr<ClientCredentials> LoadCredentials(const CredentialFiles& files);
+
 class Client {
  public:
   // One key's outcome in a batch: OK with a value (MultiGet), NOT_FOUND, INVALID_ARGUMENT or
@@ -69,7 +94,7 @@ class Client {
   };
 
   // Connects lazily: the first call reports an unreachable server.
-  Client(std::string address, absl::Duration timeout);
+  Client(std::string address, absl::Duration timeout, ClientCredentials credentials = {});
 
   // A key's value with its version and the milliseconds it has left (-1: no TTL).
   struct Entry {
@@ -108,18 +133,22 @@ class Client {
   ringkv::v1::KV::Stub& stub() { return *stub_; }
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   const std::string& address() const { return address_; }
-  // A context with the client's deadline.
+  // A context with the client's deadline and token.
   std::unique_ptr<grpc::ClientContext> NewContext() const;
   // A gRPC status as an absl::Status; connection failures name the address.
   absl::Status ToStatus(const grpc::Status& status) const;
 
   // Channel arguments every ringkv client uses: values up to the server's limit come back whole.
   static grpc::ChannelArguments ChannelArgs();
+  // grpc++'s credentials for `credentials`' TLS settings (the token goes per call).
+  static std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
+      const ClientCredentials& credentials);
 
  private:
   // Constant after construction.
   const std::string address_;
   const absl::Duration timeout_;
+  const std::string authorization_;  // "Bearer TOKEN", or empty.
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<ringkv::v1::KV::Stub> stub_;
 };

@@ -1,6 +1,7 @@
 #include "client/h2_channel.h"
 
 #include <netdb.h>
+#include <openssl/err.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <optional>
 
@@ -50,7 +52,8 @@ nghttp2_nv Header(std::string_view name, std::string_view value, uint8_t flags =
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<H2Channel>> H2Channel::Connect(const std::string& address,
-                                                              int timeout_ms) {
+                                                              const H2ChannelOptions& options) {
+  const int timeout_ms = options.timeout_ms;
   auto unavailable = [&](std::string_view why) {
     return absl::UnavailableError(
         absl::StrCat("cannot reach ringkv-server at ", address, ": ", std::string(why)));
@@ -91,10 +94,23 @@ absl::StatusOr<std::unique_ptr<H2Channel>> H2Channel::Connect(const std::string&
   if (fd < 0) return unavailable(why);
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return std::unique_ptr<H2Channel>(new H2Channel(fd, address));
+  SSL* ssl = nullptr;
+  if (options.tls != nullptr) {
+    absl::StatusOr<SSL*> session = options.tls->Connect(fd, host, timeout_ms);
+    if (!session.ok()) {
+      close(fd);
+      return unavailable(std::string(session.status().message()));
+    }
+    ssl = *session;
+  }
+  return std::unique_ptr<H2Channel>(new H2Channel(fd, ssl, address, options.token));
 }
 
-H2Channel::H2Channel(int fd, std::string authority) : fd_(fd), authority_(std::move(authority)) {
+H2Channel::H2Channel(int fd, SSL* ssl, std::string authority, const std::string& token)
+    : fd_(fd),
+      ssl_(ssl),
+      authority_(std::move(authority)),
+      authorization_(token.empty() ? "" : "Bearer " + token) {
   nghttp2_session_client_new(&session_, Callbacks(), this);
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
@@ -110,25 +126,51 @@ H2Channel::~H2Channel() {
   nghttp2_session_del(session_);
 }
 
+ssize_t H2Channel::Receive(char* buffer, size_t length) {
+  if (ssl_ == nullptr) return recv(fd_, buffer, length, 0);
+  ERR_clear_error();
+  const int n = SSL_read(ssl_, buffer, static_cast<int>(length));
+  if (n > 0) return n;
+  const int error = SSL_get_error(ssl_, n);
+  if (error == SSL_ERROR_ZERO_RETURN) return 0;
+  errno = error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE ? EAGAIN : ECONNRESET;
+  return -1;
+}
+
+ssize_t H2Channel::Transmit(const char* data, size_t length) {
+  if (ssl_ == nullptr) return send(fd_, data, length, MSG_NOSIGNAL);
+  ERR_clear_error();
+  const int n = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(length, INT32_MAX)));
+  if (n > 0) return n;
+  const int error = SSL_get_error(ssl_, n);
+  errno = error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE ? EAGAIN : ECONNRESET;
+  return -1;
+}
+
 H2Channel::Call* H2Channel::StartCall(std::string_view path, CallObserver* observer,
                                       int64_t timeout_ns) {
   if (!usable()) return nullptr;
   auto* call = new Call(observer);
   const std::string timeout = timeout_ns > 0 ? FormatGrpcTimeout(timeout_ns) : "";
-  nghttp2_nv headers[] = {
+  // The optional headers go last, each left out if empty.
+  nghttp2_nv headers[9] = {
       Header(":method", "POST"),
-      Header(":scheme", "http"),
+      Header(":scheme", ssl_ != nullptr ? "https" : "http"),
       Header(":path", path, NGHTTP2_NV_FLAG_NO_COPY_NAME),
       Header(":authority", authority_),
       Header("content-type", "application/grpc"),
       Header("te", "trailers"),
-      Header("grpc-timeout", timeout, NGHTTP2_NV_FLAG_NO_COPY_NAME),
   };
+  size_t count = 6;
+  if (!timeout.empty()) {
+    headers[count++] = Header("grpc-timeout", timeout, NGHTTP2_NV_FLAG_NO_COPY_NAME);
+  }
+  if (!authorization_.empty()) headers[count++] = Header("authorization", authorization_);
   nghttp2_data_provider provider;
   provider.source.ptr = call;
   provider.read_callback = ReadRequest;
-  call->stream_id = nghttp2_submit_request(
-      session_, nullptr, headers, std::size(headers) - (timeout.empty() ? 1 : 0), &provider, call);
+  call->stream_id =
+      nghttp2_submit_request(session_, nullptr, headers, count, &provider, call);
   if (call->stream_id < 0) {
     delete call;
     return nullptr;
@@ -171,13 +213,15 @@ void H2Channel::OnReadable() {
   if (fd_ < 0) return;
   char buffer[64 * 1024];
   for (;;) {
-    const ssize_t n = recv(fd_, buffer, sizeof buffer, 0);
+    const ssize_t n = Receive(buffer, sizeof buffer);
     if (n > 0) {
       if (nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(buffer),
                                    static_cast<size_t>(n)) < 0) {
         return Fail(absl::UnavailableError("the server's HTTP/2 made no sense"));
       }
-      if (static_cast<size_t>(n) < sizeof buffer) break;
+      // A short read emptied the socket; a TLS read ends at a record's end, so TLS reads on
+      // until OpenSSL says there is nothing more.
+      if (ssl_ == nullptr && static_cast<size_t>(n) < sizeof buffer) break;
       continue;
     }
     if (n == 0) return Fail(absl::UnavailableError("the server closed the connection"));
@@ -196,7 +240,7 @@ void H2Channel::Flush() {
       }
     }
     if (out_sent_ == out_.size()) break;
-    const ssize_t n = send(fd_, out_.data() + out_sent_, out_.size() - out_sent_, MSG_NOSIGNAL);
+    const ssize_t n = Transmit(out_.data() + out_sent_, out_.size() - out_sent_);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) return;
       return Fail(absl::UnavailableError(absl::StrCat("connection lost: ", std::strerror(errno))));
@@ -211,6 +255,8 @@ void H2Channel::Flush() {
 
 void H2Channel::Fail(const absl::Status& status) {
   if (fd_ >= 0) {
+    SSL_free(ssl_);
+    ssl_ = nullptr;
     close(fd_);
     fd_ = -1;
   }

@@ -1,8 +1,9 @@
 // H2Channel: one gRPC client connection on libnghttp2, for callers that drive many calls from
 // one thread and count every microsecond of client CPU: ringkv-loadgen's default client. It is
 // the client-side mirror of the server's h2 transport (server/h2/): HTTP/2 with prior knowledge
-// (h2c), gRPC's message framing (net/grpc_wire.h), unary and bidirectional calls, grpc-timeout.
-// It does no name resolution beyond getaddrinfo, no retries, no TLS and no compression.
+// (h2c) or TLS with ALPN h2 (client/client_tls.h), gRPC's message framing (net/grpc_wire.h),
+// unary and bidirectional calls, grpc-timeout, a bearer token. It does no name resolution beyond
+// getaddrinfo, no retries and no compression.
 //
 // The caller owns the event loop: it polls fd() for readability (and for writability while
 // WantsWrite()), calls OnReadable()/Flush(), and flushes after starting calls, so that the
@@ -20,6 +21,7 @@
 
 #include <google/protobuf/message_lite.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/ssl.h>
 
 #include <cstdint>
 #include <memory>
@@ -29,6 +31,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/client_tls.h"
 
 namespace ringkv {
 
@@ -45,14 +48,21 @@ class CallObserver {
   virtual void OnFinish(const absl::Status& status) = 0;
 };
 
+struct H2ChannelOptions {
+  int timeout_ms = 5000;            // To connect (and handshake).
+  const ClientTls* tls = nullptr;   // TLS; null: h2c. Must outlive the channel's Connect only.
+  std::string token;                // Sent as `authorization: Bearer TOKEN`; empty: none.
+};
+
 class H2Channel {
  public:
   class Call;
 
-  // Connects (blocking, up to `timeout_ms`) and sends the connection preface; the socket is
-  // non-blocking afterwards. UNAVAILABLE, naming the address, if it cannot.
+  // Connects (blocking, up to the options' timeout), with TLS if asked, and sends the
+  // connection preface; the socket is non-blocking afterwards. UNAVAILABLE, naming the address,
+  // if it cannot.
   static absl::StatusOr<std::unique_ptr<H2Channel>> Connect(const std::string& address,
-                                                            int timeout_ms = 5000);
+                                                            const H2ChannelOptions& options = {});
   ~H2Channel();
   H2Channel(const H2Channel&) = delete;
   H2Channel& operator=(const H2Channel&) = delete;
@@ -81,7 +91,10 @@ class H2Channel {
   size_t open_calls() const { return calls_.size(); }
 
  private:
-  explicit H2Channel(int fd, std::string authority);
+  H2Channel(int fd, SSL* ssl, std::string authority, const std::string& token);
+  // The socket's bytes, through TLS if any; as recv and send (-1 with errno EAGAIN: not now).
+  ssize_t Receive(char* buffer, size_t length);
+  ssize_t Transmit(const char* data, size_t length);
 
   void Fail(const absl::Status& status);
   void FinishCall(Call* call, const absl::Status& status);
@@ -103,7 +116,9 @@ class H2Channel {
                              uint32_t* data_flags, nghttp2_data_source* source, void* user_data);
 
   int fd_;
+  SSL* ssl_;  // With TLS: the session on fd_.
   const std::string authority_;
+  const std::string authorization_;  // "Bearer TOKEN", or empty.
   nghttp2_session* session_ = nullptr;
   absl::flat_hash_set<Call*> calls_;  // Started, not finished.
   std::string out_;                   // Frames for the socket; out_[out_sent_..] not sent.

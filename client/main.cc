@@ -25,7 +25,8 @@
 // Exit status: 0 ok, 1 not found (any key, for mget), 2 usage error (or input the server
 // refused as invalid), 3 server or connection error (a full --max-memory among them, with the
 // server's message), 4 a condition failed (nothing was written); for mget and mput, that of
-// the first item that failed. Errors are one line on stderr.
+// the first item that failed; 5 refused by the server's auth (no token, an unknown one, or one
+// whose role does not allow the call). Errors are one line on stderr.
 #include <unistd.h>
 
 #include <cstdio>
@@ -58,6 +59,17 @@ ABSL_FLAG(bool, if_present, false, "put, mput: write only if the key exists");
 ABSL_FLAG(std::string, prefix, "", "scan: only keys that start with this");
 ABSL_FLAG(uint64_t, limit, 0, "scan: stop after this many keys (0: all)");
 ABSL_FLAG(uint64_t, cursor, 0, "scan: go on from where an earlier scan stopped");
+ABSL_FLAG(std::string, token_file, "",
+          "send the bearer token in this file with every call (its first line, or the first "
+          "field of its first line: a line of the server's --auth-token-file works); without "
+          "it, the RINGKV_TOKEN environment variable, if set");
+ABSL_FLAG(bool, tls, false,
+          "connect with TLS, trusting the system's CAs (implied by --tls-ca, --tls-cert)");
+ABSL_FLAG(std::string, tls_ca, "", "connect with TLS, trusting the CAs in this PEM file");
+ABSL_FLAG(std::string, tls_cert, "",
+          "present this PEM client certificate (for a server with --tls-client-ca); needs "
+          "--tls-key");
+ABSL_FLAG(std::string, tls_key, "", "the PEM private key of --tls-cert");
 ABSL_FLAG(std::optional<uint64_t>, if_version, std::nullopt,
           "put, del: write only if the key's version is N (get --json shows it); 0: only if "
           "the key does not exist");
@@ -70,6 +82,7 @@ constexpr int kNotFound = 1;
 constexpr int kUsage = 2;
 constexpr int kServerError = 3;
 constexpr int kConditionFailed = 4;
+constexpr int kRefused = 5;
 
 // The longest TTL the server accepts: 100 years.
 constexpr int64_t kMaxTtlMs = int64_t{100} * 365 * 24 * 3600 * 1000;
@@ -91,6 +104,9 @@ int ExitCodeOf(const absl::Status& status) {
       return kUsage;
     case absl::StatusCode::kFailedPrecondition:
       return kConditionFailed;
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return kRefused;
     default:  // RESOURCE_EXHAUSTED (--max-memory) and the server's or the network's errors.
       return kServerError;
   }
@@ -486,7 +502,11 @@ int Main(int argc, char** argv) {
       "  --if-version=N; scan takes --prefix=P, --limit=N and --cursor=C. A DURATION is whole\n"
       "  seconds (30) or has a unit (1500ms, 10s, 1.5h).\n"
       "Exit status: 0 ok, 1 not found, 2 usage error, 3 server or connection error,\n"
-      "4 a condition failed (nothing was written).");
+      "4 a condition failed (nothing was written), 5 refused: no token, an unknown one, or\n"
+      "one whose role does not allow the call.\n"
+      "With --auth-token-file on the server, give a token: --token-file=FILE or RINGKV_TOKEN.\n"
+      "With TLS on the server: --tls-ca=PEM (or --tls for the system's CAs), and for client\n"
+      "certificates --tls-cert=PEM --tls-key=PEM.");
   std::vector<char*> args = ParseCommandLineOrExit(argc, argv);
   if (args.size() < 2) return Fail(kUsage, "no command given (see --help)");
   const std::string name = args[1];
@@ -507,7 +527,14 @@ int Main(int argc, char** argv) {
   if (!(timeout >= 0 && timeout <= 86400)) return Fail(kUsage, "--timeout must be 0 .. 86400 s");
   // A snapshot of a large data set takes a while to become durable.
   if (timeout == 0) timeout = command->run == Snapshot ? 600 : 5;
-  Client client(absl::GetFlag(FLAGS_addr), absl::Seconds(timeout));
+  absl::StatusOr<ClientCredentials> credentials =
+      LoadCredentials({.token_file = absl::GetFlag(FLAGS_token_file),
+                       .tls = absl::GetFlag(FLAGS_tls),
+                       .tls_ca = absl::GetFlag(FLAGS_tls_ca),
+                       .tls_cert = absl::GetFlag(FLAGS_tls_cert),
+                       .tls_key = absl::GetFlag(FLAGS_tls_key)});
+  if (!credentials.ok()) return Fail(kUsage, std::string(credentials.status().message()));
+  Client client(absl::GetFlag(FLAGS_addr), absl::Seconds(timeout), *std::move(credentials));
   Invocation in{client, operands, absl::GetFlag(FLAGS_json), {}};
   if (int rc = ParseWriteFlags(*command, &in.put); rc != kOk) return rc;
   return command->run(in);

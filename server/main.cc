@@ -4,6 +4,7 @@
 // damaged or busy --data-dir, a snapshot at exit that failed).
 #include <grpc/support/log.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <csignal>
@@ -21,6 +22,7 @@
 #include "absl/time/time.h"
 #include "client/command_line.h"
 #include "persist/log_writer.h"
+#include "server/auth/exposure.h"
 #include "server/log.h"
 #include "server/server.h"
 
@@ -82,6 +84,21 @@ ABSL_FLAG(std::string, snapshot_every, "0",
           "with --data-dir, also take a snapshot this long after the last one ended (a duration: "
           "30m, 1h, 90s); it lets the logs restart, so restarts replay less. 0: only on the "
           "Snapshot RPC (`ringkv snapshot`) and at a clean stop");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "require a bearer token on every call but health checks: a file of `TOKEN ROLE` lines "
+          "(role read, write or admin; '#' starts a comment), re-read on SIGHUP. Clients send "
+          "`authorization: Bearer TOKEN`. Empty: no auth (anyone who reaches the port may do "
+          "anything)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "serve TLS (HTTP/2 negotiated by ALPN h2) with this PEM certificate chain; needs "
+          "--tls-key. Empty: plaintext (h2c)");
+ABSL_FLAG(std::string, tls_key, "", "the PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "with --tls-cert, require every client to present a certificate signed by a CA in "
+          "this PEM file (mutual TLS)");
+ABSL_FLAG(bool, insecure, false,
+          "serve a non-loopback --listen address with neither TLS nor --auth-token-file "
+          "(refused otherwise: anyone who reaches the port could read and overwrite every key)");
 ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
 
 // LeakSanitizer's entry point, present only in sanitizer builds.
@@ -135,7 +152,8 @@ int Main(int argc, char** argv) {
       "the ringkv daemon: a sharded in-memory key-value store served over gRPC.\n"
       "  ringkv-server [--listen=127.0.0.1:50051] [--transport=h2|grpc] [--threads=N] "
       "[--ring=spsc|mpsc] [--engine=ring|lock]\n"
-      "Flags may be written with - or _ (--max-key-bytes). Stops cleanly on SIGTERM/SIGINT.\n"
+      "Flags may be written with - or _ (--max-key-bytes). Stops cleanly on SIGTERM/SIGINT; "
+      "SIGHUP re-reads --auth-token-file.\n"
       "Exit status: 0 after a clean stop, 2 on a usage error or an address it cannot listen "
       "on, 1 on any other failure (a damaged or busy data directory, a failed snapshot at "
       "exit).");
@@ -255,11 +273,44 @@ int Main(int argc, char** argv) {
     ExitUsageError(argv[0], "--snapshot-every needs --data-dir");
   }
 
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options.tls = {.cert = absl::GetFlag(FLAGS_tls_cert),
+                 .key = absl::GetFlag(FLAGS_tls_key),
+                 .client_ca = absl::GetFlag(FLAGS_tls_client_ca)};
+  if (options.tls.cert.empty() != options.tls.key.empty()) {
+    ExitUsageError(argv[0], "--tls-cert and --tls-key go together");
+  }
+  if (!options.tls.client_ca.empty() && options.tls.cert.empty()) {
+    ExitUsageError(argv[0], "--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  if (absl::Status exposed = CheckExposure(
+          options.listen, {.tls = !options.tls.cert.empty(),
+                           .tokens = !options.auth_token_file.empty(),
+                           .insecure = absl::GetFlag(FLAGS_insecure)});
+      !exposed.ok()) {
+    std::fprintf(stderr, "ringkv-server: %s\n", std::string(exposed.message()).c_str());
+    return 2;
+  }
+  if (!IsLoopbackListen(options.listen)) {
+    if (options.tls.cert.empty() && !options.auth_token_file.empty()) {
+      Log(LogLevel::kWarning, "tokens go in the clear without TLS: anyone who can read the "
+                              "traffic to %s can take them (--tls-cert, --tls-key)",
+          options.listen);
+    } else if (!options.tls.cert.empty() && options.tls.client_ca.empty() &&
+               options.auth_token_file.empty()) {
+      Log(LogLevel::kWarning, "TLS without tokens or client certificates: anyone who can reach "
+                              "%s may read and write every key (--auth-token-file, "
+                              "--tls-client-ca)",
+          options.listen);
+    }
+  }
+
   // Every thread, gRPC's included, inherits this mask, so the signals reach sigwait below only.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);  // Re-reads --auth-token-file.
   // Crash tests: SIGUSR1 simulates a power loss (persist::SimulatePowerLoss).
   const bool power_loss_seam = std::getenv("RINGKV_TEST_POWER_LOSS") != nullptr;
   if (power_loss_seam) sigaddset(&stop_signals, SIGUSR1);
@@ -298,8 +349,30 @@ int Main(int argc, char** argv) {
       options.data_dir.empty() ? std::string("in memory only (no --data-dir)")
                                : absl::StrCat("data in ", options.data_dir));
 
+  if (const Authenticator* auth = (*server)->auth()) {
+    Log(LogLevel::kInfo, "auth: %d token%s from %s; SIGHUP re-reads it", auth->tokens(),
+        auth->tokens() == 1 ? "" : "s", auth->path());
+    struct stat file {};
+    if (stat(auth->path().c_str(), &file) == 0 && (file.st_mode & 077) != 0) {
+      Log(LogLevel::kWarning, "token file %s can be read by other users (mode %o); chmod 600 it",
+          auth->path(), file.st_mode & 0777);
+    }
+  }
+
   int signal = 0;
-  sigwait(&stop_signals, &signal);
+  while (sigwait(&stop_signals, &signal) == 0 && signal == SIGHUP) {
+    if ((*server)->auth() == nullptr) {
+      Log(LogLevel::kInfo, "SIGHUP: nothing to re-read (no --auth-token-file)");
+      continue;
+    }
+    const absl::Status reloaded = (*server)->ReloadTokens();
+    if (reloaded.ok()) {
+      Log(LogLevel::kInfo, "SIGHUP: %d token%s in force from %s", (*server)->auth()->tokens(),
+          (*server)->auth()->tokens() == 1 ? "" : "s", (*server)->auth()->path());
+    } else {
+      Log(LogLevel::kWarning, "SIGHUP: %s; the tokens in force stay", reloaded.message());
+    }
+  }
   if (signal == SIGUSR1) persist::SimulatePowerLoss();
   Log(LogLevel::kInfo, "%s: draining", signal == SIGINT ? "SIGINT" : "SIGTERM");
   const absl::Status stopped = (*server)->Shutdown();

@@ -48,6 +48,23 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     return absl::InvalidArgumentError("--max-value-bytes must be at most 1073741824 (1 GiB)");
   }
   std::unique_ptr<Server> server(new Server(options));
+  if (!options.auth_token_file.empty()) {
+    absl::StatusOr<std::unique_ptr<Authenticator>> auth =
+        Authenticator::Load(options.auth_token_file);
+    if (!auth.ok()) {
+      server->stopped_ = true;  // Nothing listens and no loop runs.
+      return auth.status();
+    }
+    server->auth_ = std::move(*auth);
+  }
+  if (!options.tls.cert.empty()) {
+    absl::StatusOr<std::unique_ptr<ServerTls>> tls = ServerTls::Load(options.tls);
+    if (!tls.ok()) {
+      server->stopped_ = true;
+      return tls.status();
+    }
+    server->tls_ = std::move(*tls);
+  }
   const uint32_t n = options.threads;
   const MemoryLimit share = {options.memory.bytes / n, options.memory.eviction};
   if (options.lock_engine) {
@@ -96,6 +113,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
         options.snapshot_every);
   }
   return server;
+}
+
+absl::Status Server::ReloadTokens() {
+  if (auth_ == nullptr) return absl::FailedPreconditionError("no --auth-token-file to re-read");
+  return auth_->Reload();
 }
 
 absl::Status Server::OpenDataDir() {

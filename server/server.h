@@ -9,6 +9,9 @@
 // transport, and once the loops have stopped closes the logs and takes a snapshot (unless
 // snapshot_on_exit is false).
 //
+// Auth (ServerOptions::auth_token_file, server/auth/): both transports ask auth() which role
+// a call's token grants and refuse it before its handler runs; ReloadTokens swaps the set.
+//
 // Shutdown order (Shutdown()): health goes NOT_SERVING (each loop tells its Watch streams and
 // its transport) and calls that arrive from then on are refused with UNAVAILABLE, health
 // checks excepted; the calls in flight get up to `shutdown_grace` to finish; then the transport
@@ -41,6 +44,8 @@
 #include "ringkv/v1/kv.pb.h"
 #include "persist/data_dir.h"
 #include "persist/log_writer.h"
+#include "server/auth/authenticator.h"
+#include "server/tls/server_tls.h"
 #include "server/request_limits.h"
 #include "server/shard_loop.h"
 #include "server/transport.h"
@@ -81,6 +86,10 @@ struct ServerOptions {
   bool load_intact = false;
   bool snapshot_on_exit = true;
   absl::Duration snapshot_every = absl::ZeroDuration();
+  // --auth-token-file: every call but health checks needs a token from it (empty: no auth).
+  std::string auth_token_file;
+  // --tls-cert, --tls-key, --tls-client-ca: TLS on the listening port (empty cert: plaintext).
+  ServerTls::Files tls;
 };
 
 class Server : public WorkerWaker {
@@ -102,6 +111,14 @@ class Server : public WorkerWaker {
   void FillStats(ringkv::v1::StatsResponse* stats) const;
   // The data directory (null without --data-dir).
   persist::DataDir* data_dir() const { return data_dir_.get(); }
+  // Token auth (null without --auth-token-file: every call is allowed).
+  const Authenticator* auth() const { return auth_.get(); }
+  // TLS (null without --tls-cert: plaintext).
+  const ServerTls* tls() const { return tls_.get(); }
+
+  // Re-reads --auth-token-file (SIGHUP); on failure the tokens in force stay, and the error
+  // says why. FAILED_PRECONDITION without the flag. Control thread.
+  absl::Status ReloadTokens();
 
   // For the transports: a call is being served (not refused) / has ended. Any loop thread.
   void CallStarted() { active_calls_.fetch_add(1, std::memory_order_relaxed); }
@@ -132,6 +149,8 @@ class Server : public WorkerWaker {
   std::vector<std::unique_ptr<ShardLoop>> loops_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<persist::DataDir> data_dir_;
+  std::unique_ptr<Authenticator> auth_;  // Its own lock guards the tokens it swaps.
+  std::unique_ptr<ServerTls> tls_;
 
   // Control thread only.
   std::vector<std::thread> threads_;

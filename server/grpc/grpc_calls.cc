@@ -81,9 +81,24 @@ class Adapter : public GrpcCall {
 
   Server& server() { return io_.loop().server(); }
 
-  // A call arrived: refused with UNAVAILABLE (and false) if the server drains and the method
-  // is not served then; else counted, if its method is.
+  // A call arrived: refused (and false) without a token that grants its method's role
+  // (UNAUTHENTICATED, PERMISSION_DENIED), or with UNAVAILABLE if the server drains and the
+  // method is not served then; else counted, if its method is.
   bool Admit() {
+    Role caller = Role::kAdmin;
+    if (const Authenticator* auth = server().auth()) {
+      const auto& metadata = context_.client_metadata();
+      const auto header = metadata.find("authorization");
+      const bool sent_token = header != metadata.end();
+      caller = sent_token ? io_.role_cache().RoleOf(*auth, std::string_view(header->second.data(),
+                                                                            header->second.size()))
+                          : Role::kNone;
+      if (absl::Status allowed = Authorize(method_, caller, sent_token); !allowed.ok()) {
+        Finish(allowed, nullptr);
+        return false;
+      }
+    }
+    handler_->set_caller(caller);
     if (server().shutting_down() && !method_.served_while_draining) {
       Finish(absl::UnavailableError("ringkv-server is shutting down"), nullptr);
       return false;

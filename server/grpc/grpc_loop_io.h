@@ -13,6 +13,7 @@
 
 #include <vector>
 
+#include "server/auth/authenticator.h"
 #include "server/loop_io.h"
 
 namespace ringkv {
@@ -52,6 +53,9 @@ class GrpcLoopIo : public LoopIo {
   // it: an adapter hands its operation's event here instead, and it is delivered as failed at
   // the end of the turn.
   void FailLater(GrpcCallEvent* event) { failed_.push_back(event); }
+  // The role of the last authorization header a call on this loop sent (grpc++ does not say
+  // which connection a call came on; one client's calls mostly share a loop).
+  RoleCache& role_cache() { return role_cache_; }
 
  private:
   void Dispatch(void* tag, bool ok);
@@ -68,6 +72,7 @@ class GrpcLoopIo : public LoopIo {
   std::vector<GrpcCallEvent*> failed_;
   GrpcCallEvent wake_event_{nullptr, 0};
   grpc::Alarm wake_alarm_;
+  RoleCache role_cache_;
 };
 
 }  // namespace ringkv

@@ -24,7 +24,16 @@ absl::StatusOr<std::unique_ptr<Transport>> GrpcTransport::Start(Server& server) 
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(options.max_concurrent_streams));
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &transport->port_);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (const ServerTls* tls = server.tls()) {
+    grpc::SslServerCredentialsOptions ssl(
+        tls->mutual() ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                      : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    ssl.pem_root_certs = tls->client_ca_pem();
+    ssl.pem_key_cert_pairs.push_back({tls->key_pem(), tls->cert_pem()});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  builder.AddListeningPort(options.listen, credentials, &transport->port_);
   builder.RegisterService(&transport->kv_service_);
   builder.RegisterService(&transport->health_service_);
   builder.RegisterService(&transport->reflection_v1alpha_service_);

@@ -1,11 +1,15 @@
 #include "server/h2/connection.h"
 
+#include <openssl/err.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
+#include <climits>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "server/h2/h2_call.h"
@@ -14,6 +18,7 @@
 #include "server/log.h"
 #include "server/server.h"
 #include "server/shard_loop.h"
+#include "server/tls/server_tls.h"
 
 namespace ringkv {
 namespace {
@@ -28,6 +33,10 @@ Connection* Of(void* user_data) { return static_cast<Connection*>(user_data); }
 }  // namespace
 
 Connection::Connection(H2LoopIo& io, int fd) : io_(io), fd_(fd), interest_(EPOLLIN) {
+  if (const ServerTls* tls = io.loop().server().tls()) {
+    ssl_ = tls->NewSession(fd);  // Null (out of memory): the handshake closes the connection.
+    handshaking_ = true;
+  }
   nghttp2_session_server_new2(&session_, io.callbacks(), this, io.option());
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
@@ -48,6 +57,7 @@ Connection::~Connection() {
     close(fd_);
     io_.transport().ReleaseConnectionSlot();
   }
+  SSL_free(ssl_);
   nghttp2_session_del(session_);
 }
 
@@ -66,11 +76,72 @@ void Connection::MarkDirty() {
   io_.MarkDirty(this);
 }
 
+bool Connection::Handshake() {
+  if (ssl_ != nullptr) {
+    ERR_clear_error();
+    const int rc = SSL_do_handshake(ssl_);
+    if (rc == 1) {
+      handshaking_ = false;
+      tls_wants_write_ = false;
+      MarkDirty();  // Our SETTINGS wait in nghttp2.
+      return true;
+    }
+    const int error = SSL_get_error(ssl_, rc);
+    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
+      tls_wants_write_ = error == SSL_ERROR_WANT_WRITE;
+      UpdateInterest();
+      return false;
+    }
+    Log(LogLevel::kDebug, "refused a TLS handshake: %s",
+        error == SSL_ERROR_SYSCALL ? std::string("the client closed the connection")
+                                   : ServerTls::LastError());
+  }
+  Close();
+  return false;
+}
+
+ssize_t Connection::Receive(char* buffer, size_t length) {
+  if (ssl_ == nullptr) return recv(fd_, buffer, length, 0);
+  ERR_clear_error();
+  const int n = SSL_read(ssl_, buffer, static_cast<int>(length));
+  if (n > 0) return n;
+  switch (SSL_get_error(ssl_, n)) {
+    case SSL_ERROR_WANT_WRITE:
+      tls_wants_write_ = true;
+      [[fallthrough]];
+    case SSL_ERROR_WANT_READ:
+      errno = EAGAIN;
+      return -1;
+    case SSL_ERROR_ZERO_RETURN:  // The client's close_notify.
+      return 0;
+    default:
+      Log(LogLevel::kDebug, "closing a TLS connection: %s", ServerTls::LastError());
+      errno = ECONNRESET;
+      return -1;
+  }
+}
+
+ssize_t Connection::Transmit(const char* data, size_t length) {
+  if (ssl_ == nullptr) return send(fd_, data, length, MSG_NOSIGNAL);
+  ERR_clear_error();
+  const int n = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(length, INT32_MAX)));
+  if (n > 0) return n;
+  const int error = SSL_get_error(ssl_, n);
+  if (error == SSL_ERROR_WANT_WRITE || error == SSL_ERROR_WANT_READ) {
+    errno = EAGAIN;
+    return -1;
+  }
+  Log(LogLevel::kDebug, "closing a TLS connection: %s", ServerTls::LastError());
+  errno = ECONNRESET;
+  return -1;
+}
+
 void Connection::OnReadable() {
   if (closed()) return;
+  if (handshaking_ && !Handshake()) return;
   char* buffer = io_.read_buffer();
   for (int i = 0; i < kReadsPerEvent && !read_paused_; ++i) {
-    const ssize_t n = recv(fd_, buffer, H2LoopIo::kReadBufferBytes, 0);
+    const ssize_t n = Receive(buffer, H2LoopIo::kReadBufferBytes);
     if (n > 0) {
       const ssize_t used = nghttp2_session_mem_recv(
           session_, reinterpret_cast<const uint8_t*>(buffer), static_cast<size_t>(n));
@@ -79,7 +150,8 @@ void Connection::OnReadable() {
         Close();
         return;
       }
-      if (static_cast<size_t>(n) < H2LoopIo::kReadBufferBytes) break;
+      // A short read emptied the socket; a TLS read stops at a record's end (16 KiB at most).
+      if (ssl_ == nullptr && static_cast<size_t>(n) < H2LoopIo::kReadBufferBytes) break;
       continue;
     }
     if (n == 0 || (errno != EAGAIN && errno != EINTR)) {  // The peer has gone.
@@ -91,11 +163,15 @@ void Connection::OnReadable() {
   MarkDirty();  // nghttp2 may have frames to send: SETTINGS and PING acks, WINDOW_UPDATE.
 }
 
-void Connection::OnWritable() { MarkDirty(); }
+void Connection::OnWritable() {
+  if (handshaking_ && !Handshake()) return;
+  tls_wants_write_ = false;
+  MarkDirty();
+}
 
 void Connection::Flush() {
   dirty_ = false;
-  if (closed()) return;
+  if (closed() || handshaking_) return;  // The handshake sends what it needs itself.
   for (int round = 0; round < kFlushRounds; ++round) {
     if (Unsent() < kOutputChunk && nghttp2_session_want_write(session_)) {
       const int rv = nghttp2_session_send(session_);
@@ -106,7 +182,7 @@ void Connection::Flush() {
       }
     }
     if (Unsent() == 0) break;
-    const ssize_t n = send(fd_, out_.data() + out_sent_, Unsent(), MSG_NOSIGNAL);
+    const ssize_t n = Transmit(out_.data() + out_sent_, Unsent());
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) break;
       Close();  // The peer has gone.
@@ -133,8 +209,8 @@ void Connection::UpdateInterest() {
   } else if (read_paused_ && Unsent() < kResumeReadBytes) {
     read_paused_ = false;
   }
-  const uint32_t want =
-      (read_paused_ ? 0u : uint32_t{EPOLLIN}) | (Unsent() > 0 ? uint32_t{EPOLLOUT} : 0u);
+  const uint32_t want = (read_paused_ ? 0u : uint32_t{EPOLLIN}) |
+                        (Unsent() > 0 || tls_wants_write_ ? uint32_t{EPOLLOUT} : 0u);
   if (want != interest_) {
     interest_ = want;
     io_.Watch(this, want);
@@ -162,6 +238,10 @@ void Connection::Terminate() {
                         nullptr, 0);
   Flush();  // One try: a client that does not read does not hold up the stop.
   if (!closed()) {
+    if (ssl_ != nullptr && !handshaking_) {
+      ERR_clear_error();
+      SSL_shutdown(ssl_);  // close_notify, one try as well.
+    }
     shutdown(fd_, SHUT_WR);
     Close();
   }
@@ -171,6 +251,8 @@ void Connection::Close() {
   if (closed()) return;
   close(fd_);  // Also takes it out of the epoll set.
   fd_ = -1;
+  SSL_free(ssl_);
+  ssl_ = nullptr;
   io_.transport().ReleaseConnectionSlot();
   for (H2Call* call : calls_) call->OnConnectionGone();
   calls_.clear();

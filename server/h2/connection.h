@@ -16,6 +16,11 @@
 //     Only the socket pauses reading: a response waiting for the client's window must not,
 //     since the client's WINDOW_UPDATE would then never be read.
 //
+// TLS (--tls-cert): the connection holds an OpenSSL session on its socket. The handshake runs
+// as the socket allows before any HTTP/2 is read or sent; a refused one (plaintext on the TLS
+// port, no client certificate under mTLS, no h2 in ALPN) is logged at debug level and the
+// socket closed. Then reads and sends go through the session; nothing else changes.
+//
 // Lifetime: made on accept; Close() (a fatal error, the peer gone, or both sides done) cancels
 // its calls, closes the socket and retires the object, which H2LoopIo deletes at the end of the
 // turn. Calls outlive their connection if their handler still has Requests out.
@@ -25,12 +30,14 @@
 #define RINGKV_SERVER_H2_CONNECTION_H_
 
 #include <nghttp2/nghttp2.h>
+#include <openssl/ssl.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "server/auth/authenticator.h"
 
 namespace ringkv {
 
@@ -76,6 +83,8 @@ class Connection {
   // call moves from its own buffer (the no-copy path of nghttp2's data provider).
   bool AppendData(const uint8_t* frame_header, H2Call& call, size_t length);
   void Forget(H2Call* call) { calls_.erase(call); }
+  // The role of the client's last authorization header: it sends the same one on every call.
+  RoleCache& role_cache() { return role_cache_; }
 
  private:
   // nghttp2 callbacks; user_data is the Connection.
@@ -100,9 +109,18 @@ class Connection {
   H2Call* CallOf(int32_t stream_id);
   size_t Unsent() const { return out_.size() - out_sent_; }
   void UpdateInterest();
+  // Advances the TLS handshake; true once it is done. Closes the connection if it failed.
+  bool Handshake();
+  // The socket's bytes, through TLS if any: > 0 bytes, 0 the client closed its side, -1 with
+  // errno (EAGAIN: nothing now).
+  ssize_t Receive(char* buffer, size_t length);
+  ssize_t Transmit(const char* data, size_t length);
 
   H2LoopIo& io_;
   int fd_;
+  SSL* ssl_ = nullptr;            // With TLS: the session on fd_.
+  bool handshaking_ = false;      // With TLS: until the handshake is done.
+  bool tls_wants_write_ = false;  // OpenSSL needs the socket writable to go on.
   nghttp2_session* session_ = nullptr;
   absl::flat_hash_set<H2Call*> calls_;  // Open streams' calls.
   int32_t last_stream_id_ = 0;          // CallOf's last answer (0: none).
@@ -112,6 +130,7 @@ class Connection {
   uint32_t interest_;  // Events epoll reports for the socket.
   bool read_paused_ = false;
   bool dirty_ = false;  // In the loop's flush list.
+  RoleCache role_cache_;
 };
 
 }  // namespace ringkv

@@ -75,6 +75,11 @@ void H2Call::OnHeader(std::string_view name, std::string_view value) {
   } else if (name == "grpc-timeout") {
     headers_.timeout_ns = ParseGrpcTimeout(value);
     headers_.bad_timeout = !headers_.timeout_ns.has_value();
+  } else if (name == "authorization") {
+    headers_.sent_token = true;
+    if (const Authenticator* auth = io_.loop().server().auth()) {
+      headers_.caller = connection_->role_cache().RoleOf(*auth, value);
+    }
   }
 }
 
@@ -112,6 +117,10 @@ void H2Call::Start() {
     return SendTrailersOnly(absl::InvalidArgumentError("malformed grpc-timeout header"));
   }
   Server& server = io_.loop().server();
+  const Role caller = server.auth() != nullptr ? h.caller : Role::kAdmin;
+  if (absl::Status allowed = Authorize(*h.method, caller, h.sent_token); !allowed.ok()) {
+    return SendTrailersOnly(allowed);
+  }
   if (server.shutting_down() && !headers_.method->served_while_draining) {
     return SendTrailersOnly(absl::UnavailableError("ringkv-server is shutting down"));
   }
@@ -121,6 +130,7 @@ void H2Call::Start() {
     io_.AddDeadline(this, deadline_ns_);
   }
   handler_ = headers_.method->make(io_.loop(), *this);
+  handler_->set_caller(caller);
   if (headers_.method->counted) {
     counted_ = true;
     server.CallStarted();

@@ -19,7 +19,8 @@
 // (UNIMPLEMENTED), not POST (HTTP 405), not gRPC (HTTP 415), a compressed message
 // (UNIMPLEMENTED), a message over the limit (RESOURCE_EXHAUSTED), an unparsable or missing
 // message (INTERNAL), too large a header list (RESOURCE_EXHAUSTED), the deadline passed
-// (DEADLINE_EXCEEDED), a drain (UNAVAILABLE, but for health checks).
+// (DEADLINE_EXCEEDED), a drain (UNAVAILABLE, but for health checks), no token or a token
+// without the method's role (UNAUTHENTICATED, PERMISSION_DENIED; server/auth/).
 //
 // Lifetime: made when the stream's headers begin; retired (H2LoopIo::Retire) once the stream
 // is closed (or its connection gone) and its handler has finished, since the handler's Requests
@@ -100,6 +101,8 @@ class H2Call final : public CallSink {
     std::optional<int64_t> timeout_ns;
     bool bad_timeout = false;
     size_t bytes = 0;  // As HTTP/2 counts a header list (name + value + 32).
+    bool sent_token = false;    // An authorization header came.
+    Role caller = Role::kNone;  // The role its token grants (with --auth-token-file).
   };
 
   // Starts the handler, or answers the call itself with the reason it cannot be served.

@@ -251,8 +251,11 @@ void H2LoopIo::Refuse(int fd, std::string_view why) {
   // rather than a reset that could overtake them.
   char discard[1024];
   [[maybe_unused]] ssize_t r = recv(fd, discard, sizeof discard, MSG_DONTWAIT);
-  const std::string frames = RefusalFrames(why);
-  [[maybe_unused]] ssize_t w = send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (loop_.server().tls() == nullptr) {  // Under TLS no frame can go before a handshake.
+    const std::string frames = RefusalFrames(why);
+    [[maybe_unused]] ssize_t w =
+        send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
   shutdown(fd, SHUT_WR);
   close(fd);
   const int64_t now = NowNs();

@@ -35,6 +35,7 @@
 #include <google/protobuf/message_lite.h>
 
 #include "absl/status/status.h"
+#include "server/auth/role.h"
 #include "shard/request.h"
 
 namespace ringkv {
@@ -80,12 +81,17 @@ class Handler {
   // The server's serving status changed (health Watch streams, ShardLoop::AddWatcher).
   virtual void OnServingChanged() {}
 
+  // The role the caller's token grants (kAdmin without --auth-token-file); set by the
+  // transport before OnStart, once the call is authorized for its method.
+  void set_caller(Role role) { caller_ = role; }
+
  protected:
   // Hands a Request to the engine; OnRequestDone gets it back in a later engine turn.
   void Submit(Request& request);
 
   ShardLoop& loop_;
   CallSink& sink_;
+  Role caller_ = Role::kAdmin;
 };
 
 }  // namespace ringkv

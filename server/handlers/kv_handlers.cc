@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "ringkv/v1/kv.pb.h"
 #include "server/handlers/internal/bidi_handler.h"
 #include "server/handlers/internal/factories.h"
@@ -365,28 +366,36 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
       const std::string_view key = op.key_bytes;
       const pb::Condition* condition = in.has_condition() ? &in.condition() : nullptr;
       absl::Status status;
-      switch (in.type()) {
-        case pb::OP_TYPE_GET:
-          status = PrepareGet(limits, key, &op);
-          break;
-        case pb::OP_TYPE_PUT:
-          status = PreparePut(limits, now, key, op.value_bytes, in.ttl_ms(), condition, &op);
-          break;
-        case pb::OP_TYPE_DELETE:
-          status = PrepareDelete(limits, key, condition, &op);
-          break;
-        case pb::OP_TYPE_INCREMENT:
-          status = PrepareIncrement(limits, key, in.delta(), &op);
-          break;
-        case pb::OP_TYPE_EXPIRE:
-          status = PrepareExpire(limits, now, key, in.ttl_ms(), &op);
-          break;
-        case pb::OP_TYPE_PERSIST:
-          status = PreparePersist(limits, key, &op);
-          break;
-        default:
-          status = absl::InvalidArgumentError(
-              "op type is unset or unknown; use GET, PUT, DELETE, INCREMENT, EXPIRE or PERSIST");
+      // Every type from PUT on writes (an unknown one is refused below).
+      if (caller_ < Role::kWrite && in.type() >= pb::OP_TYPE_PUT &&
+          in.type() <= pb::OP_TYPE_PERSIST) {
+        status = absl::PermissionDeniedError(
+            absl::StrCat("Stream ", absl::StripPrefix(pb::OpType_Name(in.type()), "OP_TYPE_"),
+                         " needs the write role; the token has ", std::string(RoleName(caller_))));
+      } else {
+        switch (in.type()) {
+          case pb::OP_TYPE_GET:
+            status = PrepareGet(limits, key, &op);
+            break;
+          case pb::OP_TYPE_PUT:
+            status = PreparePut(limits, now, key, op.value_bytes, in.ttl_ms(), condition, &op);
+            break;
+          case pb::OP_TYPE_DELETE:
+            status = PrepareDelete(limits, key, condition, &op);
+            break;
+          case pb::OP_TYPE_INCREMENT:
+            status = PrepareIncrement(limits, key, in.delta(), &op);
+            break;
+          case pb::OP_TYPE_EXPIRE:
+            status = PrepareExpire(limits, now, key, in.ttl_ms(), &op);
+            break;
+          case pb::OP_TYPE_PERSIST:
+            status = PreparePersist(limits, key, &op);
+            break;
+          default:
+            status = absl::InvalidArgumentError(
+                "op type is unset or unknown; use GET, PUT, DELETE, INCREMENT, EXPIRE or PERSIST");
+        }
       }
       if (!status.ok()) {
         SetItem(AddResult(in.id(), status.message().size()), status);

@@ -27,30 +27,39 @@ using internal::MakeStatsHandler;
 using internal::MakeStreamHandler;
 
 constexpr MethodKind kUnary = MethodKind::kUnary;
+constexpr Role kOpen = Role::kNone;
+constexpr Role kRead = Role::kRead;
+constexpr Role kWrite = Role::kWrite;
+constexpr Role kAdmin = Role::kAdmin;
 
-// In MethodId order; the hot methods first, since FindMethod scans.
+// In MethodId order; the hot methods first, since FindMethod scans. Stream needs read to
+// open; each of its writes needs write (StreamHandler checks them one by one).
 const std::array<Method, kMethodCount> kMethods = {{
-    {MethodId::kGet, "/ringkv.v1.KV/Get", kUnary, false, true, MakeGetHandler},
-    {MethodId::kPut, "/ringkv.v1.KV/Put", kUnary, false, true, MakePutHandler},
-    {MethodId::kDelete, "/ringkv.v1.KV/Delete", kUnary, false, true, MakeDeleteHandler},
-    {MethodId::kMultiGet, "/ringkv.v1.KV/MultiGet", kUnary, false, true, MakeMultiGetHandler},
-    {MethodId::kMultiPut, "/ringkv.v1.KV/MultiPut", kUnary, false, true, MakeMultiPutHandler},
-    {MethodId::kStream, "/ringkv.v1.KV/Stream", MethodKind::kBidiStreaming, false, true,
+    {MethodId::kGet, "/ringkv.v1.KV/Get", kUnary, false, true, kRead, MakeGetHandler},
+    {MethodId::kPut, "/ringkv.v1.KV/Put", kUnary, false, true, kWrite, MakePutHandler},
+    {MethodId::kDelete, "/ringkv.v1.KV/Delete", kUnary, false, true, kWrite, MakeDeleteHandler},
+    {MethodId::kMultiGet, "/ringkv.v1.KV/MultiGet", kUnary, false, true, kRead,
+     MakeMultiGetHandler},
+    {MethodId::kMultiPut, "/ringkv.v1.KV/MultiPut", kUnary, false, true, kWrite,
+     MakeMultiPutHandler},
+    {MethodId::kStream, "/ringkv.v1.KV/Stream", MethodKind::kBidiStreaming, false, true, kRead,
      MakeStreamHandler},
-    {MethodId::kStats, "/ringkv.v1.KV/Stats", kUnary, false, true, MakeStatsHandler},
-    {MethodId::kExpire, "/ringkv.v1.KV/Expire", kUnary, false, true, MakeExpireHandler},
-    {MethodId::kPersist, "/ringkv.v1.KV/Persist", kUnary, false, true, MakePersistHandler},
-    {MethodId::kIncrement, "/ringkv.v1.KV/Increment", kUnary, false, true, MakeIncrementHandler},
-    {MethodId::kScan, "/ringkv.v1.KV/Scan", kUnary, false, true, MakeScanHandler},
-    {MethodId::kSnapshot, "/ringkv.v1.KV/Snapshot", kUnary, false, true, MakeSnapshotHandler},
-    {MethodId::kHealthCheck, "/grpc.health.v1.Health/Check", kUnary, true, true,
+    {MethodId::kStats, "/ringkv.v1.KV/Stats", kUnary, false, true, kRead, MakeStatsHandler},
+    {MethodId::kExpire, "/ringkv.v1.KV/Expire", kUnary, false, true, kWrite, MakeExpireHandler},
+    {MethodId::kPersist, "/ringkv.v1.KV/Persist", kUnary, false, true, kWrite, MakePersistHandler},
+    {MethodId::kIncrement, "/ringkv.v1.KV/Increment", kUnary, false, true, kWrite,
+     MakeIncrementHandler},
+    {MethodId::kScan, "/ringkv.v1.KV/Scan", kUnary, false, true, kRead, MakeScanHandler},
+    {MethodId::kSnapshot, "/ringkv.v1.KV/Snapshot", kUnary, false, true, kAdmin,
+     MakeSnapshotHandler},
+    {MethodId::kHealthCheck, "/grpc.health.v1.Health/Check", kUnary, true, true, kOpen,
      MakeHealthCheckHandler},
     {MethodId::kHealthWatch, "/grpc.health.v1.Health/Watch", MethodKind::kServerStreaming, true,
-     false, MakeHealthWatchHandler},
+     false, kOpen, MakeHealthWatchHandler},
     {MethodId::kReflectionV1alpha, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-     MethodKind::kBidiStreaming, false, false, MakeReflectionV1alphaHandler},
+     MethodKind::kBidiStreaming, false, false, kRead, MakeReflectionV1alphaHandler},
     {MethodId::kReflectionV1, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-     MethodKind::kBidiStreaming, false, false, MakeReflectionV1Handler},
+     MethodKind::kBidiStreaming, false, false, kRead, MakeReflectionV1Handler},
 }};
 
 }  // namespace

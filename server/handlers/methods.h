@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "server/auth/role.h"
 #include "server/handlers/handler.h"
 
 namespace ringkv {
@@ -51,6 +52,8 @@ struct Method {
   // In the server's count of calls being served, which a drain waits for. Health Watch and
   // reflection streams are not: an idle one left open must not hold up a stop.
   bool counted;
+  // The least role a caller's token must grant (with --auth-token-file; server/auth/).
+  Role needs;
   std::unique_ptr<Handler> (*make)(ShardLoop& loop, CallSink& sink);
 
   // "ringkv.v1.KV" of "/ringkv.v1.KV/Get".

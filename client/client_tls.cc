@@ -1,0 +1,109 @@
+#include "client/client_tls.h"
+
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace ringkv {
+namespace {
+
+constexpr unsigned char kH2[] = {2, 'h', '2'};
+
+std::string LastError() {
+  std::string text;
+  while (const unsigned long code = ERR_get_error()) {
+    char buffer[256];
+    ERR_error_string_n(code, buffer, sizeof buffer);
+    if (!text.empty()) text += "; ";
+    text += buffer;
+  }
+  return text.empty() ? "the connection closed" : text;
+}
+
+bool IsIpAddress(const std::string& host) {
+  in6_addr address;
+  return inet_pton(AF_INET, host.c_str(), &address) == 1 ||
+         inet_pton(AF_INET6, host.c_str(), &address) == 1;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ClientTls>> ClientTls::Load(const Files& files) {
+  std::unique_ptr<ClientTls> tls(new ClientTls());
+  ERR_clear_error();
+  tls->ctx_ = SSL_CTX_new(TLS_client_method());
+  if (tls->ctx_ == nullptr) return absl::InternalError("TLS: " + LastError());
+  SSL_CTX* ctx = tls->ctx_;
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  const int trusted = files.ca.empty()
+                          ? SSL_CTX_set_default_verify_paths(ctx)
+                          : SSL_CTX_load_verify_locations(ctx, files.ca.c_str(), nullptr);
+  if (trusted != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-ca: no certificate in ", files.ca, ": ", LastError()));
+  }
+  if (!files.cert.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(ctx, files.cert.c_str()) != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls-cert: no certificate in ", files.cert, ": ", LastError()));
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, files.key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--tls-key: no private key of --tls-cert in ",
+                                                     files.key, ": ", LastError()));
+    }
+  }
+  SSL_CTX_set_alpn_protos(ctx, kH2, sizeof kH2);
+  return tls;
+}
+
+ClientTls::~ClientTls() { SSL_CTX_free(ctx_); }
+
+absl::StatusOr<SSL*> ClientTls::Connect(int fd, const std::string& host, int timeout_ms) const {
+  ERR_clear_error();
+  SSL* ssl = SSL_new(ctx_);
+  if (ssl == nullptr) return absl::UnavailableError("TLS: " + LastError());
+  SSL_set_fd(ssl, fd);
+  if (IsIpAddress(host)) {
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str());
+  } else {
+    SSL_set_tlsext_host_name(ssl, host.c_str());
+    SSL_set1_host(ssl, host.c_str());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    ERR_clear_error();
+    const int rc = SSL_connect(ssl);
+    if (rc == 1) break;
+    const int error = SSL_get_error(ssl, rc);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if ((error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) || left.count() <= 0) {
+      std::string why = left.count() <= 0 ? "timed out" : LastError();
+      if (SSL_get_verify_result(ssl) != X509_V_OK) {
+        why = X509_verify_cert_error_string(SSL_get_verify_result(ssl));
+      }
+      SSL_free(ssl);
+      return absl::UnavailableError("TLS handshake failed: " + why);
+    }
+    pollfd p{fd, static_cast<short>(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
+    poll(&p, 1, static_cast<int>(left.count()));
+  }
+  const unsigned char* protocol = nullptr;
+  unsigned int length = 0;
+  SSL_get0_alpn_selected(ssl, &protocol, &length);
+  if (length != 2 || protocol[0] != 'h' || protocol[1] != '2') {
+    SSL_free(ssl);
+    return absl::UnavailableError("TLS handshake failed: the server did not choose h2 (ALPN)");
+  }
+  return ssl;
+}
+
+}  // namespace ringkv
