@@ -1,33 +1,16 @@
 #include "client/client.h"
 
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "client/command_line.h"
 #include "absl/strings/str_split.h"
 
 namespace ringkv {
 
 namespace pb = ::ringkv::v1;
-
-namespace {
-
-absl::Status ReadFile(const char* flag, const std::string& path, std::string* text) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": cannot read ", path, ": ", std::strerror(errno)));
-  }
-  text->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<ClientCredentials> LoadCredentials(const CredentialFiles& files) {
   ClientCredentials credentials;
@@ -36,7 +19,7 @@ absl::StatusOr<ClientCredentials> LoadCredentials(const CredentialFiles& files) 
     if (env != nullptr) credentials.token = std::string(absl::StripAsciiWhitespace(env));
   } else {
     std::string text;
-    if (absl::Status s = ReadFile("--token-file", files.token_file, &text); !s.ok()) return s;
+    if (absl::Status s = ReadFlagFile("--token-file", files.token_file, &text); !s.ok()) return s;
     for (absl::string_view line : absl::StrSplit(text, '\n')) {
       line = absl::StripAsciiWhitespace(line);
       if (line.empty() || line.front() == '#') continue;
@@ -53,16 +36,16 @@ absl::StatusOr<ClientCredentials> LoadCredentials(const CredentialFiles& files) 
   }
   credentials.tls = files.tls || !files.tls_ca.empty() || !files.tls_cert.empty();
   if (!files.tls_ca.empty()) {
-    if (absl::Status s = ReadFile("--tls-ca", files.tls_ca, &credentials.ca_pem); !s.ok()) {
+    if (absl::Status s = ReadFlagFile("--tls-ca", files.tls_ca, &credentials.ca_pem); !s.ok()) {
       return s;
     }
   }
   if (!files.tls_cert.empty()) {
-    if (absl::Status s = ReadFile("--tls-cert", files.tls_cert, &credentials.cert_pem);
+    if (absl::Status s = ReadFlagFile("--tls-cert", files.tls_cert, &credentials.cert_pem);
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = ReadFile("--tls-key", files.tls_key, &credentials.key_pem); !s.ok()) {
+    if (absl::Status s = ReadFlagFile("--tls-key", files.tls_key, &credentials.key_pem); !s.ok()) {
       return s;
     }
   }

@@ -8,22 +8,10 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "net/openssl.h"
 
 namespace ringkv {
 namespace {
-
-constexpr unsigned char kH2[] = {2, 'h', '2'};
-
-std::string LastError() {
-  std::string text;
-  while (const unsigned long code = ERR_get_error()) {
-    char buffer[256];
-    ERR_error_string_n(code, buffer, sizeof buffer);
-    if (!text.empty()) text += "; ";
-    text += buffer;
-  }
-  return text.empty() ? "the connection closed" : text;
-}
 
 bool IsIpAddress(const std::string& host) {
   in6_addr address;
@@ -37,7 +25,7 @@ absl::StatusOr<std::unique_ptr<ClientTls>> ClientTls::Load(const Files& files) {
   std::unique_ptr<ClientTls> tls(new ClientTls());
   ERR_clear_error();
   tls->ctx_ = SSL_CTX_new(TLS_client_method());
-  if (tls->ctx_ == nullptr) return absl::InternalError("TLS: " + LastError());
+  if (tls->ctx_ == nullptr) return absl::InternalError("TLS: " + OpenSslErrors());
   SSL_CTX* ctx = tls->ctx_;
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
@@ -47,20 +35,20 @@ absl::StatusOr<std::unique_ptr<ClientTls>> ClientTls::Load(const Files& files) {
                           : SSL_CTX_load_verify_locations(ctx, files.ca.c_str(), nullptr);
   if (trusted != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--tls-ca: no certificate in ", files.ca, ": ", LastError()));
+        absl::StrCat("--tls-ca: no certificate in ", files.ca, ": ", OpenSslErrors()));
   }
   if (!files.cert.empty()) {
     if (SSL_CTX_use_certificate_chain_file(ctx, files.cert.c_str()) != 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--tls-cert: no certificate in ", files.cert, ": ", LastError()));
+          absl::StrCat("--tls-cert: no certificate in ", files.cert, ": ", OpenSslErrors()));
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, files.key.c_str(), SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_check_private_key(ctx) != 1) {
       return absl::InvalidArgumentError(absl::StrCat("--tls-key: no private key of --tls-cert in ",
-                                                     files.key, ": ", LastError()));
+                                                     files.key, ": ", OpenSslErrors()));
     }
   }
-  SSL_CTX_set_alpn_protos(ctx, kH2, sizeof kH2);
+  SSL_CTX_set_alpn_protos(ctx, kAlpnH2, sizeof kAlpnH2);
   return tls;
 }
 
@@ -69,7 +57,7 @@ ClientTls::~ClientTls() { SSL_CTX_free(ctx_); }
 absl::StatusOr<SSL*> ClientTls::Connect(int fd, const std::string& host, int timeout_ms) const {
   ERR_clear_error();
   SSL* ssl = SSL_new(ctx_);
-  if (ssl == nullptr) return absl::UnavailableError("TLS: " + LastError());
+  if (ssl == nullptr) return absl::UnavailableError("TLS: " + OpenSslErrors());
   SSL_set_fd(ssl, fd);
   if (IsIpAddress(host)) {
     X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str());
@@ -86,7 +74,7 @@ absl::StatusOr<SSL*> ClientTls::Connect(int fd, const std::string& host, int tim
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if ((error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) || left.count() <= 0) {
-      std::string why = left.count() <= 0 ? "timed out" : LastError();
+      std::string why = left.count() <= 0 ? "timed out" : OpenSslErrors("the connection closed");
       if (SSL_get_verify_result(ssl) != X509_V_OK) {
         why = X509_verify_cert_error_string(SSL_get_verify_result(ssl));
       }

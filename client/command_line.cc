@@ -1,8 +1,12 @@
 #include "client/command_line.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -12,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 
 namespace ringkv {
 namespace {
@@ -151,6 +156,17 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
   std::vector<char*> rest = {storage[0].data()};
   for (size_t i : operands) rest.push_back(storage[i].data());
   return rest;
+}
+
+absl::Status ReadFlagFile(const char* flag, const std::string& path, std::string* text) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot read ", path, ": ", std::strerror(errno)));
+  }
+  text->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  return absl::OkStatus();
 }
 
 }  // namespace ringkv

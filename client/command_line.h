@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace ringkv {
 
 std::vector<char*> ParseCommandLineOrExit(int argc, char** argv);
@@ -29,6 +31,10 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv);
 // "1.5GiB" works; the result is rounded down to whole bytes. Nullopt if it does not parse or
 // is past 2^63.
 std::optional<uint64_t> ParseByteSize(std::string_view text);
+
+// The whole of the file a flag names (a key, a certificate, a token file), into `text`;
+// INVALID_ARGUMENT "FLAG: cannot read PATH: why" if it cannot be read.
+absl::Status ReadFlagFile(const char* flag, const std::string& path, std::string* text);
 
 }  // namespace ringkv
 

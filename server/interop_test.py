@@ -27,6 +27,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server", "testing"))
+import python_stubs  # noqa: E402
 from ringkv_server import RingkvServer  # noqa: E402
 
 SERVER, PROTO_DIR, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None, None, None)
@@ -40,17 +41,7 @@ class InteropTest(unittest.TestCase):
         cls.addClassCleanup(cls.server.stop)
         cls.addr = cls.server.address
 
-        # Generate the Python stubs from the shipped protos.
-        cls.gen = tempfile.mkdtemp(prefix="ringkv-pb-")
-        from grpc_tools import protoc
-        # health.proto is generated from its own folder, as top-level health_pb2: a generated
-        # grpc/ package would be shadowed by grpcio's own `grpc` package.
-        for include, proto in ((PROTO_DIR, "ringkv/v1/kv.proto"),
-                               (os.path.join(PROTO_DIR, "grpc/health/v1"), "health.proto")):
-            rc = protoc.main(["protoc", f"-I{include}", f"--python_out={cls.gen}",
-                              f"--grpc_python_out={cls.gen}", os.path.join(include, proto)])
-            assert rc == 0, f"protoc failed on {proto}"
-        sys.path.insert(0, cls.gen)
+        cls.gen = python_stubs.generate(PROTO_DIR)
 
     def test_server_stops_cleanly(self):
         pass  # The class clean-up asserts the exit status 0 after SIGTERM.

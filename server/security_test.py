@@ -32,6 +32,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
+import python_stubs  # noqa: E402
 from ringkv_server import RingkvServer  # noqa: E402
 
 SERVER, CLI, PROTO_DIR, TOOLS = sys.argv[1:5] if len(sys.argv) >= 5 else (None,) * 4
@@ -79,15 +80,7 @@ class SecurityTest(unittest.TestCase):
         cls.tokens = os.path.join(cls.dir, "tokens")
         write_tokens(cls.tokens, f"# ringkv tokens\n{READ} read\n{WRITE}  write\n\n"
                                  f"{ADMIN}\tadmin\n")
-        cls.gen = os.path.join(cls.dir, "pb")
-        os.mkdir(cls.gen)
-        from grpc_tools import protoc
-        for include, proto in ((PROTO_DIR, "ringkv/v1/kv.proto"),
-                               (os.path.join(PROTO_DIR, "grpc/health/v1"), "health.proto")):
-            rc = protoc.main(["protoc", f"-I{include}", f"--python_out={cls.gen}",
-                              f"--grpc_python_out={cls.gen}", os.path.join(include, proto)])
-            assert rc == 0, f"protoc failed on {proto}"
-        sys.path.insert(0, cls.gen)
+        python_stubs.generate(PROTO_DIR)
 
     def start(self, *args):
         server = RingkvServer(SERVER, "--threads=2", f"--auth-token-file={self.tokens}",
@@ -320,14 +313,7 @@ class TlsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="ringkv-tls-")
         make_certificates(cls.dir)
-        cls.gen = os.path.join(cls.dir, "pb")
-        os.mkdir(cls.gen)
-        from grpc_tools import protoc
-        rc = protoc.main(["protoc", f"-I{PROTO_DIR}", f"--python_out={cls.gen}",
-                          f"--grpc_python_out={cls.gen}",
-                          os.path.join(PROTO_DIR, "ringkv/v1/kv.proto")])
-        assert rc == 0
-        sys.path.insert(0, cls.gen)
+        python_stubs.generate(PROTO_DIR)
 
     def path(self, name):
         return os.path.join(self.dir, name)

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "net/openssl.h"
 #include "server/h2/h2_call.h"
 #include "server/h2/h2_loop_io.h"
 #include "server/h2/h2_transport.h"
@@ -94,7 +95,7 @@ bool Connection::Handshake() {
     }
     Log(LogLevel::kDebug, "refused a TLS handshake: %s",
         error == SSL_ERROR_SYSCALL ? std::string("the client closed the connection")
-                                   : ServerTls::LastError());
+                                   : OpenSslErrors());
   }
   Close();
   return false;
@@ -115,7 +116,7 @@ ssize_t Connection::Receive(char* buffer, size_t length) {
     case SSL_ERROR_ZERO_RETURN:  // The client's close_notify.
       return 0;
     default:
-      Log(LogLevel::kDebug, "closing a TLS connection: %s", ServerTls::LastError());
+      Log(LogLevel::kDebug, "closing a TLS connection: %s", OpenSslErrors());
       errno = ECONNRESET;
       return -1;
   }
@@ -131,7 +132,7 @@ ssize_t Connection::Transmit(const char* data, size_t length) {
     errno = EAGAIN;
     return -1;
   }
-  Log(LogLevel::kDebug, "closing a TLS connection: %s", ServerTls::LastError());
+  Log(LogLevel::kDebug, "closing a TLS connection: %s", OpenSslErrors());
   errno = ECONNRESET;
   return -1;
 }

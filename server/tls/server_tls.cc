@@ -4,37 +4,21 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "client/command_line.h"
+#include "net/openssl.h"
 
 namespace ringkv {
 namespace {
 
-// The ALPN protocol of HTTP/2 over TLS, in the wire's length-prefixed form.
-constexpr unsigned char kH2[] = {2, 'h', '2'};
-
-absl::Status ReadFile(const char* flag, const std::string& path, std::string* text) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": cannot read ", path, ": ", std::strerror(errno)));
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  *text = buffer.str();
-  return absl::OkStatus();
-}
 
 // Picks h2 if the client offers it; a client that offers ALPN without h2 is refused (HTTP/2
 // over TLS is negotiated with ALPN, RFC 9113 section 3.2). One that offers none goes on.
 int SelectAlpn(SSL*, const unsigned char** out, unsigned char* out_length, const unsigned char* in,
                unsigned int in_length, void*) {
   unsigned char* selected = nullptr;
-  if (SSL_select_next_proto(&selected, out_length, kH2, sizeof kH2, in, in_length) !=
+  if (SSL_select_next_proto(&selected, out_length, kAlpnH2, sizeof kAlpnH2, in, in_length) !=
       OPENSSL_NPN_NEGOTIATED) {
     return SSL_TLSEXT_ERR_ALERT_FATAL;
   }
@@ -44,30 +28,19 @@ int SelectAlpn(SSL*, const unsigned char** out, unsigned char* out_length, const
 
 }  // namespace
 
-std::string ServerTls::LastError() {
-  std::string text;
-  while (const unsigned long code = ERR_get_error()) {
-    char buffer[256];
-    ERR_error_string_n(code, buffer, sizeof buffer);
-    if (!text.empty()) text += "; ";
-    text += buffer;
-  }
-  return text.empty() ? "unknown error" : text;
-}
-
 absl::StatusOr<std::unique_ptr<ServerTls>> ServerTls::Load(const Files& files) {
   std::unique_ptr<ServerTls> tls(new ServerTls());
-  if (absl::Status s = ReadFile("--tls-cert", files.cert, &tls->cert_pem_); !s.ok()) return s;
-  if (absl::Status s = ReadFile("--tls-key", files.key, &tls->key_pem_); !s.ok()) return s;
+  if (absl::Status s = ReadFlagFile("--tls-cert", files.cert, &tls->cert_pem_); !s.ok()) return s;
+  if (absl::Status s = ReadFlagFile("--tls-key", files.key, &tls->key_pem_); !s.ok()) return s;
   if (!files.client_ca.empty()) {
-    if (absl::Status s = ReadFile("--tls-client-ca", files.client_ca, &tls->client_ca_pem_);
+    if (absl::Status s = ReadFlagFile("--tls-client-ca", files.client_ca, &tls->client_ca_pem_);
         !s.ok()) {
       return s;
     }
   }
   ERR_clear_error();
   tls->ctx_ = SSL_CTX_new(TLS_server_method());
-  if (tls->ctx_ == nullptr) return absl::InternalError("TLS: " + LastError());
+  if (tls->ctx_ == nullptr) return absl::InternalError("TLS: " + OpenSslErrors());
   SSL_CTX* ctx = tls->ctx_;
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   // Renegotiation is off: a client could make the loop pay for handshakes at will.
@@ -77,13 +50,13 @@ absl::StatusOr<std::unique_ptr<ServerTls>> ServerTls::Load(const Files& files) {
                             SSL_MODE_RELEASE_BUFFERS);
   if (SSL_CTX_use_certificate_chain_file(ctx, files.cert.c_str()) != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--tls-cert: no certificate in ", files.cert, ": ", LastError()));
+        absl::StrCat("--tls-cert: no certificate in ", files.cert, ": ", OpenSslErrors()));
   }
   // OpenSSL checks the key against the certificate as it loads it; a key that parses on its
   // own is then the wrong one.
   if (SSL_CTX_use_PrivateKey_file(ctx, files.key.c_str(), SSL_FILETYPE_PEM) != 1 ||
       SSL_CTX_check_private_key(ctx) != 1) {
-    const std::string why = LastError();
+    const std::string why = OpenSslErrors();
     BIO* bio = BIO_new_mem_buf(tls->key_pem_.data(), static_cast<int>(tls->key_pem_.size()));
     EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
     BIO_free(bio);
@@ -98,8 +71,8 @@ absl::StatusOr<std::unique_ptr<ServerTls>> ServerTls::Load(const Files& files) {
   }
   if (!files.client_ca.empty()) {
     if (SSL_CTX_load_verify_locations(ctx, files.client_ca.c_str(), nullptr) != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--tls-client-ca: no certificate in ", files.client_ca, ": ", LastError()));
+      return absl::InvalidArgumentError(absl::StrCat("--tls-client-ca: no certificate in ",
+                                                     files.client_ca, ": ", OpenSslErrors()));
     }
     STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(files.client_ca.c_str());
     if (names != nullptr) SSL_CTX_set_client_CA_list(ctx, names);

@@ -47,9 +47,6 @@ class ServerTls {
   const std::string& key_pem() const { return key_pem_; }
   const std::string& client_ca_pem() const { return client_ca_pem_; }
 
-  // OpenSSL's last error on this thread, as text (and the thread's error queue cleared).
-  static std::string LastError();
-
  private:
   ServerTls() = default;
 
