@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace ringkv {
 namespace {
@@ -58,6 +59,48 @@ bool IsNegativeNumber(std::string_view arg) {
   std::exit(0);
 }
 
+// Replaces each --flagfile=PATH (or "--flagfile PATH") in args[1..] by the flags PATH holds:
+// one per line, "--name=value" (the value is the rest of the line), blank lines and lines
+// starting with '#' skipped. A file may name another, 8 deep at most. Usage errors exit 2.
+void ExpandFlagFiles(const char* program, std::vector<std::string>* args, int depth) {
+  for (size_t i = 1; i < args->size(); ++i) {
+    const std::string& arg = (*args)[i];
+    if (arg == "--") return;
+    std::string path;
+    if (arg == "--flagfile" || arg == "-flagfile") {
+      if (i + 1 == args->size()) ExitUsageError(program, "flag --flagfile needs a value");
+      path = (*args)[i + 1];
+      args->erase(args->begin() + static_cast<ptrdiff_t>(i));
+    } else if (arg.starts_with("--flagfile=") || arg.starts_with("-flagfile=")) {
+      path = arg.substr(arg.find('=') + 1);
+    } else {
+      continue;
+    }
+    if (depth >= 8) ExitUsageError(program, "--flagfile " + path + ": flag files nest too deep");
+    std::string text;
+    if (absl::Status read = ReadFlagFile("--flagfile", path, &text); !read.ok()) {
+      ExitUsageError(program, std::string(read.message()));
+    }
+    std::vector<std::string> flags = {(*args)[0]};
+    int line_number = 0;
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      ++line_number;
+      line = absl::StripAsciiWhitespace(line);
+      if (line.empty() || line.front() == '#') continue;
+      if (line.front() != '-' || line == "--") {
+        ExitUsageError(program, absl::StrCat("--flagfile ", path, ", line ", line_number,
+                                             ": expected --flag=value"));
+      }
+      flags.emplace_back(line);
+    }
+    ExpandFlagFiles(program, &flags, depth + 1);
+    args->erase(args->begin() + static_cast<ptrdiff_t>(i));
+    args->insert(args->begin() + static_cast<ptrdiff_t>(i), flags.begin() + 1, flags.end());
+    i += flags.size() - 1;  // Past the flags inserted...
+    --i;                    // ...less the one the loop adds.
+  }
+}
+
 }  // namespace
 
 std::optional<uint64_t> ParseByteSize(std::string_view text) {
@@ -97,6 +140,10 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
   static std::vector<std::string> storage;
   static std::vector<char*> args;
   storage.assign(argv, argv + argc);
+  // Flag files are read here, not by Abseil, so their flags follow the same conventions (- or
+  // _ in names, errors that exit 2); a flag given after --flagfile overrides the file's.
+  ExpandFlagFiles(argv[0], &storage, 0);
+  argc = static_cast<int>(storage.size());
   // The operands, found here rather than by Abseil, which would take "-5" for a flag.
   std::vector<size_t> operands;
   bool positional_only = false;

@@ -1,5 +1,6 @@
 // ParseCommandLineOrExit: Abseil flag parsing with the conventions every ringkv program shares.
 // Flag names may be written with dashes or underscores (--max-key-bytes is --max_key_bytes),
+// --flagfile=PATH reads more flags from PATH, one "--name=value" a line ("#" starts a comment),
 // and any usage error (an unknown flag, a value that does not parse) prints one line naming
 // the flag and exits with status 2, where Abseil alone would exit with 1. --help prints the
 // usage message and the program's own flags and exits 0; --helpfull and friends are Abseil's.
