@@ -2,6 +2,8 @@
 
 #include <openssl/crypto.h>
 
+#include <mutex>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -22,14 +24,14 @@ Authenticator::Authenticator(std::string path, TokenSet set)
 absl::Status Authenticator::Reload() {
   absl::StatusOr<TokenSet> set = TokenSet::Load(path_);
   if (!set.ok()) return set.status();
-  absl::MutexLock lock(&mu_);
+  std::unique_lock lock(mu_);
   set_ = *std::move(set);
   generation_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
 }
 
 size_t Authenticator::tokens() const {
-  absl::MutexLock lock(&mu_);
+  std::shared_lock lock(mu_);
   return set_.size();
 }
 
@@ -41,7 +43,7 @@ Role Authenticator::RoleOf(std::string_view authorization) const {
     return Role::kNone;
   }
   const absl::string_view token = absl::StripAsciiWhitespace(header.substr(kScheme.size()));
-  absl::ReaderMutexLock lock(&mu_);
+  std::shared_lock lock(mu_);
   return set_.Find(std::string_view(token.data(), token.size()));
 }
 

@@ -21,13 +21,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "server/auth/role.h"
 #include "server/auth/token_set.h"
 
@@ -59,8 +58,10 @@ class Authenticator {
   Authenticator(std::string path, TokenSet set);
 
   const std::string path_;
-  mutable absl::Mutex mu_;
-  TokenSet set_ ABSL_GUARDED_BY(mu_);
+  // A std::shared_mutex, not absl::Mutex: Debian's Abseil is built without TSan, which then
+  // cannot see the lock and reports every reload as a race with the readers.
+  mutable std::shared_mutex mu_;
+  TokenSet set_;  // Guarded by mu_.
   std::atomic<uint64_t> generation_{1};  // Written under mu_.
 };
 
