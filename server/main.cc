@@ -99,6 +99,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(bool, insecure, false,
           "serve a non-loopback --listen address with neither TLS nor --auth-token-file "
           "(refused otherwise: anyone who reaches the port could read and overwrite every key)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics, and /healthz (200 while "
+          "serving, 503 once a stop has begun), on a thread of their own. Empty: off. Give a "
+          "loopback address unless the scraper is elsewhere: the endpoint has no auth");
 ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
 
 // LeakSanitizer's entry point, present only in sanitizer builds.
@@ -273,6 +277,7 @@ int Main(int argc, char** argv) {
     ExitUsageError(argv[0], "--snapshot-every needs --data-dir");
   }
 
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   options.tls = {.cert = absl::GetFlag(FLAGS_tls_cert),
                  .key = absl::GetFlag(FLAGS_tls_key),
@@ -349,6 +354,12 @@ int Main(int argc, char** argv) {
       options.data_dir.empty() ? std::string("in memory only (no --data-dir)")
                                : absl::StrCat("data in ", options.data_dir));
 
+  if ((*server)->metrics_port() != 0) {
+    const std::string metrics_host =
+        options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
+    Log(LogLevel::kInfo, "metrics on http://%s:%d/metrics (and /healthz)", metrics_host,
+        (*server)->metrics_port());
+  }
   if (const Authenticator* auth = (*server)->auth()) {
     Log(LogLevel::kInfo, "auth: %d token%s from %s; SIGHUP re-reads it", auth->tokens(),
         auth->tokens() == 1 ? "" : "s", auth->path());

@@ -20,20 +20,16 @@ TOOLS_DIR holds what scripts/setup.sh installs (bin/grpcurl, venv/ with grpcio).
 flags pick the transport (meson runs this once per transport). This script re-runs itself under
 the venv's Python.
 """
-import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
 import python_stubs  # noqa: E402
-from ringkv_server import RingkvServer  # noqa: E402
+from ringkv_server import LogReader, RingkvServer  # noqa: E402
 
 SERVER, CLI, PROTO_DIR, TOOLS = sys.argv[1:5] if len(sys.argv) >= 5 else (None,) * 4
 SERVER_FLAGS = sys.argv[5:]
@@ -50,29 +46,6 @@ def write_tokens(path, text):
     os.chmod(path, 0o600)
 
 
-class Stderr:
-    """Drains a server's stderr into a list, so a chatty log never blocks it."""
-
-    def __init__(self, server):
-        self.lines = []
-        self.thread = threading.Thread(target=self._drain, args=(server.process.stderr,),
-                                       daemon=True)
-        self.thread.start()
-
-    def _drain(self, pipe):
-        for line in pipe:
-            self.lines.append(line)
-
-    def wait_for(self, pattern, timeout=10):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            for line in list(self.lines):
-                if re.search(pattern, line):
-                    return line
-            time.sleep(0.05)
-        raise AssertionError(f"no log line matching {pattern!r} in {self.lines}")
-
-
 class SecurityTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -85,7 +58,7 @@ class SecurityTest(unittest.TestCase):
     def start(self, *args):
         server = RingkvServer(SERVER, "--threads=2", f"--auth-token-file={self.tokens}",
                               "--log-level=debug", *SERVER_FLAGS, *args)
-        log = Stderr(server)
+        log = LogReader(server)
 
         def stop():
             server.stop()
@@ -326,7 +299,7 @@ class TlsTest(unittest.TestCase):
         server = RingkvServer(SERVER, f"--tls-cert={self.path('server.pem')}",
                               f"--tls-key={self.path('server.key')}", "--log-level=debug",
                               *SERVER_FLAGS, *args)
-        log = Stderr(server)
+        log = LogReader(server)
 
         def stop():
             server.stop()

@@ -92,6 +92,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     }
   }
 
+  if (!options.metrics_listen.empty()) {  // Bound before the gRPC port: a failure starts nothing.
+    absl::StatusOr<std::unique_ptr<MetricsServer>> metrics =
+        MetricsServer::Bind(options.metrics_listen, *server);
+    if (!metrics.ok()) {
+      server->stopped_ = true;  // Nothing listens and no loop runs.
+      return metrics.status();
+    }
+    server->metrics_server_ = std::move(*metrics);
+  }
   absl::StatusOr<std::unique_ptr<Transport>> transport =
       options.transport == TransportKind::kH2 ? H2Transport::Start(*server)
                                               : GrpcTransport::Start(*server);
@@ -105,6 +114,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   for (auto& loop : server->loops_) {
     server->threads_.emplace_back([loop = loop.get()] { loop->Run(); });
   }
+  if (server->metrics_server_ != nullptr) server->metrics_server_->Start();
   if (server->data_dir_ != nullptr) {
     // Once the loops run: a snapshot waits for every worker's cut.
     RingEngine* engine = server->ring_engine_.get();
@@ -183,6 +193,8 @@ absl::Status Server::Shutdown() {
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();
   Log(LogLevel::kDebug, "every loop has stopped");
+  // It answered 503 on /healthz all through the drain; nothing is served from here on.
+  if (metrics_server_ != nullptr) metrics_server_->Stop();
   if (data_dir_ == nullptr) return absl::OkStatus();
   // The loops are stopped: the shards may be read from here.
   absl::Status status;

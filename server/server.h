@@ -45,6 +45,7 @@
 #include "persist/data_dir.h"
 #include "persist/log_writer.h"
 #include "server/auth/authenticator.h"
+#include "server/metrics/metrics_server.h"
 #include "server/tls/server_tls.h"
 #include "server/request_limits.h"
 #include "server/shard_loop.h"
@@ -90,6 +91,8 @@ struct ServerOptions {
   std::string auth_token_file;
   // --tls-cert, --tls-key, --tls-client-ca: TLS on the listening port (empty cert: plaintext).
   ServerTls::Files tls;
+  // --metrics-listen: HOST:PORT of the /metrics and /healthz endpoint (empty: none).
+  std::string metrics_listen;
 };
 
 class Server : public WorkerWaker {
@@ -101,6 +104,8 @@ class Server : public WorkerWaker {
 
   // The port bound (useful with a listen address ending in ":0").
   int port() const { return port_; }
+  // The --metrics-listen port bound (0: none).
+  int metrics_port() const { return metrics_server_ ? metrics_server_->port() : 0; }
   // Drains and stops; returns once every loop thread has exited and the data directory (if any)
   // is closed, with what went wrong there. Idempotent (later calls return OK).
   absl::Status Shutdown();
@@ -115,6 +120,9 @@ class Server : public WorkerWaker {
   const Authenticator* auth() const { return auth_.get(); }
   // TLS (null without --tls-cert: plaintext).
   const ServerTls* tls() const { return tls_.get(); }
+  // For the /metrics scrape (any thread, while the server runs).
+  const std::vector<std::unique_ptr<ShardLoop>>& loops() const { return loops_; }
+  const Transport& transport() const { return *transport_; }
 
   // Re-reads --auth-token-file (SIGHUP); on failure the tokens in force stay, and the error
   // says why. FAILED_PRECONDITION without the flag. Control thread.
@@ -151,6 +159,7 @@ class Server : public WorkerWaker {
   std::unique_ptr<persist::DataDir> data_dir_;
   std::unique_ptr<Authenticator> auth_;  // Its own lock guards the tokens it swaps.
   std::unique_ptr<ServerTls> tls_;
+  std::unique_ptr<MetricsServer> metrics_server_;  // Its thread only reads through ServerMetrics.
 
   // Control thread only.
   std::vector<std::thread> threads_;

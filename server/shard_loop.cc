@@ -19,6 +19,7 @@ constexpr auto kParkTimeout = std::chrono::milliseconds(100);
 ShardLoop::ShardLoop(uint16_t id, Server& server, Worker* worker, LockEngine* lock_engine)
     : id_(id),
       spin_(absl::ToChronoNanoseconds(server.options().spin)),
+      metrics_on_(!server.options().metrics_listen.empty()),
       server_(server),
       worker_(worker),
       lock_engine_(lock_engine) {}

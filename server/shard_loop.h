@@ -41,6 +41,7 @@
 
 #include "server/handlers/handler.h"
 #include "server/loop_io.h"
+#include "server/metrics/call_metrics.h"
 #include "shard/lock_engine.h"
 #include "shard/request.h"
 #include "shard/worker.h"
@@ -111,6 +112,11 @@ class ShardLoop : public RequestSource {
   const Server& server() const { return server_; }
   // Requests this loop ran itself (lock engine only; the ring engine counts in WorkerCounters).
   uint64_t lock_ops() const { return lock_ops_.load(std::memory_order_relaxed); }
+  // Where the transports count the calls this loop served (loop thread); null without
+  // --metrics-listen, so that nothing is timed or counted then.
+  CallMetrics* call_metrics() { return metrics_on_ ? &call_metrics_ : nullptr; }
+  // For the /metrics scrape, any thread.
+  const CallMetrics& call_counts() const { return call_metrics_; }
 
   // RequestSource, for the engine worker.
   size_t Poll(Request** out, size_t max) override;
@@ -130,6 +136,7 @@ class ShardLoop : public RequestSource {
   // Constant after construction (io_: after SetIo).
   const uint16_t id_;
   const std::chrono::nanoseconds spin_;
+  const bool metrics_on_;
   Server& server_;
   Worker* const worker_;
   LockEngine* const lock_engine_;
@@ -155,6 +162,8 @@ class ShardLoop : public RequestSource {
   std::mutex external_mu_;
   std::vector<Request*> external_;  // Guarded by external_mu_.
   std::atomic<bool> external_ready_{false};
+  // Written by this loop (relaxed stores), read by the /metrics scrape.
+  alignas(64) CallMetrics call_metrics_;
 };
 
 }  // namespace ringkv

@@ -13,6 +13,7 @@
 #ifndef RINGKV_SERVER_TRANSPORT_H_
 #define RINGKV_SERVER_TRANSPORT_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "server/loop_io.h"
@@ -29,6 +30,17 @@ class Transport {
   virtual int port() const = 0;
   virtual std::unique_ptr<LoopIo> MakeLoopIo(ShardLoop& loop) = 0;
   virtual void Stop() = 0;
+
+  // Client connections, for /metrics (any thread): open now, and refused since start by why.
+  // `known` is false where the transport cannot tell (grpc++).
+  struct Connections {
+    bool known = false;
+    int64_t open = 0;
+    uint64_t refused_limit = 0;        // --max-connections reached.
+    uint64_t refused_descriptors = 0;  // Out of file descriptors.
+    uint64_t refused_tls = 0;          // Failed TLS handshakes.
+  };
+  virtual Connections connections() const { return {}; }
 };
 
 }  // namespace ringkv

@@ -1,5 +1,6 @@
 #include "server/grpc/grpc_calls.h"
 
+#include <chrono>
 #include <memory>
 #include <type_traits>
 
@@ -64,6 +65,9 @@ grpc::Status ToGrpc(const absl::Status& status) {
 class Adapter : public GrpcCall {
  public:
   ~Adapter() override {
+    if (start_ns_ != 0) {
+      io_.loop().call_metrics()->Record(method_.id, code_, NowNs() - start_ns_);
+    }
     if (counted_) server().CallEnded();
     io_.CallGone();
   }
@@ -85,6 +89,7 @@ class Adapter : public GrpcCall {
   // (UNAUTHENTICATED, PERMISSION_DENIED), or with UNAVAILABLE if the server drains and the
   // method is not served then; else counted, if its method is.
   bool Admit() {
+    if (io_.loop().call_metrics() != nullptr) start_ns_ = NowNs();
     Role caller = Role::kAdmin;
     if (const Authenticator* auth = server().auth()) {
       const auto& metadata = context_.client_metadata();
@@ -134,10 +139,19 @@ class Adapter : public GrpcCall {
   int pending_ = 0;            // grpc++ operations outstanding (and the done notice, if asked).
   bool handler_done_ = false;  // The handler called Finish, or never ran (refused).
   bool cancelled_ = false;     // The handler was told OnCancel.
+  // For /metrics: the call's status, as Finish gave it (a call never finished was cancelled).
+  absl::StatusCode code_ = absl::StatusCode::kCancelled;
 
  private:
   bool counted_ = false;  // In the server's count of calls being served.
   bool retired_ = false;
+  int64_t start_ns_ = 0;  // When the call arrived; 0: not timed (no --metrics-listen).
+
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 };
 
 template <auto kArm>
@@ -168,6 +182,7 @@ class UnaryAdapter final : public Adapter {
 
   void Finish(const absl::Status& status, const google::protobuf::MessageLite* response) override {
     handler_done_ = true;
+    code_ = status.code();
     if (io_.transport().stopped()) {  // The queue may be shut down: no more operations.
       MaybeRetire();
       return;
@@ -240,6 +255,7 @@ class ServerStreamAdapter final : public Adapter {
 
   void Finish(const absl::Status& status, const google::protobuf::MessageLite*) override {
     handler_done_ = true;
+    code_ = status.code();
     if (cancelled_ || io_.transport().stopped()) {
       MaybeRetire();
       return;
@@ -313,6 +329,7 @@ class BidiAdapter final : public Adapter {
 
   void Finish(const absl::Status& status, const google::protobuf::MessageLite*) override {
     handler_done_ = true;
+    code_ = status.code();
     if (io_.transport().stopped()) {
       MaybeRetire();
       return;

@@ -93,6 +93,7 @@ bool Connection::Handshake() {
       UpdateInterest();
       return false;
     }
+    io_.transport().CountRefused(H2Transport::kTlsHandshake);
     Log(LogLevel::kDebug, "refused a TLS handshake: %s",
         error == SSL_ERROR_SYSCALL ? std::string("the client closed the connection")
                                    : OpenSslErrors());

@@ -45,6 +45,14 @@ H2Call::H2Call(Connection& connection, int32_t stream_id)
 }
 
 H2Call::~H2Call() {
+  if (start_ns_ != 0 && headers_.method != nullptr) {
+    // A call that ended without a status of ours was cancelled (by its client, a lost
+    // connection or its deadline, which set DEADLINE_EXCEEDED itself).
+    io_.loop().call_metrics()->Record(
+        headers_.method->id,
+        final_status_.has_value() ? final_status_->code() : absl::StatusCode::kCancelled,
+        H2LoopIo::NowNs() - start_ns_);
+  }
   ClearDeadline();
   handler_.reset();  // Before the count: a handler is part of its call.
   if (counted_) io_.loop().server().CallEnded();
@@ -87,6 +95,7 @@ void H2Call::OnHeadersDone() { Start(); }
 
 void H2Call::Start() {
   const RequestHeaders& h = headers_;
+  if (io_.loop().call_metrics() != nullptr) start_ns_ = H2LoopIo::NowNs();
   if (h.bytes > Connection::kMaxHeaderListBytes) {
     return SendTrailersOnly(absl::ResourceExhaustedError(
         absl::StrCat("the request's headers are ", h.bytes, " bytes; the limit is ",

@@ -166,6 +166,7 @@ class H2Call final : public CallSink {
   bool handler_done_ = false;  // The handler called Finish.
   bool cancelled_ = false;     // The handler was told OnCancel.
   int64_t deadline_ns_ = 0;    // In the loop's deadlines while > 0.
+  int64_t start_ns_ = 0;       // When its headers were done; 0: not timed (no --metrics-listen).
 };
 
 }  // namespace ringkv

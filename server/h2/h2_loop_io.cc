@@ -207,6 +207,7 @@ void H2LoopIo::Accept() {
           const int refused =
               accept4(transport_.listener().fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
           if (refused >= 0) {
+            transport_.CountRefused(H2Transport::kOutOfDescriptors);
             Refuse(refused, absl::StrCat("out of file descriptors (the open-files limit is ", limit,
                                          "); try again when connections have closed"));
           }
@@ -228,6 +229,7 @@ void H2LoopIo::Accept() {
       }
     }
     if (!transport_.TakeConnectionSlot()) {
+      transport_.CountRefused(H2Transport::kTooManyConnections);
       Refuse(fd, absl::StrCat("too many connections; the limit is --max-connections=",
                               loop_.server().options().max_connections));
       continue;

@@ -43,6 +43,13 @@ class H2Transport : public Transport {
   int port() const override { return listener_->port(); }
   std::unique_ptr<LoopIo> MakeLoopIo(ShardLoop& loop) override;
   void Stop() override;
+  Connections connections() const override {
+    return {.known = true,
+            .open = open_connections(),
+            .refused_limit = refused(kTooManyConnections),
+            .refused_descriptors = refused(kOutOfDescriptors),
+            .refused_tls = refused(kTlsHandshake)};
+  }
 
   // For the loops, any loop thread.
   const Listener& listener() const { return *listener_; }
@@ -51,6 +58,12 @@ class H2Transport : public Transport {
   // A connection is being accepted: false (and nothing counted) if --max-connections are open.
   bool TakeConnectionSlot();
   void ReleaseConnectionSlot() { connections_.fetch_sub(1, std::memory_order_relaxed); }
+
+  // Connections refused, by why (for /metrics); any thread. Relaxed: counts, ordering nothing.
+  enum Refusal { kTooManyConnections, kOutOfDescriptors, kTlsHandshake, kRefusals };
+  void CountRefused(Refusal why) { refused_[why].fetch_add(1, std::memory_order_relaxed); }
+  uint64_t refused(Refusal why) const { return refused_[why].load(std::memory_order_relaxed); }
+  int64_t open_connections() const { return connections_.load(std::memory_order_relaxed); }
 
  private:
   H2Transport(Server& server, std::unique_ptr<Listener> listener)
@@ -67,6 +80,7 @@ class H2Transport : public Transport {
   // orders nothing else. stopping_: see stopping().
   alignas(64) std::atomic<int64_t> connections_{0};
   std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> refused_[kRefusals] = {};
 };
 
 }  // namespace ringkv

@@ -3,11 +3,14 @@
     server = RingkvServer(binary, "--threads=2")   # waits for its "listening on" line;
                                                    # keyword arguments go to subprocess.Popen
     server.address                                 # "127.0.0.1:PORT"
+    log = LogReader(server)                        # drains its stderr from then on
+    log.wait_for(r"metrics on http://\S+:(\d+)")   # the first line matching, or AssertionError
     server.stop()                                  # SIGTERM; asserts exit status 0
 """
 import re
 import signal
 import subprocess
+import threading
 import time
 
 
@@ -40,3 +43,29 @@ class RingkvServer:
         finally:
             self.process.stderr.close()
         assert status == 0, f"ringkv-server exited {status} after SIGTERM"
+
+
+class LogReader:
+    """Drains a server's stderr into a list, so that a chatty log never blocks it."""
+
+    def __init__(self, server):
+        self.lines = []
+        self.thread = threading.Thread(target=self._drain, args=(server.process.stderr,),
+                                       daemon=True)
+        self.thread.start()
+
+    def _drain(self, pipe):
+        try:
+            for line in pipe:
+                self.lines.append(line)
+        except ValueError:  # The pipe was closed by RingkvServer.stop.
+            pass
+
+    def wait_for(self, pattern, timeout=10):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for line in list(self.lines):
+                if re.search(pattern, line):
+                    return line
+            time.sleep(0.05)
+        raise AssertionError(f"no log line matching {pattern!r} in {self.lines}")

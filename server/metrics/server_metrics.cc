@@ -1,0 +1,208 @@
+#include "server/metrics/server_metrics.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "ringkv/v1/kv.pb.h"
+#include "server/handlers/methods.h"
+#include "server/server.h"
+#include "server/shard_loop.h"
+
+namespace ringkv {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+constexpr const char* kCodeNames[CallMetrics::kCodes] = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily family;
+  family.name = "ringkv_" + std::move(name);
+  family.help = std::move(help);
+  family.type = type;
+  return family;
+}
+
+ClientMetric Value(MetricType type, double value, std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  if (type == MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  return metric;
+}
+
+// One value, no labels.
+MetricFamily Single(std::string name, std::string help, MetricType type, double value) {
+  MetricFamily family = Family(std::move(name), std::move(help), type);
+  family.metric.push_back(Value(type, value));
+  return family;
+}
+
+// The method label: "Get" for ringkv.v1.KV's, the full path for the others.
+std::string MethodLabel(const Method& method) {
+  const std::string_view path = method.path;
+  if (method.service() == "ringkv.v1.KV") return std::string(path.substr(path.rfind('/') + 1));
+  return std::string(path);
+}
+
+void AddCalls(const Server& server, std::vector<MetricFamily>* out) {
+  MetricFamily calls =
+      Family("calls_total", "Calls served, by method and gRPC status code.", MetricType::Counter);
+  MetricFamily duration =
+      Family("call_duration_seconds",
+             "Time from a call's headers to its end (its answer handed to the socket), by "
+             "method.",
+             MetricType::Histogram);
+  for (int m = 0; m < kMethodCount; ++m) {
+    const Method& method = MethodOf(static_cast<MethodId>(m));
+    const std::string label = MethodLabel(method);
+    for (int code = 0; code < CallMetrics::kCodes; ++code) {
+      uint64_t total = 0;
+      for (const auto& loop : server.loops()) total += loop->call_counts().calls(method.id, code);
+      if (total == 0) continue;
+      calls.metric.push_back(Value(MetricType::Counter, static_cast<double>(total),
+                                   {{"method", label}, {"code", kCodeNames[code]}}));
+    }
+    ClientMetric histogram;
+    histogram.label = {{"method", label}};
+    uint64_t cumulative = 0;
+    uint64_t sum_ns = 0;
+    for (int b = 0; b < CallMetrics::kBuckets; ++b) {
+      for (const auto& loop : server.loops())
+        cumulative += loop->call_counts().bucket(method.id, b);
+      histogram.histogram.bucket.push_back(
+          {cumulative, b < CallMetrics::kBuckets - 1
+                           ? static_cast<double>(CallMetrics::kBucketBoundsNs[b]) / 1e9
+                           : std::numeric_limits<double>::infinity()});
+    }
+    for (const auto& loop : server.loops()) sum_ns += loop->call_counts().sum_ns(method.id);
+    if (cumulative == 0) continue;
+    histogram.histogram.sample_count = cumulative;
+    histogram.histogram.sample_sum = static_cast<double>(sum_ns) / 1e9;
+    duration.metric.push_back(std::move(histogram));
+  }
+  out->push_back(std::move(calls));
+  out->push_back(std::move(duration));
+}
+
+void AddShards(const ringkv::v1::StatsResponse& stats, std::vector<MetricFamily>* out) {
+  struct Field {
+    const char* name;
+    const char* help;
+    MetricType type;
+    uint64_t (ringkv::v1::ShardStats::*get)() const;
+  };
+  const Field fields[] = {
+      {"keys", "Keys held, per shard.", MetricType::Gauge, &ringkv::v1::ShardStats::keys},
+      {"payload_bytes", "Key and value bytes held, per shard.", MetricType::Gauge,
+       &ringkv::v1::ShardStats::payload_bytes},
+      {"memory_bytes", "Memory the shard's data holds (table, heap blocks, TTL index).",
+       MetricType::Gauge, &ringkv::v1::ShardStats::memory_bytes},
+      {"memory_limit_bytes", "The shard's share of --max-memory (0: none).", MetricType::Gauge,
+       &ringkv::v1::ShardStats::memory_limit_bytes},
+      {"ttl_keys", "Keys with a TTL, per shard.", MetricType::Gauge,
+       &ringkv::v1::ShardStats::ttl_keys},
+      {"ops_total", "Requests the shard ran.", MetricType::Counter, &ringkv::v1::ShardStats::ops},
+      {"expired_keys_total", "Keys removed because their TTL passed.", MetricType::Counter,
+       &ringkv::v1::ShardStats::expired},
+      {"evicted_keys_total", "Keys evicted to stay under --max-memory.", MetricType::Counter,
+       &ringkv::v1::ShardStats::evicted},
+      {"ring_sent_total", "Requests and answers the shard's worker put on rings.",
+       MetricType::Counter, &ringkv::v1::ShardStats::ring_sent},
+      {"ring_received_total", "Requests and answers the shard's worker took off rings.",
+       MetricType::Counter, &ringkv::v1::ShardStats::ring_received},
+      {"ring_full_waits_total", "Sends that a full ring held back.", MetricType::Counter,
+       &ringkv::v1::ShardStats::ring_full_waits},
+  };
+  for (const Field& field : fields) {
+    MetricFamily family = Family(field.name, field.help, field.type);
+    for (const ringkv::v1::ShardStats& shard : stats.shards()) {
+      family.metric.push_back(Value(field.type, static_cast<double>((shard.*field.get)()),
+                                    {{"shard", std::to_string(shard.shard())}}));
+    }
+    out->push_back(std::move(family));
+  }
+}
+
+void AddConnections(const Transport::Connections& c, std::vector<MetricFamily>* out) {
+  if (!c.known) return;
+  out->push_back(Single("connections_open", "Client connections open.", MetricType::Gauge,
+                        static_cast<double>(c.open)));
+  MetricFamily refused = Family("connections_refused_total",
+                                "Client connections refused, by reason.", MetricType::Counter);
+  const std::pair<const char*, uint64_t> reasons[] = {{"max_connections", c.refused_limit},
+                                                      {"file_descriptors", c.refused_descriptors},
+                                                      {"tls_handshake", c.refused_tls}};
+  for (const auto& [reason, count] : reasons) {
+    refused.metric.push_back(
+        Value(MetricType::Counter, static_cast<double>(count), {{"reason", reason}}));
+  }
+  out->push_back(std::move(refused));
+}
+
+void AddPersistence(const ringkv::v1::PersistenceStats& p, std::vector<MetricFamily>* out) {
+  out->push_back(Single("persistence_log_bytes_total",
+                        "Bytes written to this run's logs (--data-dir).", MetricType::Counter,
+                        static_cast<double>(p.log_bytes())));
+  out->push_back(Single("persistence_log_syncs_total", "fdatasyncs of this run's logs.",
+                        MetricType::Counter, static_cast<double>(p.log_syncs())));
+  out->push_back(Single("persistence_last_snapshot_timestamp_seconds",
+                        "When the snapshot a restart would load was taken (0: none).",
+                        MetricType::Gauge, static_cast<double>(p.snapshot_unix_ms()) / 1e3));
+  out->push_back(Single("persistence_last_snapshot_keys", "Keys in that snapshot.",
+                        MetricType::Gauge, static_cast<double>(p.snapshot_keys())));
+  out->push_back(Single("persistence_last_snapshot_bytes", "Bytes of that snapshot.",
+                        MetricType::Gauge, static_cast<double>(p.snapshot_bytes())));
+  out->push_back(Single("persistence_failed",
+                        "1 once a log write or sync has failed: writes are refused, reads go on.",
+                        MetricType::Gauge, p.error().empty() ? 0 : 1));
+}
+
+}  // namespace
+
+std::vector<MetricFamily> ServerMetrics::Collect() const {
+  ringkv::v1::StatsResponse stats;
+  server_.FillStats(&stats);
+  const ServerOptions& options = server_.options();
+  std::vector<MetricFamily> out;
+
+  MetricFamily build =
+      Family("build_info", "Always 1; the labels say what runs.", MetricType::Gauge);
+  build.metric.push_back(
+      Value(MetricType::Gauge, 1,
+            {{"version", RINGKV_VERSION},
+             {"transport", options.transport == TransportKind::kH2 ? "h2" : "grpc"},
+             {"engine", stats.engine()},
+             {"tls", options.tls.cert.empty() ? "off" : "on"},
+             {"auth", options.auth_token_file.empty() ? "off" : "on"}}));
+  out.push_back(std::move(build));
+  out.push_back(Single("serving", "1 while serving; 0 once a stop has begun (draining).",
+                       MetricType::Gauge, server_.shutting_down() ? 0 : 1));
+  out.push_back(Single("uptime_seconds", "Seconds since the server started.", MetricType::Gauge,
+                       stats.uptime_seconds()));
+  out.push_back(Single("workers", "Worker threads (--threads), one shard each.", MetricType::Gauge,
+                       static_cast<double>(options.threads)));
+  AddCalls(server_, &out);
+  AddShards(stats, &out);
+  out.push_back(Single("ring_in_flight", "Requests and answers in rings now.", MetricType::Gauge,
+                       static_cast<double>(stats.ring_in_flight())));
+  AddConnections(server_.transport().connections(), &out);
+  out.push_back(Single("jemalloc_allocated_bytes", "jemalloc's stats.allocated.", MetricType::Gauge,
+                       static_cast<double>(stats.memory_allocated_bytes())));
+  out.push_back(Single("jemalloc_resident_bytes", "jemalloc's stats.resident.", MetricType::Gauge,
+                       static_cast<double>(stats.memory_resident_bytes())));
+  if (stats.has_persistence()) AddPersistence(stats.persistence(), &out);
+  return out;
+}
+
+}  // namespace ringkv

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Metrics of a real ringkv-server (--metrics-listen), read by a real Prometheus.
+
+- /metrics after known calls through grpcio: the call counters by method and code, the latency
+  histogram's count, the keys per shard, connections (h2), persistence (--data-dir); and
+  `promtool check metrics` passes on it.
+- Debian's Prometheus server scrapes it every second; the test queries its HTTP API until `up`
+  is 1 and the Put counter shows the calls the test made.
+- /healthz is 200 while serving and 503 during the drain (a Stream held open keeps the drain
+  going); a client that connects and sends nothing delays nobody for long; unknown paths 404,
+  other methods 405.
+
+Usage: metrics_test.py SERVER_BINARY PROTO_DIR TOOLS_DIR [SERVER_FLAG...]
+This script re-runs itself under the venv's Python (grpcio).
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.parse
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
+import python_stubs  # noqa: E402
+from ringkv_server import LogReader, RingkvServer  # noqa: E402
+
+SERVER, PROTO_DIR, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None,) * 3
+SERVER_FLAGS = sys.argv[4:]
+H2 = "--transport=grpc" not in SERVER_FLAGS
+
+
+def http(url, method="GET", timeout=10):
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def sample(text, name, **labels):
+    """The value of the sample `name{labels}` in a text exposition, or None."""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"(\w+)(?:\{(.*)\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            return float(m.group(3))
+    return None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MetricsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        python_stubs.generate(PROTO_DIR)
+        cls.dir = tempfile.mkdtemp(prefix="ringkv-metrics-")
+        cls.server = RingkvServer(SERVER, "--threads=2", "--metrics-listen=127.0.0.1:0",
+                                  f"--data-dir={os.path.join(cls.dir, 'data')}", *SERVER_FLAGS)
+        cls.log = LogReader(cls.server)
+        line = cls.log.wait_for(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
+        cls.base = "http://127.0.0.1:" + re.search(r":(\d+)/metrics", line).group(1)
+        import grpc
+        from ringkv.v1 import kv_pb2, kv_pb2_grpc
+        with grpc.insecure_channel(cls.server.address) as channel:
+            kv = kv_pb2_grpc.KVStub(channel)
+            for i in range(7):
+                kv.Put(kv_pb2.PutRequest(key=b"m%d" % i, value=b"v"), timeout=10)
+            for i in range(3):
+                kv.Get(kv_pb2.GetRequest(key=b"m%d" % i), timeout=10)
+            for _ in range(2):
+                try:
+                    kv.Get(kv_pb2.GetRequest(key=b"absent"), timeout=10)
+                except grpc.RpcError:
+                    pass
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.server.process.poll() is None:
+            cls.server.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_1_metrics_text(self):
+        status, text = http(self.base + "/metrics")
+        self.assertEqual(status, 200)
+        self.assertEqual(sample(text, "ringkv_calls_total", method="Put", code="OK"), 7)
+        self.assertEqual(sample(text, "ringkv_calls_total", method="Get", code="OK"), 3)
+        self.assertEqual(sample(text, "ringkv_calls_total", method="Get", code="NOT_FOUND"), 2)
+        self.assertEqual(sample(text, "ringkv_call_duration_seconds_count", method="Put"), 7)
+        self.assertEqual(sample(text, "ringkv_call_duration_seconds_bucket", method="Put",
+                                le="+Inf"), 7)
+        self.assertGreater(sample(text, "ringkv_call_duration_seconds_sum", method="Put"), 0)
+        keys = [sample(text, "ringkv_keys", shard=str(s)) for s in range(2)]
+        self.assertEqual(sum(keys), 7)
+        self.assertEqual(sample(text, "ringkv_serving"), 1)
+        self.assertEqual(sample(text, "ringkv_workers"), 2)
+        self.assertEqual(sample(text, "ringkv_build_info", transport="h2" if H2 else "grpc"), 1)
+        self.assertGreater(sample(text, "ringkv_persistence_log_bytes_total"), 0)
+        self.assertEqual(sample(text, "ringkv_persistence_failed"), 0)
+        self.assertIsNotNone(sample(text, "ringkv_ring_full_waits_total", shard="1"))
+        if H2:
+            self.assertEqual(sample(text, "ringkv_connections_refused_total",
+                                    reason="max_connections"), 0)
+            self.assertIsNotNone(sample(text, "ringkv_connections_open"))
+        if os.environ.get("RINGKV_SANITIZER", "none") == "none":  # No jemalloc under one.
+            self.assertGreater(sample(text, "ringkv_jemalloc_resident_bytes"), 0)
+        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_2_a_real_prometheus_scrapes_it(self):
+        port = free_port()
+        target = self.base.removeprefix("http://")
+        config = os.path.join(self.dir, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                    f"scrape_configs:\n  - job_name: ringkv\n    static_configs:\n"
+                    f"      - targets: ['{target}']\n")
+        prometheus = subprocess.Popen(
+            ["prometheus", f"--config.file={config}",
+             f"--storage.tsdb.path={os.path.join(self.dir, 'tsdb')}",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            def query(expression):
+                url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode(
+                    {"query": expression})
+                try:
+                    status, body = http(url, timeout=2)
+                except OSError:
+                    return None  # Not up yet.
+                result = json.loads(body)["data"]["result"] if status == 200 else []
+                return float(result[0]["value"][1]) if result else None
+
+            deadline = time.time() + 40
+            up = calls = None
+            while time.time() < deadline and (up != 1 or calls != 7):
+                up = query('up{job="ringkv"}')
+                calls = query('sum(ringkv_calls_total{job="ringkv",method="Put",code="OK"})')
+                time.sleep(0.25)
+            self.assertEqual((up, calls), (1, 7), "Prometheus never saw the target's calls")
+        finally:
+            prometheus.send_signal(signal.SIGTERM)
+            try:
+                prometheus.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                prometheus.kill()
+                prometheus.wait()
+            prometheus.stderr.close()
+
+    def test_3_http_edges(self):
+        self.assertEqual(http(self.base + "/healthz"), (200, "ok\n"))
+        self.assertEqual(http(self.base + "/nope")[0], 404)
+        self.assertEqual(http(self.base + "/metrics", method="POST")[0], 405)
+        # A client that connects and says nothing holds the endpoint 2 s at most.
+        idle = socket.create_connection(("127.0.0.1", int(self.base.rsplit(":", 1)[1])))
+        try:
+            start = time.time()
+            self.assertEqual(http(self.base + "/healthz")[0], 200)
+            self.assertLess(time.time() - start, 5)
+        finally:
+            idle.close()
+
+    def test_4_healthz_during_the_drain(self):
+        import grpc
+        from ringkv.v1 import kv_pb2, kv_pb2_grpc
+        release = threading.Event()
+
+        def ops():  # A Stream held open: a call in flight that the drain waits for.
+            yield kv_pb2.StreamRequest(ops=[kv_pb2.StreamOp(id=1, type=kv_pb2.OP_TYPE_GET,
+                                                            key=b"m1")])
+            release.wait(timeout=20)
+
+        channel = grpc.insecure_channel(self.server.address)
+        responses = kv_pb2_grpc.KVStub(channel).Stream(ops(), timeout=30)
+        next(responses)  # The stream is open and served.
+        self.server.process.send_signal(signal.SIGTERM)
+        deadline = time.time() + 3
+        status = None
+        while time.time() < deadline and status != 503:
+            status = http(self.base + "/healthz")[0]
+            time.sleep(0.05)
+        self.assertEqual(status, 503)
+        self.assertEqual(sample(http(self.base + "/metrics")[1], "ringkv_serving"), 0)
+        release.set()
+        list(responses)
+        channel.close()
+        self.assertEqual(self.server.process.wait(timeout=20), 0)
+
+
+if __name__ == "__main__":
+    venv_python = os.path.join(TOOLS, "venv", "bin", "python3")
+    if os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(TOOLS, "venv")) and \
+            not os.environ.get("RINGKV_METRICS_REEXEC"):
+        if not os.path.exists(venv_python):
+            sys.exit(f"test tools missing under {TOOLS}: run scripts/setup.sh")
+        os.environ["RINGKV_METRICS_REEXEC"] = "1"
+        os.execv(venv_python, [venv_python, *sys.argv])
+    unittest.main(argv=sys.argv[:1], verbosity=2)
