@@ -29,6 +29,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
 from ringkv_server import RingkvServer  # noqa: E402
+import venv_main  # noqa: E402
 
 SERVER, CLI, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None, None, None)
 SERVER_FLAGS = sys.argv[4:]
@@ -511,11 +512,4 @@ class ResourceTest(ServerCase):
 
 
 if __name__ == "__main__":
-    venv_python = os.path.join(TOOLS, "venv", "bin", "python3")
-    if os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(TOOLS, "venv")) and \
-            not os.environ.get("RINGKV_HOSTILE_REEXEC"):
-        if not os.path.exists(venv_python):
-            sys.exit(f"test tools missing under {TOOLS}: run scripts/setup.sh")
-        os.environ["RINGKV_HOSTILE_REEXEC"] = "1"
-        os.execv(venv_python, [venv_python, *sys.argv])
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    venv_main.run(TOOLS)

@@ -29,6 +29,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server", "testing"))
 import python_stubs  # noqa: E402
 from ringkv_server import RingkvServer  # noqa: E402
+import venv_main  # noqa: E402
 
 SERVER, PROTO_DIR, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None, None, None)
 SERVER_FLAGS = sys.argv[4:]
@@ -200,13 +201,4 @@ class InteropTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    venv_python = os.path.join(TOOLS, "venv", "bin", "python3")
-    if os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(TOOLS, "venv")) and \
-            not os.environ.get("RINGKV_INTEROP_REEXEC"):
-        if not os.path.exists(venv_python) or \
-                not os.path.exists(os.path.join(TOOLS, "bin", "grpcurl")) or \
-                not os.path.exists(os.path.join(TOOLS, "bin", "ghz")):
-            sys.exit(f"interop tools missing under {TOOLS}: run scripts/setup.sh")
-        os.environ["RINGKV_INTEROP_REEXEC"] = "1"
-        os.execv(venv_python, [venv_python, *sys.argv])
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    venv_main.run(TOOLS, needs=("bin/grpcurl", "bin/ghz"))

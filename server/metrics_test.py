@@ -32,6 +32,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
 import python_stubs  # noqa: E402
 from ringkv_server import LogReader, RingkvServer  # noqa: E402
+import venv_main  # noqa: E402
 
 SERVER, PROTO_DIR, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None,) * 3
 SERVER_FLAGS = sys.argv[4:]
@@ -206,11 +207,4 @@ class MetricsTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    venv_python = os.path.join(TOOLS, "venv", "bin", "python3")
-    if os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(TOOLS, "venv")) and \
-            not os.environ.get("RINGKV_METRICS_REEXEC"):
-        if not os.path.exists(venv_python):
-            sys.exit(f"test tools missing under {TOOLS}: run scripts/setup.sh")
-        os.environ["RINGKV_METRICS_REEXEC"] = "1"
-        os.execv(venv_python, [venv_python, *sys.argv])
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    venv_main.run(TOOLS)
