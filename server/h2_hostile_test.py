@@ -361,6 +361,49 @@ class HostileBytesTest(ServerCase):
             self.assertServing()
 
 
+class HandshakeTimeoutTest(ServerCase):
+    server_args = ("--handshake-timeout=1",)
+
+    def closed_within(self, sock, seconds):
+        """Whether the server closes `sock` within `seconds` (what it sends is read and kept)."""
+        sock.settimeout(0.2)
+        deadline = time.time() + seconds
+        self.received = b""
+        while time.time() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                continue
+            except ConnectionResetError:
+                return True
+            if not chunk:
+                return True
+            self.received += chunk
+        return False
+
+    def test_silent_and_trickling_clients_are_closed_greeted_ones_are_not(self):
+        silent = self.connect()
+        trickling = self.connect()
+        trickling.sendall(PREFACE[:10])
+        greeted = self.connect()
+        greeted.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        try:
+            # 1 s to greet; 5 s leaves a slow (sanitized) server room, and a timeout of 0 (the
+            # bug this guards against) keeps them open for good.
+            self.assertTrue(self.closed_within(silent, 5))
+            if not GRPCPP:  # ringkv's own transport says why.
+                self.assertIn(b"--handshake-timeout=1s", self.received)
+            self.assertTrue(self.closed_within(trickling, 5))
+            # The greeted connection has been idle as long and stays open: it answers a PING.
+            greeted.sendall(frame(PING, 0, 0, b"12345678"))
+            self.assertFalse(self.closed_within(greeted, 1))
+            self.assertIn(frame(PING, 1, 0, b"12345678"), self.received)
+        finally:
+            for sock in (silent, trickling, greeted):
+                sock.close()
+        self.assertServing()
+
+
 class ResourceTest(ServerCase):
     """Each test starts a server of its own (the limits differ)."""
 

@@ -55,6 +55,9 @@ ABSL_FLAG(int64_t, spin_us, -1,
 ABSL_FLAG(bool, poll_mode, false,
           "busy-poll instead of parking idle workers (dedicated machines only: each worker "
           "keeps a core busy)");
+ABSL_FLAG(double, handshake_timeout, 10.0,
+          "seconds a new connection gets to finish its TLS handshake and send HTTP/2's "
+          "connection preface; one that has not by then is closed");
 ABSL_FLAG(double, shutdown_grace, 4.0,
           "seconds the calls in flight get to finish on SIGTERM/SIGINT before they are cancelled");
 ABSL_FLAG(std::string, max_memory, "0",
@@ -227,6 +230,11 @@ int Main(int argc, char** argv) {
     ExitUsageError(argv[0], "--shutdown-grace must be 0 .. 3600 seconds");
   }
   options.shutdown_grace = absl::Seconds(grace);
+  const double handshake = absl::GetFlag(FLAGS_handshake_timeout);
+  if (!(handshake >= 0.1 && handshake <= 3600)) {
+    ExitUsageError(argv[0], "--handshake-timeout must be 0.1 .. 3600 seconds");
+  }
+  options.handshake_timeout = absl::Seconds(handshake);
   const std::string max_memory = absl::GetFlag(FLAGS_max_memory);
   const std::optional<uint64_t> memory_bytes = ParseByteSize(max_memory);
   if (!memory_bytes) {

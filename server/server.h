@@ -74,6 +74,9 @@ struct ServerOptions {
   // Client connections open at once; past it a new one is refused at once (h2 only: grpc++
   // has no such bound).
   uint32_t max_connections = 10000;
+  // How long a new connection may take over its TLS handshake and HTTP/2 connection preface
+  // before it is closed: a client that connects and stays silent holds no slot for longer.
+  absl::Duration handshake_timeout = absl::Seconds(10);
   // Calls in flight per connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS).
   uint32_t max_concurrent_streams = 100;
   // --max-memory (0: none) and --eviction; each shard gets an equal share of the bytes.

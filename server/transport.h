@@ -36,9 +36,10 @@ class Transport {
   struct Connections {
     bool known = false;
     int64_t open = 0;
-    uint64_t refused_limit = 0;        // --max-connections reached.
-    uint64_t refused_descriptors = 0;  // Out of file descriptors.
-    uint64_t refused_tls = 0;          // Failed TLS handshakes.
+    uint64_t refused_limit = 0;              // --max-connections reached.
+    uint64_t refused_descriptors = 0;        // Out of file descriptors.
+    uint64_t refused_tls = 0;                // Failed TLS handshakes.
+    uint64_t refused_handshake_timeout = 0;  // No preface within --handshake-timeout.
   };
   virtual Connections connections() const { return {}; }
 };

@@ -22,6 +22,11 @@ absl::StatusOr<std::unique_ptr<Transport>> GrpcTransport::Start(Server& server) 
   // Without this, gRPC binds with SO_REUSEPORT and a second daemon on the same port would
   // silently share it instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // grpc++ closes a connection whose handshake, or the client's first SETTINGS, is not in by
+  // then.
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(options.handshake_timeout)));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(options.max_concurrent_streams));
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();

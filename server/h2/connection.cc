@@ -5,8 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <string>
@@ -33,7 +33,8 @@ Connection* Of(void* user_data) { return static_cast<Connection*>(user_data); }
 
 }  // namespace
 
-Connection::Connection(H2LoopIo& io, int fd) : io_(io), fd_(fd), interest_(EPOLLIN) {
+Connection::Connection(H2LoopIo& io, int fd, int64_t greet_by_ns)
+    : io_(io), fd_(fd), greet_by_ns_(greet_by_ns), interest_(EPOLLIN) {
   if (const ServerTls* tls = io.loop().server().tls()) {
     ssl_ = tls->NewSession(fd);  // Null (out of memory): the handshake closes the connection.
     handshaking_ = true;
@@ -232,12 +233,12 @@ void Connection::SendShutdownNotice() {
   MarkDirty();
 }
 
-void Connection::Terminate() {
+void Connection::Terminate(std::string_view why) {
   if (closed()) return;
   for (H2Call* call : std::vector<H2Call*>(calls_.begin(), calls_.end())) call->Stop();
   nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
                         nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
-                        nullptr, 0);
+                        reinterpret_cast<const uint8_t*>(why.data()), why.size());
   Flush();  // One try: a client that does not read does not hold up the stop.
   if (!closed()) {
     if (ssl_ != nullptr && !handshaking_) {
@@ -303,6 +304,7 @@ int Connection::OnHeader(nghttp2_session*, const nghttp2_frame* frame, const uin
 }
 
 int Connection::OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
+  Of(user_data)->greeted_ = true;  // nghttp2 checked the preface: this is its SETTINGS or later.
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
   H2Call* call = Of(user_data)->CallOf(frame->hd.stream_id);
   if (call == nullptr) return 0;

@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -57,7 +58,8 @@ class Connection {
   static constexpr uint32_t kMaxHeaderListBytes = 16 * 1024;
 
   // Takes `fd`, an accepted non-blocking socket, and registers it with `io`.
-  Connection(H2LoopIo& io, int fd);
+  // `greet_by_ns`: the client's preface must be in by then (H2LoopIo closes it otherwise).
+  Connection(H2LoopIo& io, int fd, int64_t greet_by_ns);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -70,10 +72,15 @@ class Connection {
   // The server started draining: GOAWAY with the highest stream id, so clients send new calls
   // elsewhere (or to a new connection) while the calls in flight go on.
   void SendShutdownNotice();
-  // The server stops: calls left end with UNAVAILABLE, GOAWAY, a last flush, then Close.
-  void Terminate();
+  // The server stops: calls left end with UNAVAILABLE, GOAWAY (with `why` as its debug data),
+  // a last flush, then Close.
+  void Terminate(std::string_view why = {});
   void Close();
   bool closed() const { return fd_ < 0; }
+  // Whether the client's connection preface is in (its TLS handshake done, its first SETTINGS
+  // received), and when it must be by (--handshake-timeout; the steady clock's ns).
+  bool greeted() const { return greeted_; }
+  int64_t greet_by_ns() const { return greet_by_ns_; }
 
   // For H2Call.
   H2LoopIo& io() { return io_; }
@@ -121,6 +128,8 @@ class Connection {
   SSL* ssl_ = nullptr;            // With TLS: the session on fd_.
   bool handshaking_ = false;      // With TLS: until the handshake is done.
   bool tls_wants_write_ = false;  // OpenSSL needs the socket writable to go on.
+  bool greeted_ = false;
+  int64_t greet_by_ns_;
   nghttp2_session* session_ = nullptr;
   absl::flat_hash_set<H2Call*> calls_;  // Open streams' calls.
   int32_t last_stream_id_ = 0;          // CallOf's last answer (0: none).

@@ -137,20 +137,23 @@ size_t H2LoopIo::Poll() {
   work += HandleEvents(0);
   work += PumpReady();
   work += ExpireDeadlines();
+  work += ExpireGreetings();
   return work;
 }
 
 bool H2LoopIo::Wait(std::chrono::nanoseconds timeout) {
   int64_t wait_ns = timeout.count();
-  if (!deadlines_.empty() || accept_resume_ns_ > 0) {
+  if (!deadlines_.empty() || accept_resume_ns_ > 0 || !greetings_.empty()) {
     const int64_t now = NowNs();
     if (!deadlines_.empty()) wait_ns = std::min(wait_ns, deadlines_.begin()->first - now);
     if (accept_resume_ns_ > 0) wait_ns = std::min(wait_ns, accept_resume_ns_ - now);
+    if (!greetings_.empty()) wait_ns = std::min(wait_ns, greetings_.front().first - now);
   }
   const int timeout_ms = static_cast<int>(std::max<int64_t>(0, (wait_ns + 999'999) / 1'000'000));
   size_t work = HandleEvents(timeout_ms);
   work += PumpReady();
   work += ExpireDeadlines();
+  work += ExpireGreetings();
   return work > 0;
 }
 
@@ -236,7 +239,9 @@ void H2LoopIo::Accept() {
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    auto* connection = new Connection(*this, fd);
+    const int64_t greet_by =
+        NowNs() + absl::ToInt64Nanoseconds(loop_.server().options().handshake_timeout);
+    auto* connection = new Connection(*this, fd, greet_by);
     epoll_event event{};
     event.events = EPOLLIN;
     event.data.ptr = connection;
@@ -245,6 +250,7 @@ void H2LoopIo::Accept() {
       continue;
     }
     connections_.insert(connection);
+    greetings_.emplace_back(greet_by, connection);
   }
 }
 
@@ -310,6 +316,28 @@ size_t H2LoopIo::ExpireDeadlines() {
     H2Call* call = deadlines_.begin()->second;
     deadlines_.erase(deadlines_.begin());
     call->OnDeadline();
+    ++expired;
+  }
+  return expired;
+}
+
+size_t H2LoopIo::ExpireGreetings() {
+  if (greetings_.empty()) return 0;
+  const int64_t now = NowNs();
+  size_t expired = 0;
+  while (!greetings_.empty() && greetings_.front().first <= now) {
+    Connection* connection = greetings_.front().second;
+    greetings_.pop_front();
+    if (!connections_.contains(connection) || connection->greeted() ||
+        connection->greet_by_ns() > now) {
+      continue;
+    }
+    transport_.CountRefused(H2Transport::kHandshakeTimeout);
+    const absl::Duration timeout = loop_.server().options().handshake_timeout;
+    Log(LogLevel::kDebug, "closing a connection that sent no HTTP/2 preface within %s",
+        absl::FormatDuration(timeout));
+    connection->Terminate(absl::StrCat("no HTTP/2 connection preface within --handshake-timeout=",
+                                       absl::FormatDuration(timeout)));
     ++expired;
   }
   return expired;

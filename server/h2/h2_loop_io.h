@@ -18,6 +18,10 @@
 // its spare again: every connection is answered promptly, and the loop serves the others all
 // along. If even the spare cannot be had back, the loop stops watching the socket for 100 ms.
 //
+// Clients that connect and stay silent: a connection whose TLS handshake and HTTP/2 preface are
+// not in within --handshake-timeout gets a GOAWAY saying so and is closed, so that silent or
+// trickling clients cannot hold the --max-connections slots for good.
+//
 // Threads: the loop's thread only, except Wake (any thread).
 #ifndef RINGKV_SERVER_H2_H2_LOOP_IO_H_
 #define RINGKV_SERVER_H2_H2_LOOP_IO_H_
@@ -26,6 +30,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -98,6 +103,8 @@ class H2LoopIo : public LoopIo {
   void StopAll();
   size_t PumpReady();
   size_t ExpireDeadlines();
+  // Closes the connections whose preface is late.
+  size_t ExpireGreetings();
 
   // Constant after construction.
   H2Transport& transport_;
@@ -115,6 +122,10 @@ class H2LoopIo : public LoopIo {
   std::vector<H2Call*> retired_calls_;
   std::vector<Connection*> retired_connections_;
   absl::btree_set<std::pair<int64_t, H2Call*>> deadlines_;
+  // Connections by the time their preface is due, in accept order (so in time order). Entries
+  // outlive their connections: one counts only while its connection is open, ungreeted and
+  // due by then (a new connection at the same address is due later).
+  std::deque<std::pair<int64_t, Connection*>> greetings_;
   size_t live_calls_ = 0;
   int spare_fd_ = -1;             // Kept for the out-of-descriptors refusal; -1 if lost.
   bool listening_ = false;        // The listener is in the epoll set.

@@ -48,7 +48,8 @@ class H2Transport : public Transport {
             .open = open_connections(),
             .refused_limit = refused(kTooManyConnections),
             .refused_descriptors = refused(kOutOfDescriptors),
-            .refused_tls = refused(kTlsHandshake)};
+            .refused_tls = refused(kTlsHandshake),
+            .refused_handshake_timeout = refused(kHandshakeTimeout)};
   }
 
   // For the loops, any loop thread.
@@ -60,7 +61,13 @@ class H2Transport : public Transport {
   void ReleaseConnectionSlot() { connections_.fetch_sub(1, std::memory_order_relaxed); }
 
   // Connections refused, by why (for /metrics); any thread. Relaxed: counts, ordering nothing.
-  enum Refusal { kTooManyConnections, kOutOfDescriptors, kTlsHandshake, kRefusals };
+  enum Refusal {
+    kTooManyConnections,
+    kOutOfDescriptors,
+    kTlsHandshake,
+    kHandshakeTimeout,
+    kRefusals
+  };
   void CountRefused(Refusal why) { refused_[why].fetch_add(1, std::memory_order_relaxed); }
   uint64_t refused(Refusal why) const { return refused_[why].load(std::memory_order_relaxed); }
   int64_t open_connections() const { return connections_.load(std::memory_order_relaxed); }

@@ -140,9 +140,11 @@ void AddConnections(const Transport::Connections& c, std::vector<MetricFamily>* 
                         static_cast<double>(c.open)));
   MetricFamily refused = Family("connections_refused_total",
                                 "Client connections refused, by reason.", MetricType::Counter);
-  const std::pair<const char*, uint64_t> reasons[] = {{"max_connections", c.refused_limit},
-                                                      {"file_descriptors", c.refused_descriptors},
-                                                      {"tls_handshake", c.refused_tls}};
+  const std::pair<const char*, uint64_t> reasons[] = {
+      {"max_connections", c.refused_limit},
+      {"file_descriptors", c.refused_descriptors},
+      {"tls_handshake", c.refused_tls},
+      {"handshake_timeout", c.refused_handshake_timeout}};
   for (const auto& [reason, count] : reasons) {
     refused.metric.push_back(
         Value(MetricType::Counter, static_cast<double>(count), {{"reason", reason}}));
