@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 
 namespace ringkv {
 
@@ -39,6 +40,13 @@ class LoopIo {
   // Loop thread: the transport has stopped (Transport::Stop), no call of this loop is left and
   // no event will come any more.
   virtual bool Finished() const = 0;
+
+  // The steady clock in nanoseconds: the time base of call deadlines and call timings.
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 };
 
 }  // namespace ringkv

@@ -1,12 +1,12 @@
 #include "server/grpc/grpc_calls.h"
 
-#include <chrono>
 #include <memory>
 #include <type_traits>
 
 #include "absl/base/internal/raw_logging.h"
 #include "server/grpc/grpc_transport.h"
 #include "server/handlers/methods.h"
+#include "server/loop_io.h"
 #include "server/server.h"
 #include "server/shard_loop.h"
 
@@ -66,7 +66,7 @@ class Adapter : public GrpcCall {
  public:
   ~Adapter() override {
     if (start_ns_ != 0) {
-      io_.loop().call_metrics()->Record(method_.id, code_, NowNs() - start_ns_);
+      io_.loop().call_metrics()->Record(method_.id, code_, LoopIo::NowNs() - start_ns_);
     }
     if (counted_) server().CallEnded();
     io_.CallGone();
@@ -89,7 +89,7 @@ class Adapter : public GrpcCall {
   // (UNAUTHENTICATED, PERMISSION_DENIED), or with UNAVAILABLE if the server drains and the
   // method is not served then; else counted, if its method is.
   bool Admit() {
-    if (io_.loop().call_metrics() != nullptr) start_ns_ = NowNs();
+    if (io_.loop().call_metrics() != nullptr) start_ns_ = LoopIo::NowNs();
     Role caller = Role::kAdmin;
     if (const Authenticator* auth = server().auth()) {
       const auto& metadata = context_.client_metadata();
@@ -146,12 +146,6 @@ class Adapter : public GrpcCall {
   bool counted_ = false;  // In the server's count of calls being served.
   bool retired_ = false;
   int64_t start_ns_ = 0;  // When the call arrived; 0: not timed (no --metrics-listen).
-
-  static int64_t NowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
 };
 
 template <auto kArm>

@@ -19,8 +19,8 @@
 // along. If even the spare cannot be had back, the loop stops watching the socket for 100 ms.
 //
 // Clients that connect and stay silent: a connection whose TLS handshake and HTTP/2 preface are
-// not in within --handshake-timeout gets a GOAWAY saying so and is closed, so that silent or
-// trickling clients cannot hold the --max-connections slots for good.
+// not in within --handshake-timeout is closed (in plaintext after a GOAWAY that says why), so that
+// silent or trickling clients cannot hold the --max-connections slots for good.
 //
 // Threads: the loop's thread only, except Wake (any thread).
 #ifndef RINGKV_SERVER_H2_H2_LOOP_IO_H_
@@ -86,13 +86,6 @@ class H2LoopIo : public LoopIo {
   void RemoveDeadline(H2Call* call, int64_t at_ns) { deadlines_.erase({at_ns, call}); }
   void CallMade() { ++live_calls_; }
   void CallGone() { --live_calls_; }
-
-  // The steady clock in nanoseconds, the time base of deadlines.
-  static int64_t NowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
 
  private:
   size_t HandleEvents(int timeout_ms);
