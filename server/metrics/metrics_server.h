@@ -5,9 +5,10 @@
 //
 // Why not prometheus-cpp's own Exposer: its handlers cannot answer /healthz with 503, and it
 // brings civetweb's thread pool; a scrape a few times a minute needs one thread and one
-// connection at a time. Each connection gets one request and is closed; a client that sends
-// nothing for 2 s, or a request over 8 KiB, is dropped, so a slow or hostile client delays a
-// scrape by 2 s at most and costs the workers nothing.
+// connection at a time. Each connection gets one request and is closed; a client whose request
+// line is not in within 2 s, or runs past 8 KiB, is dropped, and one that has not taken the
+// answer 2 s after that is too, so a slow or hostile client delays a scrape by 4 s at most and
+// costs the workers nothing.
 //
 // Threads: Bind, Start and Stop on the control thread; the endpoint's own thread reads the server's
 // counters (ServerMetrics) while the server runs.

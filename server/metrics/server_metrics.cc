@@ -1,7 +1,9 @@
 #include "server/metrics/server_metrics.h"
 
+#include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "ringkv/v1/kv.pb.h"
