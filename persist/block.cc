@@ -1,5 +1,6 @@
 #include "persist/block.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "persist/crc32c.h"
@@ -21,6 +22,9 @@ uint32_t Checksum(uint32_t seed, const char* length, std::string_view payload) {
 uint32_t LengthCheck(uint32_t seed, const char* length) {
   return Crc32cExtend(~seed, std::string_view(length, 4));
 }
+// A sector: the least a file system leaves unwritten after a power loss.
+constexpr size_t kUnwrittenZeros = 512;
+
 bool AllZero(std::string_view bytes) {
   for (char c : bytes) {
     if (c != 0) return false;
@@ -74,9 +78,14 @@ bool BlockReader::Next(std::string_view* payload) {
   }
   const std::string_view body(header + kBlockHeaderBytes, length);
   if (Checksum(seed_, header, body) != GetU32(header + 8)) {
-    const bool last = length == left - kBlockHeaderBytes ||
-                      AllZero(rest.substr(kBlockHeaderBytes + length));
-    end_ = last ? End::kTorn : End::kDamaged;
+    // Whole and last, it was written whole: a failed check is a changed byte, not a write cut
+    // short. Unless it ends in a run of zeros, which is how a file system shows pages it had
+    // sized but not written when the power went (no writer ends a block in that many zeros
+    // and a bad checksum together).
+    const std::string_view after = rest.substr(kBlockHeaderBytes + length);
+    const size_t zeros = std::min<size_t>(length, kUnwrittenZeros);
+    end_ = AllZero(after) && zeros > 0 && AllZero(body.substr(length - zeros)) ? End::kTorn
+                                                                                : End::kDamaged;
     return false;
   }
   offset_ += kBlockHeaderBytes + length;

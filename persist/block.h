@@ -9,10 +9,12 @@
 // little-endian. The seed is the file's own (persist/format.h), so a block that belongs to
 // another file fails its check too. A reader takes blocks while they check out and stops at
 // the first that does not. A write that a crash cut short leaves a torn last block: a header
-// cut short, a checked length that runs past the end of the file, a payload that fails its
-// checksum with nothing after it, or zeros to the end (a file system may extend a file before
-// its data lands). Anything else is damage, which the caller must not mistake for a clean end;
-// the length's own check is what tells a flipped length (damage) from a write cut short.
+// cut short, a checked length that runs past the end of the file, or zeros to the end (a file
+// system may extend a file before its data lands: a header of zeros, or a payload that fails
+// its checksum and ends in at least a sector of zeros). Anything else is damage, which the
+// caller must not mistake for a clean end: a last block that is whole and fails its checksum
+// was written whole and changed since. The length's own check is what tells a flipped length
+// (damage) from a write cut short.
 //
 //   std::string file;
 //   AppendBlock(&file, seed, "one");
@@ -46,7 +48,7 @@ class BlockReader {
   enum class End {
     kNone,     // Not at the end yet.
     kClean,    // Every byte was in a good block.
-    kTorn,     // The last block is incomplete or fails its check, and nothing follows it.
+    kTorn,     // The last block is incomplete (cut short, or zeros to the end).
     kDamaged,  // A block fails its check (or claims an impossible length) with bytes after it.
   };
 
