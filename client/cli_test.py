@@ -191,6 +191,18 @@ class CliTest(unittest.TestCase):
                      b"--eviction"):
             self.assertIn(flag, r.stdout)
 
+    def test_version_names_the_release_and_the_commit(self):
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+        for program in (SERVER, CLI):
+            r = subprocess.run([program, "--version"], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            name = os.path.basename(program)
+            self.assertRegex(r.stdout, rf"^{name} \d+\.\d+\.\d+ \(commit [0-9a-f]{{12}}"
+                                       rf"(-dirty)?\)\n$")
+            if head.returncode == 0:  # Built from this checkout: its commit.
+                self.assertIn(head.stdout.strip(), r.stdout)
+
     def test_a_full_max_memory_exits_3_with_the_servers_message(self):
         server = RingkvServer(SERVER, "--threads=1", "--max-memory=1MiB", *SERVER_FLAGS)
         self.addCleanup(server.stop)

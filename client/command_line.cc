@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -14,10 +15,12 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/version.h"
 
 namespace ringkv {
 namespace {
@@ -194,6 +197,13 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
       ExitUsageError(argv[0], "bad value '" + value + "' for --" + name + ": " + error);
     }
   }
+  // --version prints "<program> <release> (commit <git describe>)" and exits 0.
+  absl::FlagsUsageConfig usage;
+  usage.version_string = [program = std::string(argv[0])] {
+    return absl::StrCat(std::filesystem::path(program).filename().string(), " ", RINGKV_VERSION,
+                        " (commit ", RINGKV_COMMIT, ")\n");
+  };
+  absl::SetFlagsUsageConfig(usage);
   // Abseil parses the flags (and runs its own, such as --flagfile) without the negative numbers.
   args.clear();
   for (std::string& arg : storage) {

@@ -3,7 +3,9 @@
 // --flagfile=PATH reads more flags from PATH, one "--name=value" a line ("#" starts a comment),
 // and any usage error (an unknown flag, a value that does not parse) prints one line naming
 // the flag and exits with status 2, where Abseil alone would exit with 1. --help prints the
-// usage message and the program's own flags and exits 0; --helpfull and friends are Abseil's.
+// usage message and the program's own flags and exits 0; --version prints the program's name,
+// ringkv's release and the commit it was built from, and exits 0; --helpfull and friends are
+// Abseil's.
 // Returns the positional arguments, argv[0] first; a negative number ("-5") is one of them, not
 // a flag. Call once, from main.
 //
