@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -43,15 +44,26 @@ void CrashPoint(std::string_view step) {
 struct Source {
   std::string path;
   FileHeader header;
-  std::unique_ptr<MappedFile> file;
-  size_t body = 0;  // Where the blocks after the header start.
+  std::unique_ptr<MappedFile> file;  // Null: the file has no whole header (see headerless).
+  size_t body = 0;                   // Where the blocks after the header start.
+  size_t limit = 0;  // Read only this many bytes (the MANIFEST's intact length); 0: all.
+  bool headerless = false;  // Shorter than a header, or a torn one: it never held a record.
+  size_t file_bytes = 0;    // The file's size.
+  // The bytes a restore may read.
+  std::string_view data() const {
+    const std::string_view all = file->data();
+    return limit > 0 ? all.substr(0, limit) : all;
+  }
+  // Whether the file holds nothing after its header.
+  bool empty() const { return file == nullptr || file->data().size() == body; }
 };
 
 // How reading one file ended.
 struct Outcome {
   BlockReader::End end = BlockReader::End::kClean;
-  size_t offset = 0;     // Of the first byte not loaded.
+  size_t offset = 0;       // Of the first byte not loaded.
   bool malformed = false;  // A block that checked out held a bad record, or a snapshot's end.
+  uint64_t revision = 0;   // A snapshot's footer's.
 };
 
 absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) {
@@ -71,15 +83,13 @@ absl::StatusOr<Source> OpenSource(const std::string& dir, const std::string& nam
   absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(source.path);
   if (!file.ok()) return file.status();
   source.file = std::move(*file);
+  source.file_bytes = source.file->data().size();
   BlockReader reader(source.file->data(), 0);
   std::string_view payload;
   if (!reader.Next(&payload)) {
-    // A log is created, given its header and synced before it takes a record: one whose header
-    // is torn was cut short by a crash as it was created, and never held anything.
-    if (parsed.kind == FileKind::kLog && reader.end() != BlockReader::End::kDamaged) {
-      Log(LogLevel::kWarning, "%s: a log that a crash cut short as it was created; it holds "
-          "nothing", source.path);
+    if (reader.end() != BlockReader::End::kDamaged) {  // Cut short (a log being created?).
       source.file.reset();
+      source.headerless = true;
       return source;
     }
     return absl::DataLossError(absl::StrCat(source.path, " is damaged at offset 0 (its header)"));
@@ -97,10 +107,10 @@ absl::StatusOr<Source> OpenSource(const std::string& dir, const std::string& nam
   return source;
 }
 
-// Applies the records of `source` that `keep` accepts to `shard`.
-template <typename Keep>
-Outcome Load(const Source& source, Shard& shard, Keep keep, int64_t now_ms) {
-  const std::string_view data = source.file->data().substr(source.body);
+// Reads the records of `source`, calling apply(record) for each, in order.
+template <typename Apply>
+Outcome Load(const Source& source, Apply apply) {
+  const std::string_view data = source.data().substr(source.body);
   BlockReader reader(data, SeedOf(source.header));
   const bool snapshot = source.header.kind == FileKind::kSnapshot;
   Outcome outcome;
@@ -125,20 +135,7 @@ Outcome Load(const Source& source, Shard& shard, Keep keep, int64_t now_ms) {
     Record r;
     while (records_in.Next(&r)) {
       ++records;
-      const uint64_t hash = Router::Hash(r.key);
-      if (!keep(hash)) continue;
-      const HashedKey key{r.key, hash};
-      switch (r.kind) {
-        case RecordKind::kSet:
-          shard.LoadSet(key, r.value, r.version, r.deadline_ms, now_ms);
-          break;
-        case RecordKind::kDeadline:
-          shard.LoadDeadline(key, r.deadline_ms, now_ms);
-          break;
-        case RecordKind::kDelete:
-          shard.LoadDelete(key);
-          break;
-      }
+      apply(r);
     }
     if (records_in.malformed()) {
       outcome.malformed = true;
@@ -152,7 +149,37 @@ Outcome Load(const Source& source, Shard& shard, Keep keep, int64_t now_ms) {
       (!footer_seen || footer.records != records || footer.data_blocks != blocks)) {
     outcome.malformed = true;  // Not whole: a snapshot is committed whole or not at all.
   }
+  outcome.revision = footer.revision;
   return outcome;
+}
+
+// Applies the records of `source` whose key `keep` accepts (by its hash) to `shard`.
+template <typename Keep>
+Outcome LoadInto(const Source& source, Shard& shard, Keep keep) {
+  return Load(source, [&](const Record& r) {
+    const uint64_t hash = Router::Hash(r.key);
+    if (!keep(hash)) return;
+    const HashedKey key{r.key, hash};
+    switch (r.kind) {
+      case RecordKind::kSet:
+        shard.LoadSet(key, r.value, r.version, r.deadline_ms);
+        break;
+      case RecordKind::kDeadline:
+        shard.LoadDeadline(key, r.deadline_ms);
+        break;
+      case RecordKind::kDelete:
+        shard.LoadDelete(key);
+        break;
+    }
+  });
+}
+
+bool Whole(const Outcome& o) { return !o.malformed && o.end == BlockReader::End::kClean; }
+
+std::string Generations(const std::set<uint64_t>& generations) {
+  if (generations.empty()) return "none";
+  if (generations.size() == 1) return absl::StrCat(*generations.begin());
+  return absl::StrCat(*generations.begin(), " to ", *generations.rbegin());
 }
 
 }  // namespace
@@ -186,8 +213,14 @@ absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path, 
   std::unique_ptr<DataDir> dir(new DataDir(path, mode, load_intact, lock_fd));
   absl::StatusOr<std::string> manifest = ReadFile(path + "/MANIFEST");
   if (manifest.ok()) {
+    dir->manifest_state_ = ManifestState::kFound;
     if (absl::Status s = DecodeManifest(*manifest, &dir->manifest_); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(path, "/MANIFEST: ", s.message()));
+      // A newer format is no damage, and --load-intact must not read past it.
+      if (s.code() != absl::StatusCode::kDataLoss) {
+        return absl::Status(s.code(), absl::StrCat(path, "/MANIFEST: ", s.message()));
+      }
+      dir->manifest_state_ = ManifestState::kDamaged;
+      dir->manifest_ = Manifest();
     }
   } else if (manifest.status().code() != absl::StatusCode::kNotFound) {
     return manifest.status();
@@ -195,37 +228,192 @@ absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path, 
   return dir;
 }
 
+absl::Status DataDir::Refuse(const std::string& what, std::string_view way_out) {
+  if (!load_intact_) {
+    return absl::DataLossError(
+        absl::StrCat(what, "; refusing to start. --load-intact ", std::string(way_out)));
+  }
+  Log(LogLevel::kWarning, "%s; --load-intact %s", what, std::string(way_out));
+  repair_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> DataDir::NewestWholeSnapshot(
+    const std::map<uint64_t, std::vector<std::string>>& snapshots) {
+  for (auto it = snapshots.rbegin(); it != snapshots.rend(); ++it) {
+    const auto& [generation, names] = *it;
+    bool whole = true;
+    uint32_t shards = 0;
+    for (size_t i = 0; i < names.size() && whole; ++i) {
+      const std::optional<ParsedName> parsed = ParseName(names[i]);
+      absl::StatusOr<Source> source = OpenSource(path_, names[i], *parsed);
+      whole = source.ok() && !source->headerless && parsed->shard == i &&
+              (i == 0 || source->header.shards == shards) &&
+              Whole(Load(*source, [](const Record&) {}));
+      if (whole) shards = source->header.shards;
+    }
+    if (whole && shards == names.size()) return generation;
+    Log(LogLevel::kWarning, "--load-intact: the snapshot of generation %d is not whole; "
+        "trying an older one", generation);
+  }
+  return 0;
+}
+
 absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& router,
                               int64_t now_ms) {
   const auto started = std::chrono::steady_clock::now();
   absl::StatusOr<std::vector<std::string>> names = ListDirectory(path_);
   if (!names.ok()) return names.status();
-  const uint64_t snapshot_generation = manifest_.generation;
-  // The snapshot's files, then each generation's logs, oldest first.
-  std::vector<Source> snapshot;
-  std::map<uint64_t, std::vector<Source>> logs;
-  uint64_t newest = snapshot_generation;
+  // What the directory holds.
+  std::map<uint64_t, std::vector<std::string>> snapshot_names;  // By generation, shard order.
+  std::map<std::pair<uint64_t, uint32_t>, std::string> log_names;  // By generation, worker.
+  std::set<uint64_t> snapshot_generations, log_generations;
+  size_t snapshot_files = 0;
+  uint64_t newest = manifest_.generation;
   for (const std::string& name : *names) {
     const std::optional<ParsedName> parsed = ParseName(name);
     if (!parsed) continue;
     newest = std::max(newest, parsed->generation);
-    const bool wanted = parsed->kind == FileKind::kSnapshot
-                            ? parsed->generation == snapshot_generation && snapshot_generation > 0
-                            : parsed->generation >= snapshot_generation;
-    if (!wanted) continue;
-    absl::StatusOr<Source> source = OpenSource(path_, name, *parsed);
-    if (!source.ok()) return source.status();
-    if (source->file == nullptr) continue;
-    (parsed->kind == FileKind::kSnapshot ? snapshot : logs[parsed->generation])
-        .push_back(std::move(*source));
+    if (parsed->kind == FileKind::kSnapshot) {
+      snapshot_names[parsed->generation].push_back(name);
+      ++snapshot_files;
+      snapshot_generations.insert(parsed->generation);
+    } else {
+      log_names[{parsed->generation, parsed->shard}] = name;
+      log_generations.insert(parsed->generation);
+    }
   }
-  if (snapshot_generation > 0 && snapshot.size() != manifest_.shards) {
-    return absl::DataLossError(absl::StrCat(
-        path_, "/MANIFEST names a snapshot of ", manifest_.shards, " files (generation ",
-        snapshot_generation, "); ", snapshot.size(), " are there"));
+
+  // Which snapshot to start from, and whether the MANIFEST lists the logs.
+  uint64_t snapshot_generation = manifest_.generation;
+  uint32_t snapshot_shards = manifest_.shards;
+  bool inventory = manifest_.has_inventory;
+  if (manifest_state_ != ManifestState::kFound) {
+    inventory = false;
+    // Format 1 wrote no MANIFEST until the first snapshot: its logs alone are the data. A
+    // format 2 server lists its logs in a MANIFEST before they take a record.
+    const bool format1_logs_only =
+        manifest_state_ == ManifestState::kMissing && snapshot_names.empty() &&
+        std::all_of(log_names.begin(), log_names.end(), [&](const auto& entry) {
+          absl::StatusOr<Source> source = OpenSource(path_, entry.second, *ParseName(entry.second));
+          return source.ok() && (source->headerless || source->header.format == 1);
+        });
+    if (format1_logs_only) {
+      snapshot_generation = 0;  // A new data directory, or one of format 1 with only logs.
+    } else {
+      const std::string what =
+          manifest_state_ == ManifestState::kDamaged
+              ? absl::StrCat(path_, "/MANIFEST is damaged")
+              : absl::StrCat(path_, " holds ", snapshot_files, " snapshot files (generation ",
+                             Generations(snapshot_generations), ") and ", log_names.size(),
+                             " logs (generation ", Generations(log_generations),
+                             ") but no MANIFEST, which says which of them a restore needs");
+      if (absl::Status s = Refuse(what, kWayOutWithoutManifest); !s.ok()) return s;
+      absl::StatusOr<uint64_t> chosen = NewestWholeSnapshot(snapshot_names);
+      if (!chosen.ok()) return chosen.status();
+      snapshot_generation = *chosen;
+      snapshot_shards = chosen.value() > 0
+                            ? static_cast<uint32_t>(snapshot_names[snapshot_generation].size())
+                            : 0;
+      Log(LogLevel::kWarning, "--load-intact: starting from %s and the logs after it",
+          snapshot_generation > 0 ? absl::StrCat("the snapshot of generation ",
+                                                 snapshot_generation)
+                                  : std::string("no snapshot"));
+    }
   }
-  // This run's logs: a generation no log has yet, and none below the snapshot's.
-  generation_ = std::max<uint64_t>(newest + (logs.empty() ? 0 : 1), 1);
+
+  // The files to read: the snapshot's, then each generation's logs, oldest first.
+  std::vector<Source> snapshot;
+  std::map<uint64_t, std::vector<Source>> logs;
+  std::vector<std::string> leftovers;  // Logs a crash left as they were made: nothing in them.
+  auto open = [&](const std::string& name, std::vector<Source>* into) -> absl::Status {
+    absl::StatusOr<Source> source = OpenSource(path_, name, *ParseName(name));
+    if (!source.ok()) {
+      if (source.status().code() != absl::StatusCode::kDataLoss) return source.status();
+      return Refuse(std::string(source.status().message()), kWayOutWithoutFile);
+    }
+    into->push_back(std::move(*source));
+    return absl::OkStatus();
+  };
+  for (uint32_t i = 0; snapshot_generation > 0 && i < snapshot_shards; ++i) {
+    const std::string name = SnapshotName(snapshot_generation, i);
+    if (!std::binary_search(names->begin(), names->end(), name)) {
+      absl::Status s = Refuse(
+          absl::StrCat(path_, "/", name, " is missing; the MANIFEST names a snapshot of ",
+                       snapshot_shards, " files (generation ", snapshot_generation, ")"),
+          kWayOutWithoutFile);
+      if (!s.ok()) return s;
+      continue;
+    }
+    if (absl::Status s = open(name, &snapshot); !s.ok()) return s;
+    if (!snapshot.empty() && snapshot.back().headerless) {
+      const std::string path = snapshot.back().path;
+      snapshot.pop_back();
+      absl::Status s = Refuse(absl::StrCat(path, " has no whole header"), kWayOutWithoutFile);
+      if (!s.ok()) return s;
+    }
+  }
+  std::set<std::pair<uint64_t, uint32_t>> listed;
+  if (inventory) {
+    for (const LogEntry& entry : manifest_.logs) {
+      listed.insert({entry.generation, entry.worker});
+      const std::string name = LogName(entry.generation, entry.worker);
+      const std::string path = absl::StrCat(path_, "/", name);
+      if (!log_names.contains({entry.generation, entry.worker})) {
+        absl::Status s = Refuse(absl::StrCat(path, " is missing; the MANIFEST lists it"),
+                                kWayOutWithoutFile);
+        if (!s.ok()) return s;
+        continue;
+      }
+      std::vector<Source>& generation = logs[entry.generation];
+      if (absl::Status s = open(name, &generation); !s.ok()) return s;
+      if (generation.empty() || generation.back().path != path) continue;  // Set aside.
+      Source& source = generation.back();
+      // A listed log had its header synced before the MANIFEST named it, and nothing shortens
+      // a log: a file without them was cut or replaced.
+      if (source.headerless || source.file_bytes < entry.intact_bytes) {
+        const std::string what = absl::StrCat(
+            path, " is ", source.file_bytes, " bytes, without ",
+            source.headerless ? "its header" : "the blocks it had",
+            "; the MANIFEST lists it with ",
+            entry.intact_bytes > 0 ? absl::StrCat(entry.intact_bytes, " bytes intact")
+                                   : std::string("its header"));
+        const bool headerless = source.headerless;
+        if (headerless) generation.pop_back();
+        absl::Status s = Refuse(what, headerless ? kWayOutWithoutFile : kWayOutShort);
+        if (!s.ok()) return s;
+        continue;  // --load-intact: the blocks that are there, read to the end.
+      }
+      source.limit = entry.intact_bytes;
+    }
+  }
+  for (const auto& [key, name] : log_names) {
+    const uint64_t generation = key.first;
+    if (generation < snapshot_generation || listed.contains(key)) continue;
+    std::vector<Source> found;
+    if (absl::Status s = open(name, &found); !s.ok()) return s;
+    if (found.empty()) continue;
+    if (found.back().empty()) {
+      // Made, and not listed yet, when a crash came: it never took a record.
+      if (inventory) leftovers.push_back(found.back().path);
+      if (found.back().headerless && !inventory) {
+        Log(LogLevel::kWarning, "%s: a log that a crash cut short as it was created; it holds "
+            "nothing", found.back().path);
+      }
+      continue;
+    }
+    if (inventory) {
+      absl::Status s = Refuse(
+          absl::StrCat(found.back().path, " holds records, but the MANIFEST does not list it"),
+          "loads it with the others");
+      if (!s.ok()) return s;
+    }
+    logs[generation].push_back(std::move(found.back()));
+  }
+  // This run's logs: a generation no log has yet, and none below the snapshot's. A repair
+  // writes a snapshot of that generation first.
+  generation_ = repair_ ? newest + 1
+                        : std::max<uint64_t>(newest + (log_names.empty() ? 0 : 1), 1);
 
   // Every file is read by the threads that need it; outcomes[f] is file f's, set by whichever
   // read it (they agree).
@@ -243,43 +431,93 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
         const Source& source = *order[f];
         if (source.header.shards == n) {
           if (source.header.shard != t) continue;
-          outcomes[f] = Load(source, *shards[t], [](uint64_t) { return true; }, now_ms);
+          outcomes[f] = LoadInto(source, *shards[t], [](uint64_t) { return true; });
         } else {
-          Outcome o = Load(source, *shards[t],
-                           [&](uint64_t hash) { return router.ShardOf(hash) == t; }, now_ms);
+          Outcome o = LoadInto(source, *shards[t],
+                               [&](uint64_t hash) { return router.ShardOf(hash) == t; });
           if (t == 0) outcomes[f] = o;
         }
       }
+      // Deadlines are judged on each key's final state (a later record may have cleared one).
+      shards[t]->FinishLoad(now_ms);
     });
   }
   for (std::thread& thread : threads) thread.join();
 
+  read_logs_.clear();
+  uint64_t revision = 0;  // The highest version any shard gave, deleted keys' included.
   for (size_t f = 0; f < order.size(); ++f) {
     const Source& source = *order[f];
     const Outcome& o = outcomes[f];
     const bool log = source.header.kind == FileKind::kLog;
-    if (!o.malformed && o.end == BlockReader::End::kClean) continue;
-    if (log && !o.malformed && o.end == BlockReader::End::kTorn) {
+    revision = std::max(revision, o.revision);
+    if (log) {
+      read_logs_.push_back({.generation = source.header.generation,
+                            .worker = source.header.shard,
+                            .workers = source.header.shards,
+                            .intact_bytes = o.offset});
+    }
+    if (Whole(o)) continue;
+    if (log && !o.malformed && o.end == BlockReader::End::kTorn && source.limit == 0) {
       Log(LogLevel::kWarning,
-          "%s: its last block (from offset %d of %d bytes) is torn, a write that a crash cut "
-          "short; it was never acknowledged, and the log is read up to it",
+          "%s: its last block (from offset %d of %d bytes) is incomplete, a write that a crash "
+          "cut short; the log is read up to it (with --fsync=always that write was never "
+          "acknowledged: a write is answered once it is on disk whole)",
           source.path, o.offset, source.file->data().size());
       continue;
     }
     const std::string what =
         absl::StrCat(source.path, " is damaged at offset ", o.offset, " (of ",
                      source.file->data().size(), " bytes)");
-    if (!load_intact_) {
-      return absl::DataLossError(absl::StrCat(
-          what, "; refusing to start. --load-intact starts from what is intact (this file up "
-                "to that offset, and every other file)"));
-    }
-    Log(LogLevel::kWarning, "%s; --load-intact: loaded what comes before it", what);
+    if (absl::Status s = Refuse(what, kWayOutDamage); !s.ok()) return s;
   }
+  for (Shard* shard : shards) revision = std::max(revision, shard->revision());
+  for (Shard* shard : shards) shard->RaiseRevision(revision);
   for (Shard* shard : shards) restored_keys_ += shard->size();
   restore_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
                          .count();
+  if (repair_) return Repair(shards, now_ms);
+  for (const std::string& leftover : leftovers) {
+    if (unlink(leftover.c_str()) != 0) return IoError("cannot remove", leftover, errno);
+  }
   return RemoveStale(snapshot_generation, snapshot_generation);
+}
+
+absl::Status DataDir::Repair(const std::vector<Shard*>& shards, int64_t now_ms) {
+  // The new snapshot first, then the MANIFEST naming it: until that is in place, every file
+  // this restore read is where it was. Only then are the others moved aside, never deleted.
+  const std::string aside = absl::StrCat(path_, "/set-aside-", WallClockMs());
+  if (mkdir(aside.c_str(), 0755) != 0) return IoError("cannot create", aside, errno);
+  const std::string manifest = path_ + "/MANIFEST";
+  if (link(manifest.c_str(), (aside + "/MANIFEST").c_str()) != 0 && errno != ENOENT) {
+    return IoError("cannot keep a copy of", manifest, errno);
+  }
+  const std::vector<const Shard*> readonly(shards.begin(), shards.end());
+  const SnapshotInfo info{.generation = generation_, .unix_ms = WallClockMs()};
+  absl::StatusOr<SnapshotInfo> written = WriteSnapshot(readonly, info, now_ms);
+  if (!written.ok()) return written.status();
+  if (absl::Status s = CommitManifest(*written, static_cast<uint32_t>(shards.size()), {});
+      !s.ok()) {
+    return s;
+  }
+  read_logs_.clear();  // Set aside below: the next MANIFEST lists none of them.
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(path_);
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
+    const std::optional<ParsedName> parsed = ParseName(name);
+    if (!parsed && !name.ends_with(".tmp")) continue;
+    if (parsed && parsed->kind == FileKind::kSnapshot && parsed->generation == generation_) {
+      continue;
+    }
+    const std::string from = absl::StrCat(path_, "/", name);
+    const std::string to = absl::StrCat(aside, "/", name);
+    if (rename(from.c_str(), to.c_str()) != 0) return IoError("cannot move", from, errno);
+  }
+  if (absl::Status s = SyncDirectory(aside); !s.ok()) return s;
+  if (absl::Status s = SyncDirectory(path_); !s.ok()) return s;
+  Log(LogLevel::kWarning, "--load-intact: started from what was intact (%d keys), now snapshot "
+      "%d; the files it replaces are in %s", written->keys, generation_, aside);
+  return absl::OkStatus();
 }
 
 absl::Status DataDir::RemoveStale(uint64_t keep_from, uint64_t snapshot_generation) {
@@ -318,7 +556,30 @@ absl::Status DataDir::OpenLogs(uint32_t workers,
     if (!log.ok()) return log.status();
     logs_.push_back(std::move(*log));
   }
+  // Listed only now that their headers are synced (LogWriter::Create), and before any takes a
+  // record: the logs this restore read, with what was intact in them, then the new ones.
+  Manifest manifest = CurrentManifest();
+  manifest.logs = read_logs_;
+  for (uint32_t i = 0; i < workers; ++i) {
+    manifest.logs.push_back({.generation = generation_, .worker = i, .workers = workers});
+  }
+  if (absl::Status s = WriteManifest(manifest); !s.ok()) return s;
   logs_open_.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+Manifest DataDir::CurrentManifest() const {
+  std::lock_guard<std::mutex> lock(manifest_mu_);
+  return manifest_;
+}
+
+absl::Status DataDir::WriteManifest(const Manifest& manifest) {
+  if (absl::Status s = WriteFileAtomically(path_, "MANIFEST", EncodeManifest(manifest));
+      !s.ok()) {
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(manifest_mu_);
+  manifest_ = manifest;
   return absl::OkStatus();
 }
 
@@ -445,6 +706,15 @@ absl::StatusOr<SnapshotInfo> DataDir::TakeLiveSnapshot() {
     }
   }
   if (status.ok()) status = SyncDirectory(path_);
+  if (status.ok()) {
+    // The next generation's logs are listed before any takes a record: should this snapshot
+    // fail, a restore reads them after the old snapshot and the logs before them.
+    Manifest manifest = CurrentManifest();
+    for (uint32_t i = 0; i < n; ++i) {
+      manifest.logs.push_back({.generation = info.generation, .worker = i, .workers = n});
+    }
+    status = WriteManifest(manifest);
+  }
   if (!status.ok()) {
     for (const LogWriter::Segment& segment : segments) {
       close(segment.fd);
@@ -471,22 +741,59 @@ absl::StatusOr<SnapshotInfo> DataDir::TakeLiveSnapshot() {
 }
 
 absl::Status DataDir::CommitSnapshot(const SnapshotInfo& info, uint32_t shards) {
+  // The logs from the snapshot's generation on: the records after its cut.
+  std::vector<LogEntry> logs;
+  for (const LogEntry& log : CurrentManifest().logs) {
+    if (log.generation >= info.generation) logs.push_back(log);
+  }
+  if (absl::Status s = CommitManifest(info, shards, std::move(logs)); !s.ok()) return s;
+  return RemoveStale(info.generation, info.generation);
+}
+
+absl::Status DataDir::CommitManifest(const SnapshotInfo& info, uint32_t shards,
+                                     std::vector<LogEntry> logs) {
   CrashPoint("renamed");
   const Manifest manifest{.generation = info.generation,
                           .shards = shards,
                           .keys = info.keys,
                           .bytes = info.bytes,
-                          .created_ms = info.unix_ms};
-  if (absl::Status s = WriteFileAtomically(path_, "MANIFEST", EncodeManifest(manifest));
-      !s.ok()) {
-    return s;
-  }
-  {
-    std::lock_guard<std::mutex> lock(manifest_mu_);
-    manifest_ = manifest;
-  }
+                          .created_ms = info.unix_ms,
+                          .logs = std::move(logs)};
+  if (absl::Status s = WriteManifest(manifest); !s.ok()) return s;
   CrashPoint("manifest");
-  return RemoveStale(info.generation, info.generation);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SnapshotInfo> DataDir::WriteSnapshot(const std::vector<const Shard*>& shards,
+                                                    SnapshotInfo info, int64_t now_ms) {
+  const uint32_t n = static_cast<uint32_t>(shards.size());
+  auto created = CreateSnapshotFiles(info, n, /*wake_workers=*/false);
+  if (!created.ok()) return created.status();
+  std::vector<std::unique_ptr<SnapshotFile>>& files = *created;
+  // A thread per shard walks it (nothing else touches the shards), a writer thread per file
+  // writes.
+  std::vector<std::thread> threads;
+  for (uint32_t i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      SnapshotFile& file = *files[i];
+      shards[i]->ForEach([&](std::string_view key, std::string_view value, uint64_t version,
+                             int64_t deadline_ms) {
+        if (deadline_ms > 0 && deadline_ms <= now_ms) return;  // Expired: not worth keeping.
+        if (file.backlogged()) file.WaitForRoom();
+        file.Add(key, value, version, deadline_ms);
+      });
+      file.Finish(shards[i]->revision());
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  absl::Status status;
+  for (auto& file : files) {
+    if (absl::Status s = file->Wait(); !s.ok() && status.ok()) status = s;
+    info.keys += file->keys();
+    info.bytes += file->bytes();
+  }
+  if (!status.ok()) return status;
+  return info;
 }
 
 absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards,
@@ -494,33 +801,10 @@ absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards,
   StopSnapshotter();
   const absl::Status log_status = CloseLogs();
   const uint32_t n = static_cast<uint32_t>(shards.size());
-  SnapshotInfo info{.generation = generation_ + 1, .unix_ms = now_ms};
-  auto created = CreateSnapshotFiles(info, n, /*wake_workers=*/false);
-  absl::Status status = created.status();
-  if (status.ok()) {
-    std::vector<std::unique_ptr<SnapshotFile>>& files = *created;
-    // A thread per shard walks it (the workers have stopped), a writer thread per file writes.
-    std::vector<std::thread> threads;
-    for (uint32_t i = 0; i < n; ++i) {
-      threads.emplace_back([&, i] {
-        SnapshotFile& file = *files[i];
-        shards[i]->ForEach([&](std::string_view key, std::string_view value, uint64_t version,
-                               int64_t deadline_ms) {
-          if (deadline_ms > 0 && deadline_ms <= now_ms) return;  // Expired: not worth keeping.
-          if (file.backlogged()) file.WaitForRoom();
-          file.Add(key, value, version, deadline_ms);
-        });
-        file.Finish();
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
-    for (auto& file : files) {
-      if (absl::Status s = file->Wait(); !s.ok() && status.ok()) status = s;
-      info.keys += file->keys();
-      info.bytes += file->bytes();
-    }
-  }
-  if (status.ok()) status = CommitSnapshot(info, n);
+  const SnapshotInfo info{.generation = generation_ + 1, .unix_ms = now_ms};
+  absl::StatusOr<SnapshotInfo> written = WriteSnapshot(shards, info, now_ms);
+  absl::Status status = written.status();
+  if (status.ok()) status = CommitSnapshot(*written, n);
   if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat("the snapshot at exit failed (",
                                                     status.message(), "); the logs keep the data"));

@@ -5,26 +5,36 @@
 // Start (Open, Restore, OpenLogs):
 //   - the directory is created if needed and locked (flock on LOCK): a second server on the same
 //     directory is refused;
-//   - Restore loads the MANIFEST's snapshot and replays the logs of its generation on, each
-//     target shard on a thread of its own. With the shard count of the files, shard t reads
-//     files t only; with another --threads, every shard reads every file and keeps the keys the
-//     router now gives it. Keys whose deadline has passed are dropped; each shard's versions go
-//     on above the highest it loaded;
-//   - a log whose last block is torn (a write the crash cut short) is cut there, with a warning;
-//     damage anywhere else (a snapshot not whole, a log block that fails its check with good
-//     bytes after it) refuses the start with an error naming the file and the offset, unless
-//     `load_intact`, which loads each file's good prefix and warns;
-//   - OpenLogs starts a new generation: one new log per worker.
+//   - Restore reads what the MANIFEST lists: its snapshot, then its logs, oldest generation
+//     first, each target shard on a thread of its own. With the shard count of the files, shard
+//     t reads files t only; with another --threads, every shard reads every file and keeps the
+//     keys the router now gives it. Records are states applied in order; a key's deadline is
+//     judged on its final state (a Persist or Expire after a deadline that has since passed
+//     keeps the key). Each shard's versions go on above the highest version any shard gave
+//     (the snapshots' footers keep that of deleted keys), so a version never comes back;
+//   - a log whose last block is incomplete (a write the crash cut short) is read up to it, with
+//     a warning. Everything else that is not as the MANIFEST says refuses the start, naming the
+//     file (and the offset): a missing MANIFEST while data files are there, a damaged one, a
+//     missing or headerless snapshot file or listed log, a log shorter than the MANIFEST says,
+//     a block that fails its check (the last one too, when it is whole), a log with records the
+//     MANIFEST does not list. Each refusal names `--load-intact`, which loads what is intact
+//     (with no usable MANIFEST: the newest snapshot that is whole, and the logs after it),
+//     writes it as a new snapshot, and moves every file it replaces to set-aside-<ms>/: nothing
+//     is deleted. Files are removed at start only when a valid MANIFEST supersedes them (older
+//     generations, temporaries) or when they are logs a crash left before they were listed,
+//     which hold no record;
+//   - OpenLogs starts a new generation: one new log per worker, listed in the MANIFEST (with the
+//     intact length of each log Restore read) before any takes a record.
 // Live snapshots (StartSnapshotter, RequestSnapshot), while the workers serve: the snapshotter
 // thread opens the next generation's snapshot files (persist/snapshot_file.h) and log segments,
-// gives each log its next segment (LogWriter::PrepareCut) and each worker its file
-// (`start`, which calls Worker::StartSnapshot). Each worker makes its cut between two turns:
-// its log switches segments there, and its shard is walked a slice per turn into the file
-// (shard/shard.h: serialize-before-mutate, so the file holds the shard as it was at the cut).
-// Once every file is committed the MANIFEST names the new generation and the older files go.
-// Restore then reads the snapshot and the logs from its generation on: the records after each
-// cut. A snapshot that fails leaves the old MANIFEST, whose logs (the old generation's and the
-// new one's) still hold everything.
+// lists the segments in the MANIFEST, gives each log its next segment (LogWriter::PrepareCut)
+// and each worker its file (`start`, which calls Worker::StartSnapshot). Each worker makes its
+// cut between two turns: its log switches segments there, and its shard is walked a slice per
+// turn into the file (shard/shard.h: serialize-before-mutate, so the file holds the shard as it
+// was at the cut). Once every file is committed the MANIFEST names the new generation and the
+// older files go. Restore then reads the snapshot and the logs from its generation on: the
+// records after each cut. A snapshot that fails leaves the old MANIFEST, whose logs (the old
+// generation's and the new one's) still hold everything.
 // Stop (CloseAndSnapshot): the logs are closed (written and synced), every shard is written to a
 // snapshot file the same way (a thread per shard walks it), the MANIFEST is replaced to name
 // them, and the files the new snapshot covers are removed. A crash at any point of that leaves
@@ -40,6 +50,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -121,6 +132,27 @@ class DataDir {
   DataDir(std::string path, SyncMode mode, bool load_intact, int lock_fd);
   void RunSnapshotter(absl::Duration every);
   absl::StatusOr<SnapshotInfo> TakeLiveSnapshot();
+  // Without load_intact_, a DataLoss error saying `what`, then that `--load-intact` followed by
+  // `way_out`; with it, a warning, and Restore repairs (OK).
+  absl::Status Refuse(const std::string& what, std::string_view way_out);
+  // --load-intact without a MANIFEST: the newest generation of `snapshots` (file names by
+  // generation) whose files are all there and whole; 0: none.
+  absl::StatusOr<uint64_t> NewestWholeSnapshot(
+      const std::map<uint64_t, std::vector<std::string>>& snapshots);
+  // After a --load-intact restore: writes `shards` as the snapshot of generation_, names it in
+  // the MANIFEST, and moves every other data file to a set-aside-<ms>/ folder.
+  absl::Status Repair(const std::vector<Shard*>& shards, int64_t now_ms);
+  // Writes `shards` (which nothing else touches meanwhile) to committed snapshot files of
+  // `info.generation`; `info` with their keys and bytes.
+  absl::StatusOr<SnapshotInfo> WriteSnapshot(const std::vector<const Shard*>& shards,
+                                             SnapshotInfo info, int64_t now_ms);
+  Manifest CurrentManifest() const;
+  // Replaces the MANIFEST (atomically, synced) and manifest_.
+  absl::Status WriteManifest(const Manifest& manifest);
+  // WriteManifest naming the snapshot `info` (its files committed) and `logs`, with the crash
+  // points of the commit.
+  absl::Status CommitManifest(const SnapshotInfo& info, uint32_t shards,
+                              std::vector<LogEntry> logs);
   // The snapshot files of `info.generation`, one per shard (temporary until each commits); with
   // `wake_workers`, each file's writer wakes its worker's loop when it has made room.
   absl::StatusOr<std::vector<std::unique_ptr<SnapshotFile>>> CreateSnapshotFiles(
@@ -137,6 +169,27 @@ class DataDir {
   const bool load_intact_;
   const int lock_fd_;
 
+  // The way out each refusal names after `--load-intact`.
+  static constexpr std::string_view kWayOutWithoutManifest =
+      "starts from the newest snapshot that is whole and the logs after it, writes what it "
+      "loaded as a new snapshot, and moves the files it replaces to a set-aside folder in the "
+      "data directory (nothing is deleted)";
+  static constexpr std::string_view kWayOutWithoutFile =
+      "starts from every other file, writes what it loaded as a new snapshot, and moves the "
+      "files it replaces to a set-aside folder in the data directory (nothing is deleted)";
+  static constexpr std::string_view kWayOutShort =
+      "starts from the blocks that are there and every other file, writes what it loaded as a "
+      "new snapshot, and moves the files it replaces to a set-aside folder in the data "
+      "directory (nothing is deleted)";
+  static constexpr std::string_view kWayOutDamage =
+      "starts from what is intact (this file up to that offset, and every other file), writes "
+      "it as a new snapshot, and moves the files it replaces to a set-aside folder in the data "
+      "directory (nothing is deleted)";
+
+  enum class ManifestState { kMissing, kFound, kDamaged };
+  ManifestState manifest_state_ = ManifestState::kMissing;  // Control thread, at Open.
+  bool repair_ = false;             // Control thread: Restore used --load-intact.
+  std::vector<LogEntry> read_logs_;  // Control thread: the logs Restore read, intact lengths.
   mutable std::mutex manifest_mu_;
   Manifest manifest_;        // Guarded by manifest_mu_ (written by one thread at a time).
   uint64_t generation_ = 0;  // Of the logs this run writes (the control or snapshotter thread).

@@ -86,10 +86,10 @@ absl::Status DecodeHeader(std::string_view p, FileHeader* h) {
   }
   h->kind = static_cast<FileKind>(kind);
   h->format = static_cast<uint32_t>(GetFixed(p, kHeaderMagic.size() + 1, 4));
-  if (h->format != kFormatVersion) {
+  if (h->format < kOldestFormatVersion || h->format > kFormatVersion) {
     return absl::FailedPreconditionError(
-        absl::StrCat("written in format ", h->format, "; this ringkv-server reads format ",
-                     kFormatVersion, " only"));
+        absl::StrCat("written in format ", h->format, "; this ringkv-server reads formats ",
+                     kOldestFormatVersion, " to ", kFormatVersion, " only"));
   }
   if (p.size() != kHeaderMagic.size() + 1 + 4 + 8 + 4 + 4 + 8) {
     return absl::DataLossError("header of the wrong size");
@@ -199,13 +199,17 @@ std::string EncodeFooter(const SnapshotFooter& f) {
   std::string out(kFooterMagic);
   PutFixed(&out, f.records, 8);
   PutFixed(&out, f.data_blocks, 8);
+  PutFixed(&out, f.revision, 8);
   return out;
 }
 
 bool DecodeFooter(std::string_view p, SnapshotFooter* f) {
-  if (p.size() != kFooterMagic.size() + 16 || !p.starts_with(kFooterMagic)) return false;
+  // Format 1's footer has no revision.
+  const size_t size = p.size() - kFooterMagic.size();
+  if (!p.starts_with(kFooterMagic) || (size != 16 && size != 24)) return false;
   f->records = GetFixed(p, 8, 8);
   f->data_blocks = GetFixed(p, 16, 8);
+  f->revision = size == 24 ? GetFixed(p, 24, 8) : 0;
   return true;
 }
 
@@ -217,6 +221,13 @@ std::string EncodeManifest(const Manifest& m) {
   PutFixed(&payload, m.keys, 8);
   PutFixed(&payload, m.bytes, 8);
   PutFixed(&payload, static_cast<uint64_t>(m.created_ms), 8);
+  PutFixed(&payload, m.logs.size(), 4);
+  for (const LogEntry& log : m.logs) {
+    PutFixed(&payload, log.generation, 8);
+    PutFixed(&payload, log.worker, 4);
+    PutFixed(&payload, log.workers, 4);
+    PutFixed(&payload, log.intact_bytes, 8);
+  }
   std::string out;
   AppendBlock(&out, 0, payload);
   return out;
@@ -230,17 +241,35 @@ absl::Status DecodeManifest(std::string_view file, Manifest* m) {
     return absl::DataLossError("the MANIFEST is damaged");
   }
   const uint32_t format = static_cast<uint32_t>(GetFixed(p, 8, 4));
-  if (format != kFormatVersion) {
+  if (format < kOldestFormatVersion || format > kFormatVersion) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the MANIFEST is in format ", format, "; this ringkv-server reads format ",
-                     kFormatVersion, " only"));
+        absl::StrCat("the MANIFEST is in format ", format, "; this ringkv-server reads formats ",
+                     kOldestFormatVersion, " to ", kFormatVersion, " only"));
   }
-  if (p.size() != 8 + 4 + 8 + 4 + 8 + 8 + 8) return absl::DataLossError("the MANIFEST is damaged");
+  constexpr size_t kFixed = 8 + 4 + 8 + 4 + 8 + 8 + 8;
+  constexpr size_t kLogEntry = 8 + 4 + 4 + 8;
+  const auto damaged = [] { return absl::DataLossError("the MANIFEST is damaged"); };
+  if (format == 1 ? p.size() != kFixed : p.size() < kFixed + 4) return damaged();
   m->generation = GetFixed(p, 12, 8);
   m->shards = static_cast<uint32_t>(GetFixed(p, 20, 4));
   m->keys = GetFixed(p, 24, 8);
   m->bytes = GetFixed(p, 32, 8);
   m->created_ms = static_cast<int64_t>(GetFixed(p, 40, 8));
+  m->logs.clear();
+  m->has_inventory = format >= 2;
+  if (!m->has_inventory) return absl::OkStatus();
+  const uint64_t count = GetFixed(p, kFixed, 4);
+  if (p.size() != kFixed + 4 + count * kLogEntry) return damaged();
+  for (size_t at = kFixed + 4; at < p.size(); at += kLogEntry) {
+    LogEntry& log = m->logs.emplace_back();
+    log.generation = GetFixed(p, at, 8);
+    log.worker = static_cast<uint32_t>(GetFixed(p, at + 8, 4));
+    log.workers = static_cast<uint32_t>(GetFixed(p, at + 12, 4));
+    log.intact_bytes = GetFixed(p, at + 16, 8);
+    if (log.workers == 0 || log.worker >= log.workers || log.generation < m->generation) {
+      return damaged();
+    }
+  }
   return absl::OkStatus();
 }
 

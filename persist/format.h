@@ -3,13 +3,25 @@
 // records are LEB128 varints.
 //
 // Files:
-//   MANIFEST                   one block: the snapshot that restore starts from (its
-//                              generation, shard count, keys, bytes and time). Absent: none.
+//   MANIFEST                   one block: the inventory of what a restore reads: the snapshot
+//                              it starts from (its generation, shard count, keys, bytes and
+//                              time; generation 0: none) and every log it replays after it,
+//                              each with the length that was intact when the server last
+//                              started (0: still being written, read to its end). Written
+//                              before any log it lists takes a record, so a listed log that
+//                              is missing, shorter, or without its header is damage. A data
+//                              directory with data files and no MANIFEST is refused.
 //   snap-GGGGGGGGGGGG-SSSS.rkv shard S's snapshot of generation G: a header block, blocks of
-//                              records, and a footer block (records and data blocks written).
+//                              records, and a footer block (records and data blocks written,
+//                              and the shard's revision at the cut: every version it had given
+//                              by then is at most this, deleted keys' too).
 //   log-GGGGGGGGGGGG-WWWW.rkv  worker W's log of generation G: a header block, then one block
 //                              per group commit.
 //   LOCK                       held (flock) by the server that uses the directory.
+//   set-aside-<ms>/            files a --load-intact start did not use, moved there, never
+//                              deleted.
+// Formats: 1 (no inventory in the MANIFEST, no revision in snapshot footers) is still read;
+// everything written is format 2.
 // A generation begins at each start of the server and at each snapshot. The snapshot of
 // generation G holds everything the logs of generations before G held: restore loads it, then
 // replays the logs of generation G on, oldest first. Within one generation a key lives in one
@@ -34,12 +46,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 
 namespace ringkv::persist {
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
+// The oldest format this ringkv-server reads.
+inline constexpr uint32_t kOldestFormatVersion = 1;
 
 enum class FileKind : uint8_t { kLog = 'L', kSnapshot = 'S' };
 
@@ -103,9 +118,21 @@ class RecordReader {
 struct SnapshotFooter {
   uint64_t records = 0;
   uint64_t data_blocks = 0;
+  uint64_t revision = 0;  // The shard's revision at the cut (format 1: 0, unknown).
 };
 std::string EncodeFooter(const SnapshotFooter& footer);
 bool DecodeFooter(std::string_view payload, SnapshotFooter* footer);
+
+// One log the MANIFEST lists.
+struct LogEntry {
+  uint64_t generation = 0;
+  uint32_t worker = 0;
+  uint32_t workers = 0;
+  // The bytes (header included) that were intact when a restart read it last; nothing is
+  // written to it since. 0: the log may still be written to; read it to its end.
+  uint64_t intact_bytes = 0;
+  bool operator==(const LogEntry&) const = default;
+};
 
 // The MANIFEST's one block.
 struct Manifest {
@@ -114,6 +141,10 @@ struct Manifest {
   uint64_t keys = 0;
   uint64_t bytes = 0;  // Of the snapshot files together.
   int64_t created_ms = 0;
+  // Format 2: the logs a restore replays, oldest generation first. A format 1 MANIFEST has no
+  // inventory (has_inventory false): every log from the snapshot's generation on is read.
+  bool has_inventory = true;
+  std::vector<LogEntry> logs;
 };
 std::string EncodeManifest(const Manifest& manifest);
 absl::Status DecodeManifest(std::string_view file, Manifest* manifest);

@@ -70,8 +70,9 @@ void SnapshotFile::Queue(std::string block) {
   cv_.notify_all();
 }
 
-void SnapshotFile::Finish() {
+void SnapshotFile::Finish(uint64_t revision) {
   Seal();
+  footer_.revision = revision;
   std::string footer;
   AppendBlock(&footer, seed_, EncodeFooter(footer_));
   Queue(std::move(footer));

@@ -53,7 +53,7 @@ class SnapshotFile final : public SnapshotJob {
   bool backlogged() const override {
     return queued_bytes_.load(std::memory_order_acquire) >= kMaxQueuedBytes;
   }
-  void Finish() override;
+  void Finish(uint64_t revision) override;
 
   // Blocks while backlogged().
   void WaitForRoom();

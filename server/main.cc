@@ -78,8 +78,11 @@ ABSL_FLAG(std::string, fsync, "everysec",
           "everysec (synced at most a second after each write: a machine crash loses about the "
           "last second, a crash of the process nothing), no (the kernel decides)");
 ABSL_FLAG(bool, load_intact, false,
-          "start even if a data file is damaged, from what is intact (each damaged file up to "
-          "the damage); without it, damage refuses the start and names the file and offset");
+          "start even if data files are damaged or missing (or the MANIFEST is), from what is "
+          "intact (each damaged file up to the damage; without a MANIFEST, the newest whole "
+          "snapshot and the logs after it); it writes that as a new snapshot and moves the "
+          "files it replaces to DATA_DIR/set-aside-<ms>/, deleting nothing. Without it, such a "
+          "start is refused, naming the file");
 ABSL_FLAG(bool, no_snapshot_on_exit, false,
           "with --data-dir, skip the snapshot at a clean stop (the logs keep the data, and the "
           "next start replays them)");

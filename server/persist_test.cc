@@ -300,7 +300,8 @@ TEST_F(PersistTest, ALiveSnapshotHoldsEachShardAtOneMomentOfItsWrites) {
   for (const auto& entry : fs::directory_iterator(dir_)) {
     if (entry.path().filename().string().starts_with("log-")) fs::remove(entry.path());
   }
-  Start({absl::StrCat("--threads=", kShards)});
+  // The snapshot alone: without the logs the MANIFEST lists, only --load-intact starts.
+  Start({absl::StrCat("--threads=", kShards), "--load-intact"});
   // The state after the first `low` writes; then, write by write, how far each shard's
   // restored state is from the state after that write.
   std::map<std::string, std::optional<std::string>> state(base.begin(), base.end());
@@ -476,6 +477,215 @@ TEST_F(PersistTest, DamageRefusesTheStartUnlessLoadIntact) {
 
   Start({"--load-intact"});
   EXPECT_EQ(client_->Get("k0").value(), "v");  // From the intact prefix.
+  EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+}
+
+// A Persist or an Expire after a TTL was set: once the old deadline has passed, a crash (kill
+// -9, or the power-loss seam with --fsync=always, which drops whatever was not synced) must not
+// lose the key; a key whose TTL nothing changed is gone.
+TEST_F(PersistTest, APersistOrExpireOfAKeyWithATtlSurvivesACrashAfterTheOldDeadline) {
+  setenv("RINGKV_TEST_POWER_LOSS", "1", 1);
+  for (const int crash : {SIGKILL, SIGUSR1}) {
+    fs::remove_all(dir_);
+    Start({"--threads=2", "--fsync=always"});
+    for (const char* key : {"persisted", "extended", "expires"}) {
+      ASSERT_TRUE(client_->Put(key, "v", {.ttl_ms = 800}).ok());
+    }
+    ASSERT_TRUE(client_->Persist("persisted").ok());
+    ASSERT_TRUE(client_->Expire("extended", 3'600'000).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // Past the first deadline.
+    EXPECT_EQ(client_->GetEntry("persisted").value().ttl_ms, -1);
+    ASSERT_EQ(server_->Stop(crash, 10), 137) << server_->log();
+    Start({"--threads=2"});
+    const auto persisted = client_->GetEntry("persisted");
+    ASSERT_TRUE(persisted.ok()) << crash << ": " << persisted.status();
+    EXPECT_EQ(persisted->ttl_ms, -1);
+    const auto extended = client_->GetEntry("extended");
+    ASSERT_TRUE(extended.ok()) << crash << ": " << extended.status();
+    EXPECT_GT(extended->ttl_ms, 3'500'000);
+    EXPECT_EQ(client_->Get("expires").status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(client_->Stats().value().persistence().restored_keys(), 2u);
+    EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+  }
+  unsetenv("RINGKV_TEST_POWER_LOSS");
+}
+
+// A client holds a version of a key that is then deleted; after a clean stop, or a live
+// snapshot and a kill -9, the key written again gets a higher version, so the stale
+// compare-and-set fails.
+TEST_F(PersistTest, AVersionNeverComesBackAfterADeleteAndARestart) {
+  for (const bool clean : {true, false}) {
+    fs::remove_all(dir_);
+    Start({"--threads=2"});
+    ASSERT_TRUE(client_->Put("a", "1").ok());
+    const uint64_t held = client_->Put("x", "first").value();
+    ASSERT_TRUE(client_->Delete("x").ok());
+    if (clean) {
+      ASSERT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+    } else {
+      ASSERT_TRUE(client_->Snapshot().ok());
+      ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);
+    }
+    Start({"--threads=2"});
+    const uint64_t again = client_->Put("x", "second").value();
+    EXPECT_GT(again, held) << (clean ? "clean stop" : "snapshot and kill -9");
+    EXPECT_EQ(client_->Put("x", "stale", {.condition = WriteCondition::Version(held)})
+                  .status()
+                  .code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(client_->Get("x").value(), "second");
+    EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+  }
+}
+
+// The names and sizes of the files in a directory (and its folders), to show nothing changed.
+std::map<std::string, uintmax_t> Listing(const std::string& dir) {
+  std::map<std::string, uintmax_t> files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) {
+      files[fs::relative(entry.path(), dir).string()] = entry.file_size();
+    }
+  }
+  return files;
+}
+
+std::string FileNamed(const std::string& dir, std::string_view prefix) {
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename().string().starts_with(prefix)) return entry.path();
+  }
+  return "";
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+class PersistRefusalTest : public PersistTest {
+ protected:
+  // A snapshot of "snap*" keys and, over it, logs of "log*" keys from two workers (one block
+  // per write, --fsync=always); the server is killed with SIGKILL.
+  void Fill() {
+    Start({"--threads=2", "--fsync=always"});
+    for (int i = 0; i < 40; ++i) ASSERT_TRUE(client_->Put(absl::StrCat("snap", i), "s").ok());
+    ASSERT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+    Start({"--threads=2", "--fsync=always"});
+    for (int i = 0; i < 40; ++i) ASSERT_TRUE(client_->Put(absl::StrCat("log", i), "l").ok());
+    ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);
+  }
+  // Starts on dir_ and expects a refusal (exit 1) whose message holds each of `words`; the
+  // directory is left as it was.
+  void ExpectRefused(const std::vector<std::string>& words) {
+    const auto before = Listing(dir_);
+    ServerProcess refused({"--listen=127.0.0.1:0", "--data-dir=" + dir_});
+    EXPECT_FALSE(refused.Start());
+    EXPECT_EQ(refused.Wait(10), 1);
+    for (const std::string& word : words) {
+      EXPECT_NE(refused.log().find(word), std::string::npos) << word << "\n" << refused.log();
+    }
+    EXPECT_NE(refused.log().find("--load-intact"), std::string::npos) << refused.log();
+    EXPECT_EQ(Listing(dir_), before) << "a refused start changed the data directory";
+  }
+  // Starts with --load-intact, then again without it: both serve `keys` keys, and the files
+  // it replaced are in a set-aside folder, not deleted.
+  void ExpectLoadIntact(uint64_t keys) {
+    const size_t files_before = Listing(dir_).size();
+    Start({"--load-intact", "--threads=2"});
+    EXPECT_EQ(client_->Stats().value().persistence().restored_keys(), keys) << server_->log();
+    EXPECT_NE(server_->log().find("set-aside-"), std::string::npos) << server_->log();
+    ASSERT_TRUE(client_->Put("after", "repair").ok());
+    ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);
+    const std::string aside = FileNamed(dir_, "set-aside-");
+    ASSERT_FALSE(aside.empty());
+    EXPECT_GE(Listing(aside).size() + 1, files_before - 1);  // All but LOCK (and a lost file).
+    Start({"--threads=2"});
+    EXPECT_EQ(client_->Stats().value().persistence().restored_keys(), keys + 1);
+    EXPECT_EQ(client_->Get("after").value(), "repair");
+    EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+  }
+};
+
+TEST_F(PersistRefusalTest, AMissingManifestIsRefusedAndDeletesNothing) {
+  Fill();
+  ASSERT_TRUE(fs::remove(dir_ + "/MANIFEST"));
+  ExpectRefused({"no MANIFEST", "2 snapshot files (generation", "2 logs (generation"});
+  ExpectLoadIntact(80);  // The newest whole snapshot, and the logs after it.
+}
+
+TEST_F(PersistRefusalTest, ADamagedManifestIsRefused) {
+  Fill();
+  std::string bytes = ReadBytes(dir_ + "/MANIFEST");
+  bytes[bytes.size() / 2] ^= 0x08;
+  WriteBytes(dir_ + "/MANIFEST", bytes);
+  ExpectRefused({"MANIFEST is damaged"});
+  ExpectLoadIntact(80);
+}
+
+TEST_F(PersistRefusalTest, ADeletedOrEmptiedLogIsRefused) {
+  for (const bool remove : {true, false}) {
+    fs::remove_all(dir_);
+    Fill();
+    const std::string log = FileNamed(dir_, "log-");
+    ASSERT_FALSE(log.empty());
+    if (remove) {
+      ASSERT_TRUE(fs::remove(log));
+      ExpectRefused({log + " is missing"});
+    } else {
+      fs::resize_file(log, 0);
+      ExpectRefused({log + " is 0 bytes"});
+    }
+    // Without that log: the snapshot and the other worker's keys.
+    Start({"--load-intact", "--threads=2"});
+    const uint64_t restored = client_->Stats().value().persistence().restored_keys();
+    EXPECT_GE(restored, 40u);
+    EXPECT_LT(restored, 80u);
+    EXPECT_EQ(client_->Get("snap0").value(), "s");
+    EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+  }
+}
+
+TEST_F(PersistRefusalTest, ADamagedLogHeaderOrAMissingSnapshotFileIsRefused) {
+  for (const bool header : {true, false}) {
+    fs::remove_all(dir_);
+    Fill();
+    if (header) {
+      const std::string log = FileNamed(dir_, "log-");
+      std::string bytes = ReadBytes(log);
+      bytes[14] ^= 0x01;  // In the header block's payload.
+      WriteBytes(log, bytes);
+      ExpectRefused({log + " is damaged at offset 0"});
+    } else {
+      const std::string snapshot = FileNamed(dir_, "snap-");
+      ASSERT_TRUE(fs::remove(snapshot));
+      ExpectRefused({snapshot + " is missing"});
+    }
+    Start({"--load-intact", "--threads=2"});
+    const uint64_t restored = client_->Stats().value().persistence().restored_keys();
+    EXPECT_GE(restored, 40u);
+    EXPECT_LT(restored, 80u);
+    EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+  }
+}
+
+// With --fsync=always each write is one block; a byte changed in the last, with the file's
+// length intact, is damage (a crash cannot change a block it wrote whole), not a torn write.
+TEST_F(PersistRefusalTest, AChangedByteInTheLastBlockIsDamageNotATear) {
+  Start({"--threads=1", "--fsync=always"});
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(client_->Put(absl::StrCat("k", i), std::string(64, 'a' + i)).ok());
+  }
+  ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);
+  const std::string log = FileNamed(dir_, "log-");
+  std::string bytes = ReadBytes(log);
+  bytes[bytes.size() - 10] ^= 0x01;  // In the last value.
+  WriteBytes(log, bytes);
+  ExpectRefused({log + " is damaged at offset"});
+  Start({"--load-intact", "--threads=1"});
+  EXPECT_EQ(client_->Stats().value().persistence().restored_keys(), 19u);
+  EXPECT_EQ(client_->Get("k18").value(), std::string(64, 'a' + 18));
   EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
 }
 

@@ -410,28 +410,34 @@ bool Shard::SnapshotStep(size_t buckets) {
 }
 
 void Shard::LoadSet(const HashedKey& key, std::string_view value, uint64_t version,
-                    int64_t deadline_ms, int64_t now_ms) {
-  if (deadline_ms > 0 && deadline_ms <= now_ms) return LoadDelete(key);
+                    int64_t deadline_ms) {
   Entry* e = Write(key, table_.Find(key.bytes, key.hash), value);
   revision_ = std::max(revision_ - 1, version);  // Write took one; the record says which.
   e->meta = (e->meta & ~(kVersionMask | kReferenced)) | (version & kVersionMask);
   SetTtl(key, e, deadline_ms);
 }
 
-void Shard::LoadDeadline(const HashedKey& key, int64_t deadline_ms, int64_t now_ms) {
-  Entry* e = table_.Find(key.bytes, key.hash);
-  if (e == nullptr) return;
-  if (deadline_ms > 0 && deadline_ms <= now_ms) return LoadDelete(key);
-  SetTtl(key, e, deadline_ms);
+void Shard::LoadDeadline(const HashedKey& key, int64_t deadline_ms) {
+  if (Entry* e = table_.Find(key.bytes, key.hash); e != nullptr) SetTtl(key, e, deadline_ms);
 }
 
 void Shard::LoadDelete(const HashedKey& key) {
   if (Entry* e = table_.Find(key.bytes, key.hash); e != nullptr) Remove(key, e);
 }
 
+size_t Shard::FinishLoad(int64_t now_ms) {
+  return RemoveDue(now_ms, std::numeric_limits<size_t>::max());
+}
+
 size_t Shard::ExpireDue(int64_t now_ms, size_t budget) {
-  size_t reclaimed = 0;
-  while (reclaimed < budget && !by_deadline_.empty() && by_deadline_.begin()->first <= now_ms) {
+  const size_t reclaimed = RemoveDue(now_ms, budget);
+  expired_ += reclaimed;
+  return reclaimed;
+}
+
+size_t Shard::RemoveDue(int64_t now_ms, size_t budget) {
+  size_t removed = 0;
+  while (removed < budget && !by_deadline_.empty() && by_deadline_.begin()->first <= now_ms) {
     // The index and the entries' deadlines agree exactly: every change of one changes the other.
     const auto [deadline, hash] = *by_deadline_.begin();
     Entry* e = table_.FindByAux(hash, static_cast<uint64_t>(deadline));
@@ -440,10 +446,9 @@ size_t Shard::ExpireDue(int64_t now_ms, size_t budget) {
     payload_bytes_ -= Table::KeyOf(*e).size() + Table::ValueOf(*e).size();
     table_.Erase(e);
     by_deadline_.erase(by_deadline_.begin());
-    ++expired_;
-    ++reclaimed;
+    ++removed;
   }
-  return reclaimed;
+  return removed;
 }
 
 }  // namespace ringkv

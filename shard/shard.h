@@ -43,6 +43,7 @@
 #ifndef RINGKV_SHARD_SHARD_H_
 #define RINGKV_SHARD_SHARD_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -82,12 +83,24 @@ class Shard {
   void set_journal(Journal* journal) { journal_ = journal; }
 
   // Restore (persist/): the key's state as a journal record or a snapshot says, with the
-  // version it had. A deadline at or before `now_ms` removes the key instead. Versions given
-  // later stay above every version loaded. Bypasses the memory limit.
+  // version it had; records are applied in the order they were made. A deadline is kept as
+  // recorded, even one that has passed: a later record may clear or move it (Persist, Expire),
+  // so whether the key lives is judged on its final state, by FinishLoad. Versions given later
+  // stay above every version loaded. Bypasses the memory limit.
   void LoadSet(const HashedKey& key, std::string_view value, uint64_t version,
-               int64_t deadline_ms, int64_t now_ms);
-  void LoadDeadline(const HashedKey& key, int64_t deadline_ms, int64_t now_ms);
+               int64_t deadline_ms);
+  void LoadDeadline(const HashedKey& key, int64_t deadline_ms);
   void LoadDelete(const HashedKey& key);
+  // The end of a restore: removes the keys whose deadline is at or before `now_ms` (not
+  // counted as expired()); how many.
+  size_t FinishLoad(int64_t now_ms);
+  // Versions given from now on are above `revision` (a restore's high-water mark: versions
+  // that deleted keys had, which no loaded key holds any more).
+  void RaiseRevision(uint64_t revision) { revision_ = std::max(revision_, revision); }
+  // The version the last write gave its key: every version given so far is at most this.
+  uint64_t revision() const { return revision_; }
+  // The revision at the cut of the last snapshot begun (BeginSnapshot).
+  uint64_t snapshot_revision() const { return snapshot_revision_; }
 
   // Starts a snapshot of the shard as it is now (the time is `now_ms`: keys expired by then are
   // left out). `sink` outlives the snapshot. One at a time.
@@ -173,6 +186,8 @@ class Shard {
   bool ConditionHolds(Request& request, const Entry* e) const;
   void Increment(const HashedKey& key, Entry* e, Request& request);
   void Scan(Request& request, int64_t now_ms) const;
+  // Removes up to `budget` keys whose deadline is at or before `now_ms`, earliest first.
+  size_t RemoveDue(int64_t now_ms, size_t budget);
 
   // The memory `request` would add to the shard (negative: free), `e` being its key's live
   // entry or null.

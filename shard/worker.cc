@@ -63,7 +63,7 @@ size_t Worker::WalkSnapshot(std::chrono::microseconds slice) {
   while (!snapshot_->backlogged()) {
     ++slices;
     if (shard_.SnapshotStep(kSnapshotBuckets)) {
-      snapshot_->Finish();
+      snapshot_->Finish(shard_.snapshot_revision());
       snapshot_ = nullptr;
       break;
     }

@@ -81,8 +81,9 @@ class SnapshotJob : public SnapshotSink {
  public:
   // The sink's buffers are full: the walk waits (the sink wakes the loop when it has room).
   virtual bool backlogged() const = 0;
-  // Every key is handed over.
-  virtual void Finish() = 0;
+  // Every key is handed over; `revision` is the shard's at the cut (Shard::revision): every
+  // version it had given by then, deleted keys' included, is at most this.
+  virtual void Finish(uint64_t revision) = 0;
 };
 
 // Written by one worker only (a relaxed load and store, no read-modify-write), read by any thread
