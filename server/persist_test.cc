@@ -489,11 +489,11 @@ TEST_F(PersistTest, APersistOrExpireOfAKeyWithATtlSurvivesACrashAfterTheOldDeadl
     fs::remove_all(dir_);
     Start({"--threads=2", "--fsync=always"});
     for (const char* key : {"persisted", "extended", "expires"}) {
-      ASSERT_TRUE(client_->Put(key, "v", {.ttl_ms = 800}).ok());
+      ASSERT_TRUE(client_->Put(key, "v", {.ttl_ms = 1500}).ok());
     }
     ASSERT_TRUE(client_->Persist("persisted").ok());
     ASSERT_TRUE(client_->Expire("extended", 3'600'000).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // Past the first deadline.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1700));  // Past the first deadline.
     EXPECT_EQ(client_->GetEntry("persisted").value().ttl_ms, -1);
     ASSERT_EQ(server_->Stop(crash, 10), 137) << server_->log();
     Start({"--threads=2"});
