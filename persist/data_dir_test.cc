@@ -84,7 +84,8 @@ class DataDirTest : public ::testing::Test {
   std::string dir_;
 };
 
-Request PutRequest(const std::string& key, const std::string& value) {
+// `key` and `value` must outlive the request (it holds views of them).
+Request PutRequest(std::string_view key, std::string_view value) {
   Request put;
   put.op = Op::kPut;
   put.key = key;
