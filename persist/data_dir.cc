@@ -44,18 +44,20 @@ void CrashPoint(std::string_view step) {
 struct Source {
   std::string path;
   FileHeader header;
-  std::unique_ptr<MappedFile> file;  // Null: the file has no whole header (see headerless).
-  size_t body = 0;                   // Where the blocks after the header start.
-  size_t limit = 0;  // Read only this many bytes (the MANIFEST's intact length); 0: all.
-  bool headerless = false;  // Shorter than a header, or a torn one: it never held a record.
-  size_t file_bytes = 0;    // The file's size.
+  // Null: shorter than a header, or a torn one (the file never held a record).
+  std::unique_ptr<MappedFile> file;
+  size_t file_bytes = 0;  // The file's size.
+  size_t body = 0;        // Where the blocks after the header start.
+  size_t limit = 0;       // Read only this many bytes (the MANIFEST's intact length); 0: all.
+
+  bool headerless() const { return file == nullptr; }
+  // Whether the file holds nothing after its header.
+  bool empty() const { return headerless() || file_bytes == body; }
   // The bytes a restore may read.
   std::string_view data() const {
     const std::string_view all = file->data();
     return limit > 0 ? all.substr(0, limit) : all;
   }
-  // Whether the file holds nothing after its header.
-  bool empty() const { return file == nullptr || file->data().size() == body; }
 };
 
 // How reading one file ended.
@@ -76,8 +78,9 @@ absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) 
   return names;
 }
 
-absl::StatusOr<Source> OpenSource(const std::string& dir, const std::string& name,
-                                  const ParsedName& parsed) {
+// Opens DIR/NAME, a data file's name; a file whose header is cut short comes back headerless.
+absl::StatusOr<Source> OpenSource(const std::string& dir, const std::string& name) {
+  const ParsedName parsed = *ParseName(name);
   Source source;
   source.path = absl::StrCat(dir, "/", name);
   absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(source.path);
@@ -87,12 +90,12 @@ absl::StatusOr<Source> OpenSource(const std::string& dir, const std::string& nam
   BlockReader reader(source.file->data(), 0);
   std::string_view payload;
   if (!reader.Next(&payload)) {
-    if (reader.end() != BlockReader::End::kDamaged) {  // Cut short (a log being created?).
-      source.file.reset();
-      source.headerless = true;
-      return source;
+    if (reader.end() == BlockReader::End::kDamaged) {
+      return absl::DataLossError(
+          absl::StrCat(source.path, " is damaged at offset 0 (its header)"));
     }
-    return absl::DataLossError(absl::StrCat(source.path, " is damaged at offset 0 (its header)"));
+    source.file.reset();
+    return source;
   }
   if (absl::Status s = DecodeHeader(payload, &source.header); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(source.path, ": ", s.message()));
@@ -182,6 +185,277 @@ std::string Generations(const std::set<uint64_t>& generations) {
   return absl::StrCat(*generations.begin(), " to ", *generations.rbegin());
 }
 
+// The way out each refusal names after `--load-intact`.
+constexpr std::string_view kWayOutWithoutManifest =
+    "starts from the newest snapshot that is whole and the logs after it, writes what it "
+    "loaded as a new snapshot, and moves the files it replaces to a set-aside folder in the "
+    "data directory (nothing is deleted)";
+constexpr std::string_view kWayOutWithoutFile =
+    "starts from every other file, writes what it loaded as a new snapshot, and moves the "
+    "files it replaces to a set-aside folder in the data directory (nothing is deleted)";
+constexpr std::string_view kWayOutShort =
+    "starts from the blocks that are there and every other file, writes what it loaded as a "
+    "new snapshot, and moves the files it replaces to a set-aside folder in the data "
+    "directory (nothing is deleted)";
+constexpr std::string_view kWayOutDamage =
+    "starts from what is intact (this file up to that offset, and every other file), writes "
+    "it as a new snapshot, and moves the files it replaces to a set-aside folder in the data "
+    "directory (nothing is deleted)";
+constexpr std::string_view kWayOutUnlisted = "loads it with the others";
+
+// What a restore reads, decided from the data directory's files and its MANIFEST (Make): the
+// snapshot it starts from, each generation's logs (with the length to read of each), and the
+// logs a crash left before they were listed, which hold nothing. Whatever is not as the
+// MANIFEST says is refused (Refuse); with --load-intact it is warned about instead, left out
+// where it cannot be read, and repair() says that the restore must write what it loaded anew.
+class RestorePlan {
+ public:
+  RestorePlan(std::string dir, bool load_intact)
+      : dir_(std::move(dir)), load_intact_(load_intact) {}
+
+  // `names`: the directory's, sorted; `manifest`: null if there is none; `damaged`: there is
+  // one, but it does not decode.
+  absl::Status Make(const std::vector<std::string>& names, const Manifest* manifest,
+                    bool damaged) {
+    Survey(names);
+    if (absl::Status s = ChooseStart(manifest, damaged); !s.ok()) return s;
+    if (absl::Status s = OpenSnapshot(names); !s.ok()) return s;
+    if (inventory_) {
+      if (absl::Status s = OpenListedLogs(manifest->logs); !s.ok()) return s;
+    }
+    return OpenOtherLogs();
+  }
+
+  // Without --load-intact, a DataLoss error saying `what` and that `--load-intact` `way_out`;
+  // with it, a warning, and the restore repairs (OK).
+  absl::Status Refuse(const std::string& what, std::string_view way_out) {
+    if (!load_intact_) {
+      return absl::DataLossError(
+          absl::StrCat(what, "; refusing to start. --load-intact ", std::string(way_out)));
+    }
+    Log(LogLevel::kWarning, "%s; --load-intact %s", what, std::string(way_out));
+    repair_ = true;
+    return absl::OkStatus();
+  }
+
+  bool repair() const { return repair_; }
+  uint64_t snapshot_generation() const { return snapshot_generation_; }
+  // The highest generation of any data file or the MANIFEST.
+  uint64_t newest() const { return newest_; }
+  bool has_logs() const { return !log_names_.empty(); }
+  // The files to read, in order: the snapshot's, then each generation's logs, oldest first.
+  std::vector<const Source*> Order() const {
+    std::vector<const Source*> order;
+    for (const Source& s : snapshot_) order.push_back(&s);
+    for (const auto& [generation, sources] : logs_) {
+      for (const Source& s : sources) order.push_back(&s);
+    }
+    return order;
+  }
+  const std::vector<std::string>& leftovers() const { return leftovers_; }
+
+ private:
+  // What the directory holds.
+  void Survey(const std::vector<std::string>& names) {
+    for (const std::string& name : names) {
+      const std::optional<ParsedName> parsed = ParseName(name);
+      if (!parsed) continue;
+      newest_ = std::max(newest_, parsed->generation);
+      if (parsed->kind == FileKind::kSnapshot) {
+        snapshot_names_[parsed->generation].push_back(name);
+      } else {
+        log_names_[{parsed->generation, parsed->shard}] = name;
+      }
+    }
+  }
+
+  // The snapshot to start from, and whether a MANIFEST lists the logs.
+  absl::Status ChooseStart(const Manifest* manifest, bool damaged) {
+    if (manifest != nullptr) {
+      newest_ = std::max(newest_, manifest->generation);
+      snapshot_generation_ = manifest->generation;
+      snapshot_shards_ = manifest->shards;
+      inventory_ = manifest->has_inventory;
+      return absl::OkStatus();
+    }
+    if (!damaged && Format1LogsOnly()) return absl::OkStatus();
+    std::set<uint64_t> snapshot_generations, log_generations;
+    size_t snapshot_files = 0;
+    for (const auto& [generation, names] : snapshot_names_) {
+      snapshot_generations.insert(generation);
+      snapshot_files += names.size();
+    }
+    for (const auto& [key, name] : log_names_) log_generations.insert(key.first);
+    const std::string what =
+        damaged ? absl::StrCat(dir_, "/MANIFEST is damaged")
+                : absl::StrCat(dir_, " holds ", snapshot_files, " snapshot files (generation ",
+                               Generations(snapshot_generations), ") and ", log_names_.size(),
+                               " logs (generation ", Generations(log_generations),
+                               ") but no MANIFEST, which says which of them a restore needs");
+    if (absl::Status s = Refuse(what, kWayOutWithoutManifest); !s.ok()) return s;
+    snapshot_generation_ = NewestWholeSnapshot();
+    snapshot_shards_ = snapshot_generation_ > 0
+                           ? static_cast<uint32_t>(snapshot_names_[snapshot_generation_].size())
+                           : 0;
+    Log(LogLevel::kWarning, "--load-intact: starting from %s and the logs after it",
+        snapshot_generation_ > 0
+            ? absl::StrCat("the snapshot of generation ", snapshot_generation_)
+            : std::string("no snapshot"));
+    return absl::OkStatus();
+  }
+
+  // No MANIFEST, and nothing but logs of format 1, which wrote no MANIFEST until the first
+  // snapshot: they alone are the data (a new directory is such a one too). A format 2 server
+  // lists its logs in a MANIFEST before they take a record.
+  bool Format1LogsOnly() const {
+    return snapshot_names_.empty() &&
+           std::all_of(log_names_.begin(), log_names_.end(), [&](const auto& entry) {
+             absl::StatusOr<Source> source = OpenSource(dir_, entry.second);
+             return source.ok() && (source->headerless() || source->header.format == 1);
+           });
+  }
+
+  // --load-intact without a MANIFEST: the newest generation whose snapshot files are all there
+  // and whole; 0: none.
+  uint64_t NewestWholeSnapshot() const {
+    for (auto it = snapshot_names_.rbegin(); it != snapshot_names_.rend(); ++it) {
+      const auto& [generation, names] = *it;
+      bool whole = true;
+      uint32_t shards = 0;
+      for (size_t i = 0; i < names.size() && whole; ++i) {
+        absl::StatusOr<Source> source = OpenSource(dir_, names[i]);
+        whole = source.ok() && !source->headerless() && source->header.shard == i &&
+                (i == 0 || source->header.shards == shards) &&
+                Whole(Load(*source, [](const Record&) {}));
+        if (whole) shards = source->header.shards;
+      }
+      if (whole && shards == names.size()) return generation;
+      Log(LogLevel::kWarning, "--load-intact: the snapshot of generation %d is not whole; "
+          "trying an older one", generation);
+    }
+    return 0;
+  }
+
+  // The file, if it opens; with --load-intact, nullopt for a damaged one (refused otherwise).
+  absl::StatusOr<std::optional<Source>> OpenOrRefuse(const std::string& name) {
+    absl::StatusOr<Source> source = OpenSource(dir_, name);
+    if (source.ok()) return std::optional<Source>(std::move(*source));
+    if (source.status().code() != absl::StatusCode::kDataLoss) return source.status();
+    if (absl::Status s = Refuse(std::string(source.status().message()), kWayOutWithoutFile);
+        !s.ok()) {
+      return s;
+    }
+    return std::optional<Source>();
+  }
+
+  absl::Status OpenSnapshot(const std::vector<std::string>& names) {
+    for (uint32_t i = 0; snapshot_generation_ > 0 && i < snapshot_shards_; ++i) {
+      const std::string name = SnapshotName(snapshot_generation_, i);
+      const std::string path = absl::StrCat(dir_, "/", name);
+      if (!std::binary_search(names.begin(), names.end(), name)) {
+        absl::Status s = Refuse(
+            absl::StrCat(path, " is missing; the MANIFEST names a snapshot of ",
+                         snapshot_shards_, " files (generation ", snapshot_generation_, ")"),
+            kWayOutWithoutFile);
+        if (!s.ok()) return s;
+        continue;
+      }
+      absl::StatusOr<std::optional<Source>> source = OpenOrRefuse(name);
+      if (!source.ok()) return source.status();
+      if (!source->has_value()) continue;
+      if ((*source)->headerless()) {
+        absl::Status s = Refuse(absl::StrCat(path, " has no whole header"), kWayOutWithoutFile);
+        if (!s.ok()) return s;
+        continue;
+      }
+      snapshot_.push_back(std::move(**source));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status OpenListedLogs(const std::vector<LogEntry>& entries) {
+    for (const LogEntry& entry : entries) {
+      listed_.insert({entry.generation, entry.worker});
+      const std::string name = LogName(entry.generation, entry.worker);
+      const std::string path = absl::StrCat(dir_, "/", name);
+      if (!log_names_.contains({entry.generation, entry.worker})) {
+        absl::Status s = Refuse(absl::StrCat(path, " is missing; the MANIFEST lists it"),
+                                kWayOutWithoutFile);
+        if (!s.ok()) return s;
+        continue;
+      }
+      absl::StatusOr<std::optional<Source>> opened = OpenOrRefuse(name);
+      if (!opened.ok()) return opened.status();
+      if (!opened->has_value()) continue;
+      Source& source = **opened;
+      // A listed log had its header synced before the MANIFEST named it, and nothing shortens
+      // a log: a file without them was cut or replaced.
+      if (source.headerless() || source.file_bytes < entry.intact_bytes) {
+        const std::string what = absl::StrCat(
+            path, " is ", source.file_bytes, " bytes, without ",
+            source.headerless() ? "its header" : "the blocks it had",
+            "; the MANIFEST lists it with ",
+            entry.intact_bytes > 0 ? absl::StrCat(entry.intact_bytes, " bytes intact")
+                                   : std::string("its header"));
+        absl::Status s = Refuse(what, source.headerless() ? kWayOutWithoutFile : kWayOutShort);
+        if (!s.ok()) return s;
+        if (source.headerless()) continue;
+      } else {
+        source.limit = entry.intact_bytes;  // With --load-intact, a short one is read whole.
+      }
+      logs_[entry.generation].push_back(std::move(source));
+    }
+    return absl::OkStatus();
+  }
+
+  // The logs the MANIFEST does not list (every log from the snapshot's generation on, without
+  // an inventory).
+  absl::Status OpenOtherLogs() {
+    for (const auto& [key, name] : log_names_) {
+      const uint64_t generation = key.first;
+      if (generation < snapshot_generation_ || listed_.contains(key)) continue;
+      absl::StatusOr<std::optional<Source>> opened = OpenOrRefuse(name);
+      if (!opened.ok()) return opened.status();
+      if (!opened->has_value()) continue;
+      Source& source = **opened;
+      if (source.empty()) {
+        // Made, and not listed yet, when a crash came: it never took a record.
+        if (inventory_) {
+          leftovers_.push_back(source.path);
+        } else if (source.headerless()) {
+          Log(LogLevel::kWarning, "%s: a log that a crash cut short as it was created; it "
+              "holds nothing", source.path);
+        }
+        continue;
+      }
+      if (inventory_) {
+        absl::Status s = Refuse(
+            absl::StrCat(source.path, " holds records, but the MANIFEST does not list it"),
+            kWayOutUnlisted);
+        if (!s.ok()) return s;
+      }
+      logs_[generation].push_back(std::move(source));
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string dir_;
+  const bool load_intact_;
+  bool repair_ = false;
+  // The directory's data files.
+  std::map<uint64_t, std::vector<std::string>> snapshot_names_;    // By generation, in order.
+  std::map<std::pair<uint64_t, uint32_t>, std::string> log_names_;  // By generation, worker.
+  uint64_t newest_ = 0;
+  // The plan.
+  uint64_t snapshot_generation_ = 0;  // 0: none.
+  uint32_t snapshot_shards_ = 0;
+  bool inventory_ = false;  // The MANIFEST lists the logs (format 2).
+  std::set<std::pair<uint64_t, uint32_t>> listed_;
+  std::vector<Source> snapshot_;
+  std::map<uint64_t, std::vector<Source>> logs_;
+  std::vector<std::string> leftovers_;
+};
+
 }  // namespace
 
 DataDir::DataDir(std::string path, SyncMode mode, bool load_intact, int lock_fd)
@@ -213,13 +487,13 @@ absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path, 
   std::unique_ptr<DataDir> dir(new DataDir(path, mode, load_intact, lock_fd));
   absl::StatusOr<std::string> manifest = ReadFile(path + "/MANIFEST");
   if (manifest.ok()) {
-    dir->manifest_state_ = ManifestState::kFound;
+    dir->manifest_found_ = true;
     if (absl::Status s = DecodeManifest(*manifest, &dir->manifest_); !s.ok()) {
       // A newer format is no damage, and --load-intact must not read past it.
       if (s.code() != absl::StatusCode::kDataLoss) {
         return absl::Status(s.code(), absl::StrCat(path, "/MANIFEST: ", s.message()));
       }
-      dir->manifest_state_ = ManifestState::kDamaged;
+      dir->manifest_damaged_ = true;
       dir->manifest_ = Manifest();
     }
   } else if (manifest.status().code() != absl::StatusCode::kNotFound) {
@@ -228,200 +502,21 @@ absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path, 
   return dir;
 }
 
-absl::Status DataDir::Refuse(const std::string& what, std::string_view way_out) {
-  if (!load_intact_) {
-    return absl::DataLossError(
-        absl::StrCat(what, "; refusing to start. --load-intact ", std::string(way_out)));
-  }
-  Log(LogLevel::kWarning, "%s; --load-intact %s", what, std::string(way_out));
-  repair_ = true;
-  return absl::OkStatus();
-}
-
-absl::StatusOr<uint64_t> DataDir::NewestWholeSnapshot(
-    const std::map<uint64_t, std::vector<std::string>>& snapshots) {
-  for (auto it = snapshots.rbegin(); it != snapshots.rend(); ++it) {
-    const auto& [generation, names] = *it;
-    bool whole = true;
-    uint32_t shards = 0;
-    for (size_t i = 0; i < names.size() && whole; ++i) {
-      const std::optional<ParsedName> parsed = ParseName(names[i]);
-      absl::StatusOr<Source> source = OpenSource(path_, names[i], *parsed);
-      whole = source.ok() && !source->headerless && parsed->shard == i &&
-              (i == 0 || source->header.shards == shards) &&
-              Whole(Load(*source, [](const Record&) {}));
-      if (whole) shards = source->header.shards;
-    }
-    if (whole && shards == names.size()) return generation;
-    Log(LogLevel::kWarning, "--load-intact: the snapshot of generation %d is not whole; "
-        "trying an older one", generation);
-  }
-  return 0;
-}
-
 absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& router,
                               int64_t now_ms) {
   const auto started = std::chrono::steady_clock::now();
   absl::StatusOr<std::vector<std::string>> names = ListDirectory(path_);
   if (!names.ok()) return names.status();
-  // What the directory holds.
-  std::map<uint64_t, std::vector<std::string>> snapshot_names;  // By generation, shard order.
-  std::map<std::pair<uint64_t, uint32_t>, std::string> log_names;  // By generation, worker.
-  std::set<uint64_t> snapshot_generations, log_generations;
-  size_t snapshot_files = 0;
-  uint64_t newest = manifest_.generation;
-  for (const std::string& name : *names) {
-    const std::optional<ParsedName> parsed = ParseName(name);
-    if (!parsed) continue;
-    newest = std::max(newest, parsed->generation);
-    if (parsed->kind == FileKind::kSnapshot) {
-      snapshot_names[parsed->generation].push_back(name);
-      ++snapshot_files;
-      snapshot_generations.insert(parsed->generation);
-    } else {
-      log_names[{parsed->generation, parsed->shard}] = name;
-      log_generations.insert(parsed->generation);
-    }
+  RestorePlan plan(path_, load_intact_);
+  const bool usable = manifest_found_ && !manifest_damaged_;
+  if (absl::Status s = plan.Make(*names, usable ? &manifest_ : nullptr, manifest_damaged_);
+      !s.ok()) {
+    return s;
   }
-
-  // Which snapshot to start from, and whether the MANIFEST lists the logs.
-  uint64_t snapshot_generation = manifest_.generation;
-  uint32_t snapshot_shards = manifest_.shards;
-  bool inventory = manifest_.has_inventory;
-  if (manifest_state_ != ManifestState::kFound) {
-    inventory = false;
-    // Format 1 wrote no MANIFEST until the first snapshot: its logs alone are the data. A
-    // format 2 server lists its logs in a MANIFEST before they take a record.
-    const bool format1_logs_only =
-        manifest_state_ == ManifestState::kMissing && snapshot_names.empty() &&
-        std::all_of(log_names.begin(), log_names.end(), [&](const auto& entry) {
-          absl::StatusOr<Source> source = OpenSource(path_, entry.second, *ParseName(entry.second));
-          return source.ok() && (source->headerless || source->header.format == 1);
-        });
-    if (format1_logs_only) {
-      snapshot_generation = 0;  // A new data directory, or one of format 1 with only logs.
-    } else {
-      const std::string what =
-          manifest_state_ == ManifestState::kDamaged
-              ? absl::StrCat(path_, "/MANIFEST is damaged")
-              : absl::StrCat(path_, " holds ", snapshot_files, " snapshot files (generation ",
-                             Generations(snapshot_generations), ") and ", log_names.size(),
-                             " logs (generation ", Generations(log_generations),
-                             ") but no MANIFEST, which says which of them a restore needs");
-      if (absl::Status s = Refuse(what, kWayOutWithoutManifest); !s.ok()) return s;
-      absl::StatusOr<uint64_t> chosen = NewestWholeSnapshot(snapshot_names);
-      if (!chosen.ok()) return chosen.status();
-      snapshot_generation = *chosen;
-      snapshot_shards = chosen.value() > 0
-                            ? static_cast<uint32_t>(snapshot_names[snapshot_generation].size())
-                            : 0;
-      Log(LogLevel::kWarning, "--load-intact: starting from %s and the logs after it",
-          snapshot_generation > 0 ? absl::StrCat("the snapshot of generation ",
-                                                 snapshot_generation)
-                                  : std::string("no snapshot"));
-    }
-  }
-
-  // The files to read: the snapshot's, then each generation's logs, oldest first.
-  std::vector<Source> snapshot;
-  std::map<uint64_t, std::vector<Source>> logs;
-  std::vector<std::string> leftovers;  // Logs a crash left as they were made: nothing in them.
-  auto open = [&](const std::string& name, std::vector<Source>* into) -> absl::Status {
-    absl::StatusOr<Source> source = OpenSource(path_, name, *ParseName(name));
-    if (!source.ok()) {
-      if (source.status().code() != absl::StatusCode::kDataLoss) return source.status();
-      return Refuse(std::string(source.status().message()), kWayOutWithoutFile);
-    }
-    into->push_back(std::move(*source));
-    return absl::OkStatus();
-  };
-  for (uint32_t i = 0; snapshot_generation > 0 && i < snapshot_shards; ++i) {
-    const std::string name = SnapshotName(snapshot_generation, i);
-    if (!std::binary_search(names->begin(), names->end(), name)) {
-      absl::Status s = Refuse(
-          absl::StrCat(path_, "/", name, " is missing; the MANIFEST names a snapshot of ",
-                       snapshot_shards, " files (generation ", snapshot_generation, ")"),
-          kWayOutWithoutFile);
-      if (!s.ok()) return s;
-      continue;
-    }
-    if (absl::Status s = open(name, &snapshot); !s.ok()) return s;
-    if (!snapshot.empty() && snapshot.back().headerless) {
-      const std::string path = snapshot.back().path;
-      snapshot.pop_back();
-      absl::Status s = Refuse(absl::StrCat(path, " has no whole header"), kWayOutWithoutFile);
-      if (!s.ok()) return s;
-    }
-  }
-  std::set<std::pair<uint64_t, uint32_t>> listed;
-  if (inventory) {
-    for (const LogEntry& entry : manifest_.logs) {
-      listed.insert({entry.generation, entry.worker});
-      const std::string name = LogName(entry.generation, entry.worker);
-      const std::string path = absl::StrCat(path_, "/", name);
-      if (!log_names.contains({entry.generation, entry.worker})) {
-        absl::Status s = Refuse(absl::StrCat(path, " is missing; the MANIFEST lists it"),
-                                kWayOutWithoutFile);
-        if (!s.ok()) return s;
-        continue;
-      }
-      std::vector<Source>& generation = logs[entry.generation];
-      if (absl::Status s = open(name, &generation); !s.ok()) return s;
-      if (generation.empty() || generation.back().path != path) continue;  // Set aside.
-      Source& source = generation.back();
-      // A listed log had its header synced before the MANIFEST named it, and nothing shortens
-      // a log: a file without them was cut or replaced.
-      if (source.headerless || source.file_bytes < entry.intact_bytes) {
-        const std::string what = absl::StrCat(
-            path, " is ", source.file_bytes, " bytes, without ",
-            source.headerless ? "its header" : "the blocks it had",
-            "; the MANIFEST lists it with ",
-            entry.intact_bytes > 0 ? absl::StrCat(entry.intact_bytes, " bytes intact")
-                                   : std::string("its header"));
-        const bool headerless = source.headerless;
-        if (headerless) generation.pop_back();
-        absl::Status s = Refuse(what, headerless ? kWayOutWithoutFile : kWayOutShort);
-        if (!s.ok()) return s;
-        continue;  // --load-intact: the blocks that are there, read to the end.
-      }
-      source.limit = entry.intact_bytes;
-    }
-  }
-  for (const auto& [key, name] : log_names) {
-    const uint64_t generation = key.first;
-    if (generation < snapshot_generation || listed.contains(key)) continue;
-    std::vector<Source> found;
-    if (absl::Status s = open(name, &found); !s.ok()) return s;
-    if (found.empty()) continue;
-    if (found.back().empty()) {
-      // Made, and not listed yet, when a crash came: it never took a record.
-      if (inventory) leftovers.push_back(found.back().path);
-      if (found.back().headerless && !inventory) {
-        Log(LogLevel::kWarning, "%s: a log that a crash cut short as it was created; it holds "
-            "nothing", found.back().path);
-      }
-      continue;
-    }
-    if (inventory) {
-      absl::Status s = Refuse(
-          absl::StrCat(found.back().path, " holds records, but the MANIFEST does not list it"),
-          "loads it with the others");
-      if (!s.ok()) return s;
-    }
-    logs[generation].push_back(std::move(found.back()));
-  }
-  // This run's logs: a generation no log has yet, and none below the snapshot's. A repair
-  // writes a snapshot of that generation first.
-  generation_ = repair_ ? newest + 1
-                        : std::max<uint64_t>(newest + (log_names.empty() ? 0 : 1), 1);
 
   // Every file is read by the threads that need it; outcomes[f] is file f's, set by whichever
   // read it (they agree).
-  std::vector<const Source*> order;
-  for (const Source& s : snapshot) order.push_back(&s);
-  for (const auto& [generation, sources] : logs) {
-    for (const Source& s : sources) order.push_back(&s);
-  }
+  const std::vector<const Source*> order = plan.Order();
   const uint32_t n = static_cast<uint32_t>(shards.size());
   std::vector<Outcome> outcomes(order.size());
   std::vector<std::thread> threads;
@@ -463,24 +558,27 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
           "%s: its last block (from offset %d of %d bytes) is incomplete, a write that a crash "
           "cut short; the log is read up to it (with --fsync=always that write was never "
           "acknowledged: a write is answered once it is on disk whole)",
-          source.path, o.offset, source.file->data().size());
+          source.path, o.offset, source.file_bytes);
       continue;
     }
-    const std::string what =
-        absl::StrCat(source.path, " is damaged at offset ", o.offset, " (of ",
-                     source.file->data().size(), " bytes)");
-    if (absl::Status s = Refuse(what, kWayOutDamage); !s.ok()) return s;
+    const std::string what = absl::StrCat(source.path, " is damaged at offset ", o.offset,
+                                          " (of ", source.file_bytes, " bytes)");
+    if (absl::Status s = plan.Refuse(what, kWayOutDamage); !s.ok()) return s;
   }
   for (Shard* shard : shards) revision = std::max(revision, shard->revision());
   for (Shard* shard : shards) shard->RaiseRevision(revision);
   for (Shard* shard : shards) restored_keys_ += shard->size();
   restore_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
                          .count();
-  if (repair_) return Repair(shards, now_ms);
-  for (const std::string& leftover : leftovers) {
+  // This run's logs: a generation no log has yet, and none below the snapshot's. A repair
+  // writes a snapshot of that generation first.
+  generation_ = plan.repair() ? plan.newest() + 1
+                              : std::max<uint64_t>(plan.newest() + (plan.has_logs() ? 1 : 0), 1);
+  if (plan.repair()) return Repair(shards, now_ms);
+  for (const std::string& leftover : plan.leftovers()) {
     if (unlink(leftover.c_str()) != 0) return IoError("cannot remove", leftover, errno);
   }
-  return RemoveStale(snapshot_generation, snapshot_generation);
+  return RemoveStale(plan.snapshot_generation(), plan.snapshot_generation());
 }
 
 absl::Status DataDir::Repair(const std::vector<Shard*>& shards, int64_t now_ms) {

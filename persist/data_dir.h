@@ -50,7 +50,6 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -132,13 +131,6 @@ class DataDir {
   DataDir(std::string path, SyncMode mode, bool load_intact, int lock_fd);
   void RunSnapshotter(absl::Duration every);
   absl::StatusOr<SnapshotInfo> TakeLiveSnapshot();
-  // Without load_intact_, a DataLoss error saying `what`, then that `--load-intact` followed by
-  // `way_out`; with it, a warning, and Restore repairs (OK).
-  absl::Status Refuse(const std::string& what, std::string_view way_out);
-  // --load-intact without a MANIFEST: the newest generation of `snapshots` (file names by
-  // generation) whose files are all there and whole; 0: none.
-  absl::StatusOr<uint64_t> NewestWholeSnapshot(
-      const std::map<uint64_t, std::vector<std::string>>& snapshots);
   // After a --load-intact restore: writes `shards` as the snapshot of generation_, names it in
   // the MANIFEST, and moves every other data file to a set-aside-<ms>/ folder.
   absl::Status Repair(const std::vector<Shard*>& shards, int64_t now_ms);
@@ -169,26 +161,9 @@ class DataDir {
   const bool load_intact_;
   const int lock_fd_;
 
-  // The way out each refusal names after `--load-intact`.
-  static constexpr std::string_view kWayOutWithoutManifest =
-      "starts from the newest snapshot that is whole and the logs after it, writes what it "
-      "loaded as a new snapshot, and moves the files it replaces to a set-aside folder in the "
-      "data directory (nothing is deleted)";
-  static constexpr std::string_view kWayOutWithoutFile =
-      "starts from every other file, writes what it loaded as a new snapshot, and moves the "
-      "files it replaces to a set-aside folder in the data directory (nothing is deleted)";
-  static constexpr std::string_view kWayOutShort =
-      "starts from the blocks that are there and every other file, writes what it loaded as a "
-      "new snapshot, and moves the files it replaces to a set-aside folder in the data "
-      "directory (nothing is deleted)";
-  static constexpr std::string_view kWayOutDamage =
-      "starts from what is intact (this file up to that offset, and every other file), writes "
-      "it as a new snapshot, and moves the files it replaces to a set-aside folder in the data "
-      "directory (nothing is deleted)";
-
-  enum class ManifestState { kMissing, kFound, kDamaged };
-  ManifestState manifest_state_ = ManifestState::kMissing;  // Control thread, at Open.
-  bool repair_ = false;             // Control thread: Restore used --load-intact.
+  // Control thread: whether Open found the MANIFEST, and whether it was damaged.
+  bool manifest_found_ = false;
+  bool manifest_damaged_ = false;
   std::vector<LogEntry> read_logs_;  // Control thread: the logs Restore read, intact lengths.
   mutable std::mutex manifest_mu_;
   Manifest manifest_;        // Guarded by manifest_mu_ (written by one thread at a time).

@@ -205,8 +205,9 @@ std::string EncodeFooter(const SnapshotFooter& f) {
 
 bool DecodeFooter(std::string_view p, SnapshotFooter* f) {
   // Format 1's footer has no revision.
+  if (!p.starts_with(kFooterMagic)) return false;
   const size_t size = p.size() - kFooterMagic.size();
-  if (!p.starts_with(kFooterMagic) || (size != 16 && size != 24)) return false;
+  if (size != 16 && size != 24) return false;
   f->records = GetFixed(p, 8, 8);
   f->data_blocks = GetFixed(p, 16, 8);
   f->revision = size == 24 ? GetFixed(p, 24, 8) : 0;

@@ -18,8 +18,8 @@
 //   log-GGGGGGGGGGGG-WWWW.rkv  worker W's log of generation G: a header block, then one block
 //                              per group commit.
 //   LOCK                       held (flock) by the server that uses the directory.
-//   set-aside-<ms>/            files a --load-intact start did not use, moved there, never
-//                              deleted.
+//   set-aside-<ms>/            the files a --load-intact start replaced with the snapshot it
+//                              wrote (the old MANIFEST too), moved there, never deleted.
 // Formats: 1 (no inventory in the MANIFEST, no revision in snapshot footers) is still read;
 // everything written is format 2.
 // A generation begins at each start of the server and at each snapshot. The snapshot of
