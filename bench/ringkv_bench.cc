@@ -28,7 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/kv_bench.h"
 #include "bench/queue_command.h"
-#include "client/command_line.h"
+#include "base/command_line.h"
 
 ABSL_FLAG(uint32_t, threads, std::max(1u, std::thread::hardware_concurrency()),
           "worker threads (and shards); default: the machine's cores");

@@ -57,7 +57,7 @@
 #include "absl/synchronization/mutex.h"
 #include "bench/latency_histogram.h"
 #include "client/client.h"
-#include "client/command_line.h"
+#include "base/command_line.h"
 #include "client/h2_channel.h"
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address");

@@ -5,8 +5,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "client/command_line.h"
 #include "absl/strings/str_split.h"
+#include "base/flag_file.h"
 
 namespace ringkv {
 

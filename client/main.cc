@@ -44,7 +44,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/client.h"
-#include "client/command_line.h"
+#include "base/command_line.h"
 #include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address, HOST:PORT");

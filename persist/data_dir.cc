@@ -20,7 +20,7 @@
 #include "persist/block.h"
 #include "persist/file.h"
 #include "persist/snapshot_file.h"
-#include "server/log.h"
+#include "base/log.h"
 
 namespace ringkv::persist {
 namespace {

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "persist/block.h"
 #include "persist/file.h"
-#include "server/log.h"
+#include "base/log.h"
 
 namespace ringkv::persist {
 namespace {

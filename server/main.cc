@@ -20,10 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "client/command_line.h"
+#include "base/command_line.h"
 #include "persist/log_writer.h"
 #include "server/auth/exposure.h"
-#include "server/log.h"
+#include "base/log.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",

@@ -10,7 +10,7 @@
 #include "server/grpc/grpc_transport.h"
 #include "server/h2/h2_transport.h"
 #include "server/handlers/internal/kv_ops.h"
-#include "server/log.h"
+#include "base/log.h"
 
 namespace ringkv {
 namespace {

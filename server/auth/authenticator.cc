@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/handlers/methods.h"
-#include "server/log.h"
+#include "base/log.h"
 
 namespace ringkv {
 

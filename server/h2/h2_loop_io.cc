@@ -19,7 +19,7 @@
 #include "server/h2/connection.h"
 #include "server/h2/h2_call.h"
 #include "server/h2/h2_transport.h"
-#include "server/log.h"
+#include "base/log.h"
 #include "server/server.h"
 #include "server/shard_loop.h"
 

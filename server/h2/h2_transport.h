@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/h2/listener.h"
+#include "net/listener.h"
 #include "server/transport.h"
 
 namespace ringkv {

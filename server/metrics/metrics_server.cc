@@ -11,8 +11,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "server/h2/listener.h"
-#include "server/log.h"
+#include "base/log.h"
 #include "server/server.h"
 
 namespace ringkv {
@@ -49,24 +48,21 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Bind(const std::st
   if (!listener.ok()) {
     return absl::UnavailableError(absl::StrCat("--metrics-listen: ", listener.status().message()));
   }
-  const int fd = dup((*listener)->fd());  // The Listener closes its own descriptor.
-  return std::unique_ptr<MetricsServer>(new MetricsServer(server, fd, (*listener)->port()));
+  return std::unique_ptr<MetricsServer>(new MetricsServer(server, *std::move(listener)));
 }
 
 void MetricsServer::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
-MetricsServer::MetricsServer(const Server& server, int listen_fd, int port)
+MetricsServer::MetricsServer(const Server& server, std::unique_ptr<Listener> listener)
     : metrics_(server),
       server_(server),
-      listen_fd_(listen_fd),
-      port_(port),
+      listener_(std::move(listener)),
       stop_fd_(eventfd(0, EFD_CLOEXEC)) {}
 
 MetricsServer::~MetricsServer() {
   Stop();
-  close(listen_fd_);
   close(stop_fd_);
 }
 
@@ -79,10 +75,10 @@ void MetricsServer::Stop() {
 
 void MetricsServer::Run() {
   for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    pollfd fds[2] = {{listener_->fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) continue;
     if (fds[1].revents != 0) return;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd = accept4(listener_->fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE) poll(nullptr, 0, 100);  // Let descriptors free up.
       continue;

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "net/listener.h"
 #include "server/metrics/server_metrics.h"
 
 namespace ringkv {
@@ -40,12 +41,12 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return listener_->port(); }
   // Stops serving and joins the thread; idempotent.
   void Stop();
 
  private:
-  MetricsServer(const Server& server, int listen_fd, int port);
+  MetricsServer(const Server& server, std::unique_ptr<Listener> listener);
   void Run();
   void Serve(int fd);
   // The response to a request's first line.
@@ -53,8 +54,7 @@ class MetricsServer {
 
   ServerMetrics metrics_;
   const Server& server_;
-  const int listen_fd_;
-  const int port_;
+  const std::unique_ptr<Listener> listener_;
   int stop_fd_ = -1;  // An eventfd: written by Stop, polled by Run.
   std::thread thread_;
 };

@@ -6,7 +6,7 @@
 
 
 #include "absl/strings/str_cat.h"
-#include "client/command_line.h"
+#include "base/flag_file.h"
 #include "net/openssl.h"
 
 namespace ringkv {

@@ -1,4 +1,5 @@
-// Listener: the one listening TCP socket of the h2 transport. Every loop adds it to its own
+// Listener: a listening TCP socket. The server's h2 transport has one, shared by its loops, and
+// the --metrics-listen endpoint another. Every h2 loop adds the transport's socket to its own
 // epoll set (EPOLLEXCLUSIVE, so a new connection wakes one parked loop, not all) and accepts
 // from it itself; the loop that accepts a connection serves it for good.
 //
@@ -14,8 +15,8 @@
 //   auto listener = Listener::Bind("127.0.0.1:0");
 //   if (!listener.ok()) return listener.status();  // "cannot listen on 127.0.0.1:0: ..."
 //   int port = (*listener)->port();
-#ifndef RINGKV_SERVER_H2_LISTENER_H_
-#define RINGKV_SERVER_H2_LISTENER_H_
+#ifndef RINGKV_NET_LISTENER_H_
+#define RINGKV_NET_LISTENER_H_
 
 #include <memory>
 #include <string>
@@ -49,4 +50,4 @@ class Listener {
 
 }  // namespace ringkv
 
-#endif  // RINGKV_SERVER_H2_LISTENER_H_
+#endif  // RINGKV_NET_LISTENER_H_

@@ -1,13 +1,10 @@
-#include "client/command_line.h"
+#include "base/command_line.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -20,7 +17,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/version.h"
+#include "base/flag_file.h"
+#include "base/version.h"
 
 namespace ringkv {
 namespace {
@@ -213,17 +211,6 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv) {
   std::vector<char*> rest = {storage[0].data()};
   for (size_t i : operands) rest.push_back(storage[i].data());
   return rest;
-}
-
-absl::Status ReadFlagFile(const char* flag, const std::string& path, std::string* text) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": cannot read ", path, ": ", std::strerror(errno)));
-  }
-  text->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
-  return absl::OkStatus();
 }
 
 }  // namespace ringkv

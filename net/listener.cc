@@ -1,4 +1,4 @@
-#include "server/h2/listener.h"
+#include "net/listener.h"
 
 #include <netdb.h>
 #include <netinet/in.h>

@@ -1,9 +1,13 @@
-// Log: the daemon's one-line messages on stderr, filtered by --log-level. Any thread.
+// Log: a program's one-line messages on stderr, "PROGRAM: LEVEL: message", filtered by
+// --log-level. PROGRAM is the name the process was started as (ringkv-server, a test binary),
+// so a room that logs (persist/, net/, server/) names no program of its own. Any thread.
 //
 //   SetLogLevel(LogLevel::kInfo);
-//   Log(LogLevel::kInfo, "listening on %s", address);
-#ifndef RINGKV_SERVER_LOG_H_
-#define RINGKV_SERVER_LOG_H_
+//   Log(LogLevel::kInfo, "listening on %s", address);  // "ringkv-server: info: listening on ..."
+#ifndef RINGKV_BASE_LOG_H_
+#define RINGKV_BASE_LOG_H_
+
+#include <errno.h>  // program_invocation_short_name (glibc).
 
 #include <atomic>
 #include <cstdio>
@@ -28,10 +32,10 @@ template <typename... Args>
 void Log(LogLevel level, const absl::FormatSpec<Args...>& format, const Args&... args) {
   if (!LogEnabled(level)) return;
   static constexpr const char* kNames[] = {"error", "warning", "info", "debug"};
-  absl::FPrintF(stderr, "ringkv-server: %s: %s\n", kNames[static_cast<int>(level)],
-                absl::StrFormat(format, args...));
+  absl::FPrintF(stderr, "%s: %s: %s\n", program_invocation_short_name,
+                kNames[static_cast<int>(level)], absl::StrFormat(format, args...));
 }
 
 }  // namespace ringkv
 
-#endif  // RINGKV_SERVER_LOG_H_
+#endif  // RINGKV_BASE_LOG_H_

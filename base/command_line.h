@@ -10,8 +10,8 @@
 // a flag. Call once, from main.
 //
 //   std::vector<char*> args = ParseCommandLineOrExit(argc, argv);
-#ifndef RINGKV_CLIENT_COMMAND_LINE_H_
-#define RINGKV_CLIENT_COMMAND_LINE_H_
+#ifndef RINGKV_BASE_COMMAND_LINE_H_
+#define RINGKV_BASE_COMMAND_LINE_H_
 
 #include <cstdint>
 #include <optional>
@@ -19,7 +19,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/status/status.h"
 
 namespace ringkv {
 
@@ -35,10 +34,6 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv);
 // is past 2^63.
 std::optional<uint64_t> ParseByteSize(std::string_view text);
 
-// The whole of the file a flag names (a key, a certificate, a token file), into `text`;
-// INVALID_ARGUMENT "FLAG: cannot read PATH: why" if it cannot be read.
-absl::Status ReadFlagFile(const char* flag, const std::string& path, std::string* text);
-
 }  // namespace ringkv
 
-#endif  // RINGKV_CLIENT_COMMAND_LINE_H_
+#endif  // RINGKV_BASE_COMMAND_LINE_H_
