@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "server/grpc/grpc_transport.h"
 #include "server/h2/h2_transport.h"
-#include "server/handlers/internal/kv_ops.h"
 #include "base/log.h"
 
 namespace ringkv {
@@ -80,10 +79,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     if (!engine.ok()) return engine.status();
     server->ring_engine_ = std::move(*engine);
   }
+  server->finish_line_ = std::make_unique<FinishLine>(n);
   for (uint32_t i = 0; i < n; ++i) {
-    Worker* worker = server->ring_engine_ ? &server->ring_engine_->worker(i) : nullptr;
-    server->loops_.push_back(std::make_unique<ShardLoop>(static_cast<uint16_t>(i), *server,
-                                                         worker, server->lock_engine_.get()));
+    server->loops_.push_back(std::make_unique<ShardLoop>(ShardLoop::Parts{
+        .id = static_cast<uint16_t>(i),
+        .context = server.get(),
+        .finish_line = server->finish_line_.get(),
+        .worker = server->ring_engine_ ? &server->ring_engine_->worker(i) : nullptr,
+        .lock_engine = server->lock_engine_.get()}));
   }
   if (!options.data_dir.empty()) {
     if (absl::Status s = server->OpenDataDir(); !s.ok()) {
@@ -158,10 +161,10 @@ absl::Status Server::OpenDataDir() {
   for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
     ring_engine_->worker(i).set_journal(&data_dir_->log(i));
   }
-  internal::SetJournalFailureMessage(absl::StrCat(
+  journal_failure_ = absl::StrCat(
       "not stored: the log in ", options_.data_dir,
       " could not be written, so writes are refused until the server is restarted (reads go "
-      "on; the server's log and `ringkv stats` give the cause)"));
+      "on; the server's log and `ringkv stats` give the cause)");
   return absl::OkStatus();
 }
 
@@ -222,6 +225,21 @@ Server::~Server() {
   // engine (rings, shards) last.
   loops_.clear();
   transport_.reset();
+}
+
+absl::Status Server::RequestSnapshot(persist::DataDir::SnapshotDone done) {
+  if (data_dir_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this server runs without --data-dir: it keeps nothing on disk to snapshot");
+  }
+  data_dir_->RequestSnapshot(std::move(done));
+  return absl::OkStatus();
+}
+
+std::vector<const CallMetrics*> Server::call_metrics() const {
+  std::vector<const CallMetrics*> out;
+  for (const auto& loop : loops_) out.push_back(&loop->call_counts());
+  return out;
 }
 
 void Server::FillStats(ringkv::v1::StatsResponse* stats) const {

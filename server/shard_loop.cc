@@ -5,7 +5,6 @@
 
 #include "absl/time/time.h"
 #include "ring/ring.h"
-#include "server/server.h"
 
 namespace ringkv {
 namespace {
@@ -16,13 +15,15 @@ constexpr auto kParkTimeout = std::chrono::milliseconds(100);
 
 }  // namespace
 
-ShardLoop::ShardLoop(uint16_t id, Server& server, Worker* worker, LockEngine* lock_engine)
-    : id_(id),
-      spin_(absl::ToChronoNanoseconds(server.options().spin)),
-      metrics_on_(!server.options().metrics_listen.empty()),
-      server_(server),
-      worker_(worker),
-      lock_engine_(lock_engine) {}
+ShardLoop::ShardLoop(const Parts& parts)
+    : id_(parts.id),
+      spin_(absl::ToChronoNanoseconds(parts.context->options().spin)),
+      metrics_on_(!parts.context->options().metrics_listen.empty()),
+      poll_mode_(parts.context->options().poll_mode),
+      context_(*parts.context),
+      finish_line_(*parts.finish_line),
+      worker_(parts.worker),
+      lock_engine_(parts.lock_engine) {}
 
 size_t ShardLoop::Poll(Request** out, size_t max) {
   size_t n = 0;
@@ -121,7 +122,7 @@ void ShardLoop::Run() {
   int idle_turns = 0;
   auto last_work = std::chrono::steady_clock::now();
   for (;;) {
-    if (!saw_draining_.load(std::memory_order_relaxed) && server_.shutting_down()) {
+    if (!saw_draining_.load(std::memory_order_relaxed) && context_.shutting_down()) {
       NoticeDraining();
     }
     const size_t work = io_->Poll() + RunEngine();
@@ -130,9 +131,9 @@ void ShardLoop::Run() {
     if (io_finished && in_flight_ == 0 && (worker_ == nullptr || worker_->Drained())) {
       if (!counted_finished_) {
         counted_finished_ = true;
-        server_.MarkLoopFinished();
+        finish_line_.Cross();
       }
-      if (server_.AllLoopsFinished()) return;
+      if (finish_line_.AllCrossed()) return;
     }
     if (work > 0) {
       idle_turns = 0;
@@ -153,7 +154,7 @@ void ShardLoop::Run() {
     idle_turns = 0;
     // Answers held for the journal need no polling: its syncer wakes the loop.
     const bool backlogged = worker_ != nullptr && worker_->Backlogged();
-    if (server_.options().poll_mode || backlogged) {
+    if (poll_mode_ || backlogged) {
       std::this_thread::yield();  // Full rings: let the consumer run.
     } else if (io_finished) {
       // Only the other loops' last Requests can still come; the transport is gone.

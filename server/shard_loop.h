@@ -4,7 +4,7 @@
 //
 // Request path: the LoopIo takes a call's bytes off the network and drives its Handler
 // (server/handlers/handler.h), which checks the input, fills in engine Requests and Submit()s
-// them here. The engine turn polls them (this is the engine's RequestSource), runs those its
+// them here (the loop is the handlers' HandlerHost). The engine turn polls them (this is the engine's RequestSource), runs those its
 // own shard owns and sends the others through an rte_ring to their owner, which runs them and
 // sends them back; Complete() then hands each finished Request to its handler, which answers
 // through its CallSink once all of its Requests are back; the LoopIo sends the answers at the
@@ -22,9 +22,9 @@
 // --poll-mode never parks.
 //
 // Shutdown (driven by Server): once the transport has stopped, the LoopIo reports Finished when
-// none of this loop's calls is left; once also none of its Requests is out, the loop counts
-// itself finished, and keeps answering other workers' Requests until every loop has finished,
-// so nobody exits while a Request might still come its way.
+// none of this loop's calls is left; once also none of its Requests is out, the loop crosses
+// the FinishLine it shares with the other loops, and keeps answering other workers' Requests
+// until every loop has crossed it, so nobody exits while a Request might still come its way.
 //
 // Threads: Run() on the loop's own thread, and so everything else, except WakeIfParked,
 // BlockWakeups (any thread) and the counters (any thread, relaxed reads).
@@ -40,17 +40,32 @@
 #include <vector>
 
 #include "server/handlers/handler.h"
+#include "server/handlers/handler_host.h"
 #include "server/loop_io.h"
 #include "server/metrics/call_metrics.h"
+#include "server/server_context.h"
 #include "shard/lock_engine.h"
 #include "shard/request.h"
 #include "shard/worker.h"
 
 namespace ringkv {
 
-class Server;
+// The loops of one server that will make no more Requests. Any thread.
+class FinishLine {
+ public:
+  explicit FinishLine(size_t loops) : loops_(loops) {}
+  // A loop will make no more Requests.
+  void Cross() { crossed_.fetch_add(1, std::memory_order_release); }
+  // Every loop has crossed. Pairs with the release in Cross: a loop that sees the total also
+  // sees that every other loop has no Request out, so no more ring traffic can come its way.
+  bool AllCrossed() const { return crossed_.load(std::memory_order_acquire) == loops_; }
 
-class ShardLoop : public RequestSource {
+ private:
+  const size_t loops_;
+  std::atomic<size_t> crossed_{0};
+};
+
+class ShardLoop final : public RequestSource, public HandlerHost {
  public:
   // Empty turns before parking. Few: with grpc++ an empty non-blocking poll takes gRPC's
   // poller lock, and the blocking wait polls the sockets itself. With 64 turns, two workers
@@ -59,8 +74,15 @@ class ShardLoop : public RequestSource {
   static constexpr uint32_t kLockExpireEvery = 64;
   static constexpr size_t kLockExpireBudget = 256;
 
-  // Exactly one of `worker` (ring engine) and `lock_engine` is set.
-  ShardLoop(uint16_t id, Server& server, Worker* worker, LockEngine* lock_engine);
+  struct Parts {
+    uint16_t id = 0;
+    ServerContext* context = nullptr;
+    FinishLine* finish_line = nullptr;  // Shared by the server's loops.
+    // Exactly one is set: the ring engine's worker, or the lock engine.
+    Worker* worker = nullptr;
+    LockEngine* lock_engine = nullptr;
+  };
+  explicit ShardLoop(const Parts& parts);
   ShardLoop(const ShardLoop&) = delete;
   ShardLoop& operator=(const ShardLoop&) = delete;
 
@@ -70,32 +92,23 @@ class ShardLoop : public RequestSource {
   // The thread body: starts taking calls and runs until shutdown is complete.
   void Run();
 
-  // Loop thread only: a handler hands in a Request; its pointer is in Request::tag.
-  void Submit(Request* request) {
+  // HandlerHost (server/handlers/handler_host.h), loop thread only but CompleteExternal. An
+  // external Request is counted as in flight like a submitted one, so the loop does not finish
+  // before it is back; a flush makes the answers of one engine turn go out together (one Write
+  // for a Stream, not one per answer).
+  ServerContext& context() override { return context_; }
+  void Submit(Request* request) override {
     pending_.push_back(request);
     ++in_flight_;
   }
-
-  // Loop thread only: a handler hands out a Request that something other than the engine
-  // (the data dir's snapshotter) will give back through CompleteExternal; its pointer is in
-  // Request::tag. Counted as in flight like a submitted one, so the loop does not finish
-  // before it is back.
-  void SubmitExternal(Handler* handler, Request* request) {
+  void SubmitExternal(Handler* handler, Request* request) override {
     request->tag = handler;
     ++in_flight_;
   }
-  // Any thread: gives back a Request of SubmitExternal; the loop completes it (OnRequestDone
-  // on its handler) in its next turn.
-  void CompleteExternal(Request* request);
-
-  // Loop thread only: `handler` is flushed once the current engine turn is over, so the answers
-  // that turn completes go out together (one Write for a Stream, not one per answer).
-  void RequestFlush(Handler* handler) { flush_.push_back(handler); }
-
-  // Loop thread only: a health Watch handler, told (OnServingChanged) when the server starts
-  // draining; removed before it is deleted.
-  void AddWatcher(Handler* handler) { watchers_.push_back(handler); }
-  void RemoveWatcher(Handler* handler) { std::erase(watchers_, handler); }
+  void CompleteExternal(Request* request) override;
+  void RequestFlush(Handler* handler) override { flush_.push_back(handler); }
+  void AddWatcher(Handler* handler) override { watchers_.push_back(handler); }
+  void RemoveWatcher(Handler* handler) override { std::erase(watchers_, handler); }
   // Any thread: this loop has seen the server start draining and told its watchers.
   bool saw_draining() const { return saw_draining_.load(std::memory_order_acquire); }
 
@@ -108,8 +121,6 @@ class ShardLoop : public RequestSource {
   void BlockWakeups();
 
   uint16_t id() const { return id_; }
-  Server& server() { return server_; }
-  const Server& server() const { return server_; }
   // Requests this loop ran itself (lock engine only; the ring engine counts in WorkerCounters).
   uint64_t lock_ops() const { return lock_ops_.load(std::memory_order_relaxed); }
   // Where the transports count the calls this loop served (loop thread); null without
@@ -137,7 +148,9 @@ class ShardLoop : public RequestSource {
   const uint16_t id_;
   const std::chrono::nanoseconds spin_;
   const bool metrics_on_;
-  Server& server_;
+  const bool poll_mode_;
+  ServerContext& context_;
+  FinishLine& finish_line_;
   Worker* const worker_;
   LockEngine* const lock_engine_;
   std::unique_ptr<LoopIo> io_;

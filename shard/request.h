@@ -46,8 +46,7 @@ enum class Result : uint8_t {
   kNotInteger,       // INCREMENT of a value that is not a decimal 64-bit integer.
   kOverflow,         // INCREMENT past the 64-bit range.
   kNoMemory,         // A write that needs memory the shard may not take (shard/memory.h);
-                     // `number` is the shard's memory in use, `version` its limit, and
-                     // `deadline_ms` the bytes the write needed.
+                     // `no_memory` says how much.
   kUnavailable,      // A write the shard's journal could not make durable (its disk failed):
                      // not acknowledged. Once a journal fails, every write gets this.
 };
@@ -74,6 +73,13 @@ struct Request {
 
   // Set by the owning shard.
   Result result = Result::kPending;
+  // Result::kNoMemory only: the bytes the write needed, the shard's memory in use, and the
+  // limit --max-memory gives the shard.
+  struct NoMemory {
+    uint64_t needed_bytes = 0;
+    uint64_t used_bytes = 0;
+    uint64_t limit_bytes = 0;
+  } no_memory;
   std::string out;  // GET's value; SCAN's records. Reused across uses of a pooled request.
   // Set by the owning worker: the journal record (shard/journal.h) that must be durable before
   // the answer goes back; 0 if none.

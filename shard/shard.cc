@@ -260,9 +260,9 @@ bool Shard::MakeRoom(Request& r, const HashedKey& key, int64_t now_ms, Entry** e
     const int64_t victim = PickVictim(key);
     if (victim < 0) {
       r.result = Result::kNoMemory;
-      r.number = static_cast<int64_t>(memory_bytes());
-      r.version = limit_.bytes;
-      r.deadline_ms = need;
+      r.no_memory = {.needed_bytes = static_cast<uint64_t>(need),
+                     .used_bytes = memory_bytes(),
+                     .limit_bytes = limit_.bytes};
       return false;
     }
     Evict(static_cast<size_t>(victim));

@@ -445,8 +445,8 @@ TEST(ShardMemory, NoEvictionRefusesWritesThatNeedMemoryOnly) {
   }
   EXPECT_EQ(r.result, Result::kNoMemory);
   EXPECT_GT(stored, 400);
-  EXPECT_EQ(r.version, shard.memory_limit().bytes);  // The limit, for the message.
-  EXPECT_GT(r.deadline_ms, 0);                       // What the write needed.
+  EXPECT_EQ(r.no_memory.limit_bytes, shard.memory_limit().bytes);  // For the message.
+  EXPECT_GT(r.no_memory.needed_bytes, 0u);                          // What the write needed.
   EXPECT_EQ(shard.size(), static_cast<size_t>(stored));
   EXPECT_EQ(shard.evicted(), 0u);
   // Nothing stored is lost; reads, overwrites that take no more, and deletes go on.

@@ -7,7 +7,7 @@
 #include "server/grpc/grpc_transport.h"
 #include "server/handlers/methods.h"
 #include "server/loop_io.h"
-#include "server/server.h"
+#include "server/server_context.h"
 #include "server/shard_loop.h"
 
 namespace ringkv {
@@ -68,7 +68,7 @@ class Adapter : public GrpcCall {
     if (start_ns_ != 0) {
       io_.loop().call_metrics()->Record(method_.id, code_, LoopIo::NowNs() - start_ns_);
     }
-    if (counted_) server().CallEnded();
+    if (counted_) context().CallEnded();
     io_.CallGone();
   }
 
@@ -83,7 +83,7 @@ class Adapter : public GrpcCall {
     io_.CallMade();
   }
 
-  Server& server() { return io_.loop().server(); }
+  ServerContext& context() { return io_.loop().context(); }
 
   // A call arrived: refused (and false) without a token that grants its method's role
   // (UNAUTHENTICATED, PERMISSION_DENIED), or with UNAVAILABLE if the server drains and the
@@ -91,7 +91,7 @@ class Adapter : public GrpcCall {
   bool Admit() {
     if (io_.loop().call_metrics() != nullptr) start_ns_ = LoopIo::NowNs();
     Role caller = Role::kAdmin;
-    if (const Authenticator* auth = server().auth()) {
+    if (const Authenticator* auth = context().auth()) {
       const auto& metadata = context_.client_metadata();
       const auto header = metadata.find("authorization");
       const bool sent_token = header != metadata.end();
@@ -104,13 +104,13 @@ class Adapter : public GrpcCall {
       }
     }
     handler_->set_caller(caller);
-    if (server().shutting_down() && !method_.served_while_draining) {
+    if (context().shutting_down() && !method_.served_while_draining) {
       Finish(absl::UnavailableError("ringkv-server is shutting down"), nullptr);
       return false;
     }
     if (method_.counted) {
       counted_ = true;
-      server().CallStarted();
+      context().CallStarted();
     }
     return true;
   }

@@ -4,14 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/grpc/grpc_loop_io.h"
-#include "server/server.h"
+#include "server/server_context.h"
 #include "server/shard_loop.h"
 
 namespace ringkv {
 
-absl::StatusOr<std::unique_ptr<Transport>> GrpcTransport::Start(Server& server) {
-  const ServerOptions& options = server.options();
-  std::unique_ptr<GrpcTransport> transport(new GrpcTransport(server));
+absl::StatusOr<std::unique_ptr<Transport>> GrpcTransport::Start(ServerContext& context) {
+  const ServerOptions& options = context.options();
+  std::unique_ptr<GrpcTransport> transport(new GrpcTransport(context));
   // grpc.health.v1.Health is served by the loops like KV, not by gRPC's default health
   // service: that one runs on the callback API, whose two polling threads on this Debian build
   // take the sockets' I/O away from the loops and cost a thread hand-off per call
@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<Transport>> GrpcTransport::Start(Server& server) 
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(options.max_concurrent_streams));
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
-  if (const ServerTls* tls = server.tls()) {
+  if (const ServerTls* tls = context.tls()) {
     grpc::SslServerCredentialsOptions ssl(
         tls->mutual() ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
                       : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);

@@ -33,13 +33,13 @@
 namespace ringkv {
 
 class GrpcLoopIo;
-class Server;
+class ServerContext;
 
 class GrpcTransport : public Transport {
  public:
   // Builds and starts the grpc++ server on the server's --listen address, with a completion
   // queue for each loop.
-  static absl::StatusOr<std::unique_ptr<Transport>> Start(Server& server);
+  static absl::StatusOr<std::unique_ptr<Transport>> Start(ServerContext& context);
   ~GrpcTransport() override;
 
   int port() const override { return port_; }
@@ -60,10 +60,10 @@ class GrpcTransport : public Transport {
   bool stopped() const { return stopped_.load(std::memory_order_acquire); }
 
  private:
-  explicit GrpcTransport(Server& server) : server_(server) {}
+  explicit GrpcTransport(ServerContext& context) : context_(context) {}
 
   // Constant after Start.
-  Server& server_;
+  ServerContext& context_;
   int port_ = 0;
   ringkv::v1::KV::AsyncService kv_service_;
   grpc::health::v1::Health::AsyncService health_service_;

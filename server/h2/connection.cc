@@ -17,7 +17,7 @@
 #include "server/h2/h2_loop_io.h"
 #include "server/h2/h2_transport.h"
 #include "base/log.h"
-#include "server/server.h"
+#include "server/server_context.h"
 #include "server/shard_loop.h"
 #include "server/tls/server_tls.h"
 
@@ -35,14 +35,14 @@ Connection* Of(void* user_data) { return static_cast<Connection*>(user_data); }
 
 Connection::Connection(H2LoopIo& io, int fd, int64_t greet_by_ns)
     : io_(io), fd_(fd), greet_by_ns_(greet_by_ns), interest_(EPOLLIN) {
-  if (const ServerTls* tls = io.loop().server().tls()) {
+  if (const ServerTls* tls = io.loop().context().tls()) {
     ssl_ = tls->NewSession(fd);  // Null (out of memory): the handshake closes the connection.
     handshaking_ = true;
   }
   nghttp2_session_server_new2(&session_, io.callbacks(), this, io.option());
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
-       io.loop().server().options().max_concurrent_streams},
+       io.loop().context().options().max_concurrent_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, kStreamWindow},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, kMaxHeaderListBytes},
   };

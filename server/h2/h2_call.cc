@@ -7,7 +7,7 @@
 #include "net/grpc_wire.h"
 #include "server/h2/connection.h"
 #include "server/h2/h2_loop_io.h"
-#include "server/server.h"
+#include "server/server_context.h"
 #include "server/shard_loop.h"
 
 namespace ringkv {
@@ -55,7 +55,7 @@ H2Call::~H2Call() {
   }
   ClearDeadline();
   handler_.reset();  // Before the count: a handler is part of its call.
-  if (counted_) io_.loop().server().CallEnded();
+  if (counted_) io_.loop().context().CallEnded();
   io_.CallGone();
 }
 
@@ -85,7 +85,7 @@ void H2Call::OnHeader(std::string_view name, std::string_view value) {
     headers_.bad_timeout = !headers_.timeout_ns.has_value();
   } else if (name == "authorization") {
     headers_.sent_token = true;
-    if (const Authenticator* auth = io_.loop().server().auth()) {
+    if (const Authenticator* auth = io_.loop().context().auth()) {
       headers_.caller = connection_->role_cache().RoleOf(*auth, value);
     }
   }
@@ -125,12 +125,12 @@ void H2Call::Start() {
   if (h.bad_timeout) {
     return SendTrailersOnly(absl::InvalidArgumentError("malformed grpc-timeout header"));
   }
-  Server& server = io_.loop().server();
-  const Role caller = server.auth() != nullptr ? h.caller : Role::kAdmin;
+  ServerContext& context = io_.loop().context();
+  const Role caller = context.auth() != nullptr ? h.caller : Role::kAdmin;
   if (absl::Status allowed = Authorize(*h.method, caller, h.sent_token); !allowed.ok()) {
     return SendTrailersOnly(allowed);
   }
-  if (server.shutting_down() && !headers_.method->served_while_draining) {
+  if (context.shutting_down() && !headers_.method->served_while_draining) {
     return SendTrailersOnly(absl::UnavailableError("ringkv-server is shutting down"));
   }
   if (h.timeout_ns.has_value()) {
@@ -142,7 +142,7 @@ void H2Call::Start() {
   handler_->set_caller(caller);
   if (headers_.method->counted) {
     counted_ = true;
-    server.CallStarted();
+    context.CallStarted();
   }
   handler_->OnStart();
 }
@@ -193,7 +193,7 @@ absl::Status H2Call::CheckPrefix(const MessagePrefix& prefix) const {
     return absl::UnimplementedError(
         "the request message is compressed; this server accepts grpc-encoding identity");
   }
-  const size_t max_message = io_.loop().server().options().limits.max_message_bytes();
+  const size_t max_message = io_.loop().context().options().limits.max_message_bytes();
   if (prefix.length > max_message) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the request message is ", prefix.length, " bytes; the limit is ", max_message,

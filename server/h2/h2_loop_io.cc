@@ -20,7 +20,7 @@
 #include "server/h2/h2_call.h"
 #include "server/h2/h2_transport.h"
 #include "base/log.h"
-#include "server/server.h"
+#include "server/server_context.h"
 #include "server/shard_loop.h"
 
 namespace ringkv {
@@ -234,13 +234,13 @@ void H2LoopIo::Accept() {
     if (!transport_.TakeConnectionSlot()) {
       transport_.CountRefused(H2Transport::kTooManyConnections);
       Refuse(fd, absl::StrCat("too many connections; the limit is --max-connections=",
-                              loop_.server().options().max_connections));
+                              loop_.context().options().max_connections));
       continue;
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     const int64_t greet_by =
-        NowNs() + absl::ToInt64Nanoseconds(loop_.server().options().handshake_timeout);
+        NowNs() + absl::ToInt64Nanoseconds(loop_.context().options().handshake_timeout);
     auto* connection = new Connection(*this, fd, greet_by);
     epoll_event event{};
     event.events = EPOLLIN;
@@ -259,7 +259,7 @@ void H2LoopIo::Refuse(int fd, std::string_view why) {
   // rather than a reset that could overtake them.
   char discard[1024];
   [[maybe_unused]] ssize_t r = recv(fd, discard, sizeof discard, MSG_DONTWAIT);
-  if (loop_.server().tls() == nullptr) {  // Under TLS no frame can go before a handshake.
+  if (loop_.context().tls() == nullptr) {  // Under TLS no frame can go before a handshake.
     const std::string frames = RefusalFrames(why);
     [[maybe_unused]] ssize_t w =
         send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -333,7 +333,7 @@ size_t H2LoopIo::ExpireGreetings() {
       continue;
     }
     transport_.CountRefused(H2Transport::kHandshakeTimeout);
-    const absl::Duration timeout = loop_.server().options().handshake_timeout;
+    const absl::Duration timeout = loop_.context().options().handshake_timeout;
     Log(LogLevel::kDebug, "closing a connection that sent no HTTP/2 preface within %s",
         absl::FormatDuration(timeout));
     connection->Terminate(absl::StrCat("no HTTP/2 connection preface within --handshake-timeout=",

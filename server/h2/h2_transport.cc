@@ -1,15 +1,15 @@
 #include "server/h2/h2_transport.h"
 
 #include "server/h2/h2_loop_io.h"
-#include "server/server.h"
+#include "server/server_context.h"
 #include "server/shard_loop.h"
 
 namespace ringkv {
 
-absl::StatusOr<std::unique_ptr<Transport>> H2Transport::Start(Server& server) {
-  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(server.options().listen);
+absl::StatusOr<std::unique_ptr<Transport>> H2Transport::Start(ServerContext& context) {
+  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(context.options().listen);
   if (!listener.ok()) return listener.status();
-  return std::unique_ptr<Transport>(new H2Transport(server, std::move(*listener)));
+  return std::unique_ptr<Transport>(new H2Transport(context, std::move(*listener)));
 }
 
 std::unique_ptr<LoopIo> H2Transport::MakeLoopIo(ShardLoop& loop) {
@@ -20,7 +20,7 @@ std::unique_ptr<LoopIo> H2Transport::MakeLoopIo(ShardLoop& loop) {
 
 bool H2Transport::TakeConnectionSlot() {
   const int64_t open = connections_.fetch_add(1, std::memory_order_relaxed);
-  if (open < static_cast<int64_t>(server_.options().max_connections)) return true;
+  if (open < static_cast<int64_t>(context_.options().max_connections)) return true;
   connections_.fetch_sub(1, std::memory_order_relaxed);
   return false;
 }

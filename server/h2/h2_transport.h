@@ -33,12 +33,12 @@
 namespace ringkv {
 
 class H2LoopIo;
-class Server;
+class ServerContext;
 
 class H2Transport : public Transport {
  public:
   // Binds the server's --listen address.
-  static absl::StatusOr<std::unique_ptr<Transport>> Start(Server& server);
+  static absl::StatusOr<std::unique_ptr<Transport>> Start(ServerContext& context);
 
   int port() const override { return listener_->port(); }
   std::unique_ptr<LoopIo> MakeLoopIo(ShardLoop& loop) override;
@@ -73,11 +73,11 @@ class H2Transport : public Transport {
   int64_t open_connections() const { return connections_.load(std::memory_order_relaxed); }
 
  private:
-  H2Transport(Server& server, std::unique_ptr<Listener> listener)
-      : server_(server), listener_(std::move(listener)) {}
+  H2Transport(ServerContext& context, std::unique_ptr<Listener> listener)
+      : context_(context), listener_(std::move(listener)) {}
 
   // Constant after Start.
-  Server& server_;
+  ServerContext& context_;
   const std::unique_ptr<Listener> listener_;
 
   // Control thread only: the LoopIos made (owned by their loops), for Stop to wake.

@@ -2,8 +2,9 @@
 //
 // A transport (server/grpc/, server/h2/) turns the bytes of a call into events on a Handler,
 // and the Handler answers through the call's CallSink. The handler knows nothing of HTTP/2 or
-// grpc++: it reads request messages, submits engine Requests to its ShardLoop, and writes
-// response messages. Its methods are in server/handlers/methods.h.
+// grpc++: it reads request messages, submits engine Requests to its HandlerHost (the loop,
+// server/handlers/handler_host.h), asks the ServerContext for limits, the clock and the like,
+// and writes response messages. Its methods are in server/handlers/methods.h.
 //
 // The contract, for both sides (loop thread only; a call lives on the loop that took it):
 //   - The transport makes the handler, calls OnStart() once the call is accepted, then parses
@@ -36,11 +37,11 @@
 
 #include "absl/status/status.h"
 #include "server/auth/role.h"
+#include "server/handlers/handler_host.h"
+#include "server/server_context.h"
 #include "shard/request.h"
 
 namespace ringkv {
-
-class ShardLoop;
 
 // The transport's side of one call. Loop thread only.
 class CallSink {
@@ -59,7 +60,8 @@ class CallSink {
 
 class Handler {
  public:
-  Handler(ShardLoop& loop, CallSink& sink) : loop_(loop), sink_(sink) {}
+  Handler(HandlerHost& host, CallSink& sink)
+      : host_(host), context_(host.context()), sink_(sink) {}
   virtual ~Handler() = default;
   Handler(const Handler&) = delete;
   Handler& operator=(const Handler&) = delete;
@@ -76,9 +78,9 @@ class Handler {
   virtual void OnCancel() = 0;
   // One of this handler's Requests is back from its shard.
   virtual void OnRequestDone(Request* /*request*/) {}
-  // The end of the engine turn in which this handler asked for it (ShardLoop::RequestFlush).
+  // The end of the engine turn in which this handler asked for it (HandlerHost::RequestFlush).
   virtual void Flush() {}
-  // The server's serving status changed (health Watch streams, ShardLoop::AddWatcher).
+  // The server's serving status changed (health Watch streams, HandlerHost::AddWatcher).
   virtual void OnServingChanged() {}
 
   // The role the caller's token grants (kAdmin without --auth-token-file); set by the
@@ -87,9 +89,13 @@ class Handler {
 
  protected:
   // Hands a Request to the engine; OnRequestDone gets it back in a later engine turn.
-  void Submit(Request& request);
+  void Submit(Request& request) {
+    request.tag = this;
+    host_.Submit(&request);
+  }
 
-  ShardLoop& loop_;
+  HandlerHost& host_;
+  ServerContext& context_;
   CallSink& sink_;
   Role caller_ = Role::kAdmin;
 };

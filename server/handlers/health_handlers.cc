@@ -6,8 +6,6 @@
 
 #include "grpc/health/v1/health.pb.h"
 #include "server/handlers/internal/factories.h"
-#include "server/server.h"
-#include "server/shard_loop.h"
 
 namespace ringkv::internal {
 namespace {
@@ -16,7 +14,7 @@ namespace health = ::grpc::health::v1;
 constexpr char kKvService[] = "ringkv.v1.KV";
 
 // The status of `service` ("" is the whole server), or SERVICE_UNKNOWN.
-health::HealthCheckResponse::ServingStatus ServingStatus(const Server& server,
+health::HealthCheckResponse::ServingStatus ServingStatus(const ServerContext& server,
                                                          const std::string& service) {
   if (!service.empty() && service != kKvService) {
     return health::HealthCheckResponse::SERVICE_UNKNOWN;
@@ -32,7 +30,7 @@ class CheckHandler : public Handler {
   google::protobuf::MessageLite* incoming() override { return &request_; }
 
   void OnMessage() override {
-    const auto status = ServingStatus(loop_.server(), request_.service());
+    const auto status = ServingStatus(context_, request_.service());
     if (status == health::HealthCheckResponse::SERVICE_UNKNOWN) {
       sink_.Finish(absl::NotFoundError(absl::StrCat("unknown service \"", request_.service(),
                                                     "\"; this server has \"", kKvService, "\"")),
@@ -57,14 +55,14 @@ class WatchHandler : public Handler {
  public:
   using Handler::Handler;
   ~WatchHandler() override {
-    if (watching_) loop_.RemoveWatcher(this);
+    if (watching_) host_.RemoveWatcher(this);
   }
 
   google::protobuf::MessageLite* incoming() override { return &request_; }
 
   void OnMessage() override {
     watching_ = true;
-    loop_.AddWatcher(this);
+    host_.AddWatcher(this);
     OnServingChanged();
   }
 
@@ -80,14 +78,14 @@ class WatchHandler : public Handler {
   void OnCancel() override {
     if (finished_) return;
     finished_ = true;
-    if (watching_) loop_.RemoveWatcher(this);
+    if (watching_) host_.RemoveWatcher(this);
     watching_ = false;
     sink_.Finish(absl::CancelledError("call cancelled"), nullptr);
   }
 
   void OnServingChanged() override {
     if (writing_ || finished_) return;
-    const auto status = ServingStatus(loop_.server(), request_.service());
+    const auto status = ServingStatus(context_, request_.service());
     if (status == sent_) return;
     sent_ = status;
     response_.set_status(status);
@@ -106,11 +104,11 @@ class WatchHandler : public Handler {
 
 }  // namespace
 
-std::unique_ptr<Handler> MakeHealthCheckHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<CheckHandler>(loop, sink);
+std::unique_ptr<Handler> MakeHealthCheckHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<CheckHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakeHealthWatchHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<WatchHandler>(loop, sink);
+std::unique_ptr<Handler> MakeHealthWatchHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<WatchHandler>(host, sink);
 }
 
 }  // namespace ringkv::internal

@@ -15,8 +15,6 @@
 #include "server/handlers/internal/bidi_handler.h"
 #include "server/handlers/internal/factories.h"
 #include "server/handlers/internal/kv_ops.h"
-#include "server/server.h"
-#include "server/shard_loop.h"
 #include "shard/scan.h"
 
 namespace ringkv::internal {
@@ -30,9 +28,6 @@ constexpr size_t kMaxStreamInFlight = 4096;
 constexpr size_t kStreamReplyBytes = size_t{1} << 20;
 
 absl::Status Cancelled() { return absl::CancelledError("call cancelled"); }
-
-const RequestLimits& LimitsOf(ShardLoop& loop) { return loop.server().options().limits; }
-int64_t NowMs(ShardLoop& loop) { return loop.server().options().clock(); }
 
 // The parts every unary method shares: its messages, the count of Requests out, and one reply
 // once the last is back (or at once, with no Request out). Derived supplies Start (the request
@@ -98,7 +93,7 @@ class SingleKeyHandler : public UnaryHandler<RequestPb, ResponsePb> {
     this->SubmitCounted(op_);
   }
   void Take(Request&) override {}
-  absl::Status Result() final { return StatusOf(op_); }
+  absl::Status Result() final { return StatusOf(op_, this->context_); }
 
   Request op_;
 };
@@ -107,13 +102,13 @@ class GetHandler : public SingleKeyHandler<pb::GetRequest, pb::GetResponse> {
  public:
   using SingleKeyHandler::SingleKeyHandler;
   absl::Status Prepare(Request* op) override {
-    return PrepareGet(LimitsOf(loop_), request_.key(), op);
+    return PrepareGet(context_.limits(), request_.key(), op);
   }
   void Take(Request& r) override {
     if (r.result != ringkv::Result::kOk) return;
     response_.set_value(std::move(r.out));
     response_.set_version(r.version);
-    response_.set_ttl_ms(TtlLeft(r.deadline_ms, NowMs(loop_)));
+    response_.set_ttl_ms(TtlLeft(r.deadline_ms, context_.NowMs()));
   }
 };
 
@@ -121,7 +116,7 @@ class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
  public:
   using SingleKeyHandler::SingleKeyHandler;
   absl::Status Prepare(Request* op) override {
-    return PreparePut(LimitsOf(loop_), NowMs(loop_), request_.key(), request_.value(),
+    return PreparePut(context_.limits(), context_.NowMs(), request_.key(), request_.value(),
                       request_.ttl_ms(),
                       request_.has_condition() ? &request_.condition() : nullptr, op);
   }
@@ -132,7 +127,7 @@ class DeleteHandler : public SingleKeyHandler<pb::DeleteRequest, pb::DeleteRespo
  public:
   using SingleKeyHandler::SingleKeyHandler;
   absl::Status Prepare(Request* op) override {
-    return PrepareDelete(LimitsOf(loop_), request_.key(),
+    return PrepareDelete(context_.limits(), request_.key(),
                          request_.has_condition() ? &request_.condition() : nullptr, op);
   }
 };
@@ -141,7 +136,7 @@ class ExpireHandler : public SingleKeyHandler<pb::ExpireRequest, pb::ExpireRespo
  public:
   using SingleKeyHandler::SingleKeyHandler;
   absl::Status Prepare(Request* op) override {
-    return PrepareExpire(LimitsOf(loop_), NowMs(loop_), request_.key(), request_.ttl_ms(), op);
+    return PrepareExpire(context_.limits(), context_.NowMs(), request_.key(), request_.ttl_ms(), op);
   }
 };
 
@@ -149,7 +144,7 @@ class PersistHandler : public SingleKeyHandler<pb::PersistRequest, pb::PersistRe
  public:
   using SingleKeyHandler::SingleKeyHandler;
   absl::Status Prepare(Request* op) override {
-    return PreparePersist(LimitsOf(loop_), request_.key(), op);
+    return PreparePersist(context_.limits(), request_.key(), op);
   }
 };
 
@@ -157,7 +152,7 @@ class IncrementHandler : public SingleKeyHandler<pb::IncrementRequest, pb::Incre
  public:
   using SingleKeyHandler::SingleKeyHandler;
   absl::Status Prepare(Request* op) override {
-    return PrepareIncrement(LimitsOf(loop_), request_.key(), request_.delta(), op);
+    return PrepareIncrement(context_.limits(), request_.key(), request_.delta(), op);
   }
   void Take(Request& r) override {
     response_.set_value(r.number);
@@ -175,7 +170,7 @@ class BatchHandler : public UnaryHandler<RequestPb, ResponsePb> {
  protected:
   void Take(Request& request) override {
     SetItem(this->response_.mutable_results(static_cast<int>(&request - ops_.data())), request,
-            NowMs(this->loop_));
+            this->context_);
   }
 
   // Sizes the results and prepares every item with `prepare(i, request)`: an item it refuses
@@ -207,7 +202,7 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
   using BatchHandler::BatchHandler;
   void Start() override {
     Run(request_.keys_size(), [&](int i, Request* op) {
-      return PrepareGet(LimitsOf(loop_), request_.keys(i), op);
+      return PrepareGet(context_.limits(), request_.keys(i), op);
     });
   }
 };
@@ -216,10 +211,10 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
  public:
   using BatchHandler::BatchHandler;
   void Start() override {
-    const int64_t now = NowMs(loop_);
+    const int64_t now = context_.NowMs();
     Run(request_.items_size(), [&](int i, Request* op) {
       const pb::KeyValue& item = request_.items(i);
-      return PreparePut(LimitsOf(loop_), now, item.key(), item.value(), item.ttl_ms(),
+      return PreparePut(context_.limits(), now, item.key(), item.value(), item.ttl_ms(),
                         item.has_condition() ? &item.condition() : nullptr, op);
     });
   }
@@ -238,12 +233,12 @@ class ScanHandler : public UnaryHandler<pb::ScanRequest, pb::ScanResponse> {
                                                            ", or 0 for ", kDefaultScanLimit)));
     }
     const std::string& prefix = request_.prefix();
-    if (prefix.size() > LimitsOf(loop_).max_key_bytes) {
+    if (prefix.size() > context_.limits().max_key_bytes) {
       return Reply(absl::InvalidArgumentError(
           absl::StrCat("prefix is ", prefix.size(),
-                       " bytes; the limit is --max-key-bytes=", LimitsOf(loop_).max_key_bytes)));
+                       " bytes; the limit is --max-key-bytes=", context_.limits().max_key_bytes)));
     }
-    parts_.resize(loop_.server().options().threads);
+    parts_.resize(context_.options().threads);
     for (size_t i = 0; i < parts_.size(); ++i) {
       Request& op = parts_[i];
       op.op = Op::kScan;
@@ -277,39 +272,39 @@ class StatsHandler : public UnaryHandler<pb::StatsRequest, pb::StatsResponse> {
  public:
   using UnaryHandler::UnaryHandler;
   void Start() override {
-    loop_.server().FillStats(&response_);
+    context_.FillStats(&response_);
     Reply(absl::OkStatus());
   }
   void Take(Request&) override {}
 };
 
 // Snapshot: the data dir's snapshotter takes it; its Request is a placeholder that comes back
-// (ShardLoop::CompleteExternal) once the snapshot is durable or has failed.
+// (HandlerHost::CompleteExternal) once the snapshot is durable or has failed, or at once,
+// through the same door, when the server has no data directory.
 class SnapshotHandler : public UnaryHandler<pb::SnapshotRequest, pb::SnapshotResponse> {
  public:
   using UnaryHandler::UnaryHandler;
   void Start() override {
-    persist::DataDir* dir = loop_.server().data_dir();
-    if (dir == nullptr) {
-      Reply(absl::FailedPreconditionError(
-          "this server runs without --data-dir: it keeps nothing on disk to snapshot"));
-      return;
-    }
     CountExternal();
-    loop_.SubmitExternal(this, &placeholder_);
+    host_.SubmitExternal(this, &placeholder_);
     // Called on the snapshotter's thread; the loop touches nothing of this until the Request
     // is back (CompleteExternal hands it over under a mutex).
-    dir->RequestSnapshot([this](const absl::StatusOr<persist::SnapshotInfo>& info) {
-      result_ = info.status();
-      if (info.ok()) {
-        response_.set_generation(info->generation);
-        response_.set_keys(info->keys);
-        response_.set_bytes(info->bytes);
-        response_.set_unix_ms(info->unix_ms);
-        response_.set_seconds(info->seconds);
-      }
-      loop_.CompleteExternal(&placeholder_);
-    });
+    const absl::Status requested =
+        context_.RequestSnapshot([this](const absl::StatusOr<persist::SnapshotInfo>& info) {
+          result_ = info.status();
+          if (info.ok()) {
+            response_.set_generation(info->generation);
+            response_.set_keys(info->keys);
+            response_.set_bytes(info->bytes);
+            response_.set_unix_ms(info->unix_ms);
+            response_.set_seconds(info->seconds);
+          }
+          host_.CompleteExternal(&placeholder_);
+        });
+    if (!requested.ok()) {  // No data directory: `done` never runs.
+      result_ = requested;
+      host_.CompleteExternal(&placeholder_);
+    }
   }
   void Take(Request&) override {}
   absl::Status Result() override { return result_; }
@@ -329,13 +324,13 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
 
   void OnRequestDone(Request* request) override {
     InFlight& op = *static_cast<InFlight*>(request);
-    if (!cancelled()) SetItem(AddResult(op.id, request->out.size()), *request, NowMs(loop_));
+    if (!cancelled()) SetItem(AddResult(op.id, request->out.size()), *request, context_);
     Release(op);
     --in_flight_;
     ReadNext();
     if (!flush_requested_) {  // Write once this engine turn is over, with whatever it answered.
       flush_requested_ = true;
-      loop_.RequestFlush(this);
+      host_.RequestFlush(this);
     }
   }
 
@@ -356,8 +351,8 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
   bool RoomForMore() const override { return in_flight_ < kMaxStreamInFlight; }
 
   void TakeMessage() override {
-    const RequestLimits& limits = LimitsOf(loop_);
-    const int64_t now = NowMs(loop_);
+    const RequestLimits& limits = context_.limits();
+    const int64_t now = context_.NowMs();
     for (pb::StreamOp& in : *incoming_.mutable_ops()) {
       InFlight& op = NewOp();
       op.id = in.id();
@@ -442,41 +437,41 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
 
 }  // namespace
 
-std::unique_ptr<Handler> MakeGetHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<GetHandler>(loop, sink);
+std::unique_ptr<Handler> MakeGetHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<GetHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakePutHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<PutHandler>(loop, sink);
+std::unique_ptr<Handler> MakePutHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<PutHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakeDeleteHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<DeleteHandler>(loop, sink);
+std::unique_ptr<Handler> MakeDeleteHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<DeleteHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakeMultiGetHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<MultiGetHandler>(loop, sink);
+std::unique_ptr<Handler> MakeMultiGetHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<MultiGetHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakeMultiPutHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<MultiPutHandler>(loop, sink);
+std::unique_ptr<Handler> MakeMultiPutHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<MultiPutHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakeStreamHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<StreamHandler>(loop, sink);
+std::unique_ptr<Handler> MakeStreamHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<StreamHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakeStatsHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<StatsHandler>(loop, sink);
+std::unique_ptr<Handler> MakeStatsHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<StatsHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakeSnapshotHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<SnapshotHandler>(loop, sink);
+std::unique_ptr<Handler> MakeSnapshotHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<SnapshotHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakeExpireHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<ExpireHandler>(loop, sink);
+std::unique_ptr<Handler> MakeExpireHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<ExpireHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakePersistHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<PersistHandler>(loop, sink);
+std::unique_ptr<Handler> MakePersistHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<PersistHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakeIncrementHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<IncrementHandler>(loop, sink);
+std::unique_ptr<Handler> MakeIncrementHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<IncrementHandler>(host, sink);
 }
-std::unique_ptr<Handler> MakeScanHandler(ShardLoop& loop, CallSink& sink) {
-  return std::make_unique<ScanHandler>(loop, sink);
+std::unique_ptr<Handler> MakeScanHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<ScanHandler>(host, sink);
 }
 
 }  // namespace ringkv::internal

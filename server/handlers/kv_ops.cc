@@ -10,10 +10,6 @@ namespace {
 
 namespace pb = ::ringkv::v1;
 
-// Never freed: read by any loop thread until the process exits.
-const std::string* journal_failure_message =
-    new std::string("the write could not be made durable; writes are refused");
-
 // A deadline `ttl_ms` from now; 0 for none (ttl_ms 0) unless `required`.
 absl::Status Deadline(int64_t now_ms, int64_t ttl_ms, bool required, int64_t* deadline) {
   if (ttl_ms == 0 && !required) {
@@ -110,7 +106,7 @@ absl::Status PrepareIncrement(const RequestLimits& limits, std::string_view key,
   return limits.CheckKey(key);
 }
 
-absl::Status StatusOf(const Request& r) {
+absl::Status StatusOf(const Request& r, const ServerContext& context) {
   switch (r.result) {
     case Result::kOk:
       return absl::OkStatus();
@@ -127,21 +123,16 @@ absl::Status StatusOf(const Request& r) {
       return absl::OutOfRangeError("the sum would not fit in a 64-bit integer");
     case Result::kNoMemory:
       return absl::ResourceExhaustedError(absl::StrCat(
-          "out of memory: the write needs ", r.deadline_ms, " more bytes, and shard ", r.owner,
-          " holds ", r.number, " of the ", r.version,
+          "out of memory: the write needs ", r.no_memory.needed_bytes, " more bytes, and shard ",
+          r.owner, " holds ", r.no_memory.used_bytes, " of the ", r.no_memory.limit_bytes,
           " bytes --max-memory gives each shard, with no key --eviction may evict (reads and "
           "deletes still work)"));
     case Result::kUnavailable:
-      return absl::UnavailableError(*journal_failure_message);
+      return absl::UnavailableError(context.journal_failure_message());
     case Result::kPending:
       break;
   }
   return absl::InternalError("the request was never run");
-}
-
-void SetJournalFailureMessage(std::string message) {
-  delete journal_failure_message;
-  journal_failure_message = new std::string(std::move(message));
 }
 
 int64_t TtlLeft(int64_t deadline_ms, int64_t now_ms) {
@@ -153,8 +144,8 @@ void SetItem(pb::ItemResult* item, const absl::Status& status) {
   item->set_message(std::string(status.message()));
 }
 
-void SetItem(pb::ItemResult* item, Request& r, int64_t now_ms) {
-  SetItem(item, StatusOf(r));
+void SetItem(pb::ItemResult* item, Request& r, const ServerContext& context) {
+  SetItem(item, StatusOf(r, context));
   if (r.result == Result::kOk || r.result == Result::kConditionFailed) {
     item->set_version(r.version);
   }
@@ -162,7 +153,7 @@ void SetItem(pb::ItemResult* item, Request& r, int64_t now_ms) {
   switch (r.op) {
     case Op::kGet:
       item->set_value(std::move(r.out));
-      item->set_ttl_ms(TtlLeft(r.deadline_ms, now_ms));
+      item->set_ttl_ms(TtlLeft(r.deadline_ms, context.NowMs()));
       break;
     case Op::kIncrement:
       item->set_number(r.number);

@@ -4,7 +4,6 @@
 #include <array>
 
 #include "server/handlers/internal/factories.h"
-#include "server/shard_loop.h"
 
 namespace ringkv {
 namespace {
@@ -26,40 +25,80 @@ using internal::MakeSnapshotHandler;
 using internal::MakeStatsHandler;
 using internal::MakeStreamHandler;
 
-constexpr MethodKind kUnary = MethodKind::kUnary;
 constexpr Role kOpen = Role::kNone;
 constexpr Role kRead = Role::kRead;
 constexpr Role kWrite = Role::kWrite;
 constexpr Role kAdmin = Role::kAdmin;
+constexpr MethodKind kServerStreaming = MethodKind::kServerStreaming;
+constexpr MethodKind kBidiStreaming = MethodKind::kBidiStreaming;
 
 // In MethodId order; the hot methods first, since FindMethod scans. Stream needs read to
 // open; each of its writes needs write (StreamHandler checks them one by one).
 const std::array<Method, kMethodCount> kMethods = {{
-    {MethodId::kGet, "/ringkv.v1.KV/Get", kUnary, false, true, kRead, MakeGetHandler},
-    {MethodId::kPut, "/ringkv.v1.KV/Put", kUnary, false, true, kWrite, MakePutHandler},
-    {MethodId::kDelete, "/ringkv.v1.KV/Delete", kUnary, false, true, kWrite, MakeDeleteHandler},
-    {MethodId::kMultiGet, "/ringkv.v1.KV/MultiGet", kUnary, false, true, kRead,
-     MakeMultiGetHandler},
-    {MethodId::kMultiPut, "/ringkv.v1.KV/MultiPut", kUnary, false, true, kWrite,
-     MakeMultiPutHandler},
-    {MethodId::kStream, "/ringkv.v1.KV/Stream", MethodKind::kBidiStreaming, false, true, kRead,
-     MakeStreamHandler},
-    {MethodId::kStats, "/ringkv.v1.KV/Stats", kUnary, false, true, kRead, MakeStatsHandler},
-    {MethodId::kExpire, "/ringkv.v1.KV/Expire", kUnary, false, true, kWrite, MakeExpireHandler},
-    {MethodId::kPersist, "/ringkv.v1.KV/Persist", kUnary, false, true, kWrite, MakePersistHandler},
-    {MethodId::kIncrement, "/ringkv.v1.KV/Increment", kUnary, false, true, kWrite,
-     MakeIncrementHandler},
-    {MethodId::kScan, "/ringkv.v1.KV/Scan", kUnary, false, true, kRead, MakeScanHandler},
-    {MethodId::kSnapshot, "/ringkv.v1.KV/Snapshot", kUnary, false, true, kAdmin,
-     MakeSnapshotHandler},
-    {MethodId::kHealthCheck, "/grpc.health.v1.Health/Check", kUnary, true, true, kOpen,
-     MakeHealthCheckHandler},
-    {MethodId::kHealthWatch, "/grpc.health.v1.Health/Watch", MethodKind::kServerStreaming, true,
-     false, kOpen, MakeHealthWatchHandler},
-    {MethodId::kReflectionV1alpha, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-     MethodKind::kBidiStreaming, false, false, kRead, MakeReflectionV1alphaHandler},
-    {MethodId::kReflectionV1, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-     MethodKind::kBidiStreaming, false, false, kRead, MakeReflectionV1Handler},
+    {.id = MethodId::kGet, .path = "/ringkv.v1.KV/Get", .needs = kRead, .make = MakeGetHandler},
+    {.id = MethodId::kPut, .path = "/ringkv.v1.KV/Put", .needs = kWrite, .make = MakePutHandler},
+    {.id = MethodId::kDelete,
+     .path = "/ringkv.v1.KV/Delete",
+     .needs = kWrite,
+     .make = MakeDeleteHandler},
+    {.id = MethodId::kMultiGet,
+     .path = "/ringkv.v1.KV/MultiGet",
+     .needs = kRead,
+     .make = MakeMultiGetHandler},
+    {.id = MethodId::kMultiPut,
+     .path = "/ringkv.v1.KV/MultiPut",
+     .needs = kWrite,
+     .make = MakeMultiPutHandler},
+    {.id = MethodId::kStream,
+     .path = "/ringkv.v1.KV/Stream",
+     .kind = kBidiStreaming,
+     .needs = kRead,
+     .make = MakeStreamHandler},
+    {.id = MethodId::kStats,
+     .path = "/ringkv.v1.KV/Stats",
+     .needs = kRead,
+     .make = MakeStatsHandler},
+    {.id = MethodId::kExpire,
+     .path = "/ringkv.v1.KV/Expire",
+     .needs = kWrite,
+     .make = MakeExpireHandler},
+    {.id = MethodId::kPersist,
+     .path = "/ringkv.v1.KV/Persist",
+     .needs = kWrite,
+     .make = MakePersistHandler},
+    {.id = MethodId::kIncrement,
+     .path = "/ringkv.v1.KV/Increment",
+     .needs = kWrite,
+     .make = MakeIncrementHandler},
+    {.id = MethodId::kScan, .path = "/ringkv.v1.KV/Scan", .needs = kRead, .make = MakeScanHandler},
+    {.id = MethodId::kSnapshot,
+     .path = "/ringkv.v1.KV/Snapshot",
+     .needs = kAdmin,
+     .make = MakeSnapshotHandler},
+    {.id = MethodId::kHealthCheck,
+     .path = "/grpc.health.v1.Health/Check",
+     .needs = kOpen,
+     .make = MakeHealthCheckHandler,
+     .served_while_draining = true},
+    {.id = MethodId::kHealthWatch,
+     .path = "/grpc.health.v1.Health/Watch",
+     .kind = kServerStreaming,
+     .needs = kOpen,
+     .make = MakeHealthWatchHandler,
+     .served_while_draining = true,
+     .counted = false},
+    {.id = MethodId::kReflectionV1alpha,
+     .path = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+     .kind = kBidiStreaming,
+     .needs = kRead,
+     .make = MakeReflectionV1alphaHandler,
+     .counted = false},
+    {.id = MethodId::kReflectionV1,
+     .path = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+     .kind = kBidiStreaming,
+     .needs = kRead,
+     .make = MakeReflectionV1Handler,
+     .counted = false},
 }};
 
 }  // namespace

@@ -3,7 +3,7 @@
 // Constant; any thread.
 //
 //   const Method* method = FindMethod("/ringkv.v1.KV/Get");
-//   std::unique_ptr<Handler> handler = method->make(loop, sink);
+//   std::unique_ptr<Handler> handler = method->make(host, sink);
 #ifndef RINGKV_SERVER_HANDLERS_METHODS_H_
 #define RINGKV_SERVER_HANDLERS_METHODS_H_
 
@@ -42,19 +42,20 @@ enum class MethodId {
 };
 inline constexpr int kMethodCount = static_cast<int>(MethodId::kReflectionV1) + 1;
 
+// Written with designated initializers; the flags' defaults fit most methods.
 struct Method {
   MethodId id;
   std::string_view path;  // "/ringkv.v1.KV/Get", as HTTP/2's :path carries it.
-  MethodKind kind;
+  MethodKind kind = MethodKind::kUnary;
+  // The least role a caller's token must grant (with --auth-token-file; server/auth/).
+  Role needs = Role::kAdmin;
+  std::unique_ptr<Handler> (*make)(HandlerHost& host, CallSink& sink) = nullptr;
   // Served while the server drains (health: it is how a balancer learns of the drain). Others
   // are refused with UNAVAILABLE from the moment the drain starts.
-  bool served_while_draining;
+  bool served_while_draining = false;
   // In the server's count of calls being served, which a drain waits for. Health Watch and
   // reflection streams are not: an idle one left open must not hold up a stop.
-  bool counted;
-  // The least role a caller's token must grant (with --auth-token-file; server/auth/).
-  Role needs;
-  std::unique_ptr<Handler> (*make)(ShardLoop& loop, CallSink& sink);
+  bool counted = true;
 
   // "ringkv.v1.KV" of "/ringkv.v1.KV/Get".
   std::string_view service() const { return path.substr(1, path.rfind('/') - 1); }

@@ -140,15 +140,15 @@ class ReflectionHandler : public BidiHandler<ResponsePb> {
 
 }  // namespace
 
-std::unique_ptr<Handler> MakeReflectionV1alphaHandler(ShardLoop& loop, CallSink& sink) {
+std::unique_ptr<Handler> MakeReflectionV1alphaHandler(HandlerHost& host, CallSink& sink) {
   namespace pb = ::grpc::reflection::v1alpha;
   return std::make_unique<
-      ReflectionHandler<pb::ServerReflectionRequest, pb::ServerReflectionResponse>>(loop, sink);
+      ReflectionHandler<pb::ServerReflectionRequest, pb::ServerReflectionResponse>>(host, sink);
 }
-std::unique_ptr<Handler> MakeReflectionV1Handler(ShardLoop& loop, CallSink& sink) {
+std::unique_ptr<Handler> MakeReflectionV1Handler(HandlerHost& host, CallSink& sink) {
   namespace pb = ::grpc::reflection::v1;
   return std::make_unique<
-      ReflectionHandler<pb::ServerReflectionRequest, pb::ServerReflectionResponse>>(loop, sink);
+      ReflectionHandler<pb::ServerReflectionRequest, pb::ServerReflectionResponse>>(host, sink);
 }
 
 }  // namespace ringkv::internal

@@ -12,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
-#include "server/server.h"
 
 namespace ringkv {
 namespace {
@@ -42,7 +41,7 @@ bool WaitFor(int fd, short events, int64_t deadline_ms) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Bind(const std::string& address,
-                                                                   const Server& server) {
+                                                                   const MetricsSource& server) {
   // The same binding rules as the gRPC port (no SO_REUSEPORT: a second server must fail).
   absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(address);
   if (!listener.ok()) {
@@ -55,7 +54,7 @@ void MetricsServer::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
-MetricsServer::MetricsServer(const Server& server, std::unique_ptr<Listener> listener)
+MetricsServer::MetricsServer(const MetricsSource& server, std::unique_ptr<Listener> listener)
     : metrics_(server),
       server_(server),
       listener_(std::move(listener)),
@@ -124,7 +123,7 @@ std::string MetricsServer::Answer(std::string_view request_line) {
     return Response("405 Method Not Allowed", "text/plain", "GET only\n");
   }
   if (path == "/healthz") {
-    return server_.shutting_down()
+    return server_.context().shutting_down()
                ? Response("503 Service Unavailable", "text/plain", "shutting down\n")
                : Response("200 OK", "text/plain", "ok\n");
   }

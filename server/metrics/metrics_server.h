@@ -34,7 +34,7 @@ class MetricsServer {
   // Binds `address` (HOST:PORT; port 0 picks one); UNAVAILABLE naming it if it cannot.
   // Nothing is served before Start.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Bind(const std::string& address,
-                                                             const Server& server);
+                                                             const MetricsSource& server);
   // Starts serving, on a thread of its own (once the server's loops and transport exist).
   void Start();
   ~MetricsServer();
@@ -46,14 +46,14 @@ class MetricsServer {
   void Stop();
 
  private:
-  MetricsServer(const Server& server, std::unique_ptr<Listener> listener);
+  MetricsServer(const MetricsSource& server, std::unique_ptr<Listener> listener);
   void Run();
   void Serve(int fd);
   // The response to a request's first line.
   std::string Answer(std::string_view request_line);
 
   ServerMetrics metrics_;
-  const Server& server_;
+  const MetricsSource& server_;
   const std::unique_ptr<Listener> listener_;
   int stop_fd_ = -1;  // An eventfd: written by Stop, polled by Run.
   std::thread thread_;

@@ -8,8 +8,6 @@
 #include "absl/status/status.h"
 #include "ringkv/v1/kv.pb.h"
 #include "server/handlers/methods.h"
-#include "server/server.h"
-#include "server/shard_loop.h"
 
 namespace ringkv {
 namespace {
@@ -57,7 +55,7 @@ std::string MethodLabel(const Method& method) {
   return std::string(path);
 }
 
-void AddCalls(const Server& server, std::vector<MetricFamily>* out) {
+void AddCalls(const MetricsSource& server, std::vector<MetricFamily>* out) {
   MetricFamily calls =
       Family("calls_total", "Calls served, by method and gRPC status code.", MetricType::Counter);
   MetricFamily duration =
@@ -65,12 +63,13 @@ void AddCalls(const Server& server, std::vector<MetricFamily>* out) {
              "Time from a call's headers to its end (its answer handed to the socket), by "
              "method.",
              MetricType::Histogram);
+  const std::vector<const CallMetrics*> loops = server.call_metrics();
   for (int m = 0; m < kMethodCount; ++m) {
     const Method& method = MethodOf(static_cast<MethodId>(m));
     const std::string label = MethodLabel(method);
     for (int code = 0; code < CallMetrics::kCodes; ++code) {
       uint64_t total = 0;
-      for (const auto& loop : server.loops()) total += loop->call_counts().calls(method.id, code);
+      for (const CallMetrics* loop : loops) total += loop->calls(method.id, code);
       if (total == 0) continue;
       calls.metric.push_back(Value(MetricType::Counter, static_cast<double>(total),
                                    {{"method", label}, {"code", kCodeNames[code]}}));
@@ -80,14 +79,13 @@ void AddCalls(const Server& server, std::vector<MetricFamily>* out) {
     uint64_t cumulative = 0;
     uint64_t sum_ns = 0;
     for (int b = 0; b < CallMetrics::kBuckets; ++b) {
-      for (const auto& loop : server.loops())
-        cumulative += loop->call_counts().bucket(method.id, b);
+      for (const CallMetrics* loop : loops) cumulative += loop->bucket(method.id, b);
       histogram.histogram.bucket.push_back(
           {cumulative, b < CallMetrics::kBuckets - 1
                            ? static_cast<double>(CallMetrics::kBucketBoundsNs[b]) / 1e9
                            : std::numeric_limits<double>::infinity()});
     }
-    for (const auto& loop : server.loops()) sum_ns += loop->call_counts().sum_ns(method.id);
+    for (const CallMetrics* loop : loops) sum_ns += loop->sum_ns(method.id);
     if (cumulative == 0) continue;
     histogram.histogram.sample_count = cumulative;
     histogram.histogram.sample_sum = static_cast<double>(sum_ns) / 1e9;
@@ -176,8 +174,8 @@ void AddPersistence(const ringkv::v1::PersistenceStats& p, std::vector<MetricFam
 
 std::vector<MetricFamily> ServerMetrics::Collect() const {
   ringkv::v1::StatsResponse stats;
-  server_.FillStats(&stats);
-  const ServerOptions& options = server_.options();
+  server_.context().FillStats(&stats);
+  const ServerOptions& options = server_.context().options();
   std::vector<MetricFamily> out;
 
   MetricFamily build =
@@ -191,7 +189,7 @@ std::vector<MetricFamily> ServerMetrics::Collect() const {
              {"auth", options.auth_token_file.empty() ? "off" : "on"}}));
   out.push_back(std::move(build));
   out.push_back(Single("serving", "1 while serving; 0 once a stop has begun (draining).",
-                       MetricType::Gauge, server_.shutting_down() ? 0 : 1));
+                       MetricType::Gauge, server_.context().shutting_down() ? 0 : 1));
   out.push_back(Single("uptime_seconds", "Seconds since the server started.", MetricType::Gauge,
                        stats.uptime_seconds()));
   out.push_back(Single("workers", "Worker threads (--threads), one shard each.", MetricType::Gauge,
@@ -200,7 +198,7 @@ std::vector<MetricFamily> ServerMetrics::Collect() const {
   AddShards(stats, &out);
   out.push_back(Single("ring_in_flight", "Requests and answers in rings now.", MetricType::Gauge,
                        static_cast<double>(stats.ring_in_flight())));
-  AddConnections(server_.transport().connections(), &out);
+  AddConnections(server_.connections(), &out);
   out.push_back(Single("jemalloc_allocated_bytes", "jemalloc's stats.allocated.", MetricType::Gauge,
                        static_cast<double>(stats.memory_allocated_bytes())));
   out.push_back(Single("jemalloc_resident_bytes", "jemalloc's stats.resident.", MetricType::Gauge,

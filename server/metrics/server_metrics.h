@@ -23,17 +23,17 @@
 
 #include <vector>
 
-namespace ringkv {
+#include "server/metrics/metrics_source.h"
 
-class Server;
+namespace ringkv {
 
 class ServerMetrics : public prometheus::Collectable {
  public:
-  explicit ServerMetrics(const Server& server) : server_(server) {}
+  explicit ServerMetrics(const MetricsSource& server) : server_(server) {}
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
-  const Server& server_;
+  const MetricsSource& server_;
 };
 
 }  // namespace ringkv

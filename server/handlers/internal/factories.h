@@ -10,26 +10,26 @@
 namespace ringkv::internal {
 
 // kv_handlers.cc: ringkv.v1.KV.
-std::unique_ptr<Handler> MakeGetHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakePutHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakeDeleteHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakeMultiGetHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakeMultiPutHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakeStreamHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakeStatsHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakeExpireHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakePersistHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakeIncrementHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakeScanHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakeSnapshotHandler(ShardLoop& loop, CallSink& sink);
+std::unique_ptr<Handler> MakeGetHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakePutHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeDeleteHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeMultiGetHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeMultiPutHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeStreamHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeStatsHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeExpireHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakePersistHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeIncrementHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeScanHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeSnapshotHandler(HandlerHost& host, CallSink& sink);
 
 // health_handlers.cc: grpc.health.v1.Health.
-std::unique_ptr<Handler> MakeHealthCheckHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakeHealthWatchHandler(ShardLoop& loop, CallSink& sink);
+std::unique_ptr<Handler> MakeHealthCheckHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeHealthWatchHandler(HandlerHost& host, CallSink& sink);
 
 // reflection_handler.cc: grpc.reflection.v1alpha and v1 ServerReflection.
-std::unique_ptr<Handler> MakeReflectionV1alphaHandler(ShardLoop& loop, CallSink& sink);
-std::unique_ptr<Handler> MakeReflectionV1Handler(ShardLoop& loop, CallSink& sink);
+std::unique_ptr<Handler> MakeReflectionV1alphaHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeReflectionV1Handler(HandlerHost& host, CallSink& sink);
 
 }  // namespace ringkv::internal
 

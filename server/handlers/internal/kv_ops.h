@@ -2,7 +2,7 @@
 // and stream operations alike): Prepare* fill in an engine Request from the fields a client
 // sent, or say what is wrong with them (INVALID_ARGUMENT, naming the limit); StatusOf and
 // SetItem turn a Request's outcome back into a status or a batch item. `now_ms` (the server's
-// clock) turns a TTL into an absolute deadline and back.
+// clock, ServerContext::NowMs) turns a TTL into an absolute deadline and back.
 #ifndef RINGKV_SERVER_HANDLERS_INTERNAL_KV_OPS_H_
 #define RINGKV_SERVER_HANDLERS_INTERNAL_KV_OPS_H_
 
@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "ringkv/v1/kv.pb.h"
 #include "server/request_limits.h"
+#include "server/server_context.h"
 #include "shard/request.h"
 
 namespace ringkv::internal {
@@ -34,14 +35,12 @@ absl::Status PrepareIncrement(const RequestLimits& limits, std::string_view key,
                               Request* r);
 
 // The status of a done request: OK, NOT_FOUND, FAILED_PRECONDITION naming the key's version,
-// INVALID_ARGUMENT (an increment of a non-integer), OUT_OF_RANGE (an increment's overflow).
-absl::Status StatusOf(const Request& r);
-// The message of Result::kUnavailable (a write the data directory's log could not take). Set
-// by the Server before it starts its loops, never after.
-void SetJournalFailureMessage(std::string message);
+// INVALID_ARGUMENT (an increment of a non-integer), OUT_OF_RANGE (an increment's overflow),
+// RESOURCE_EXHAUSTED (no memory), UNAVAILABLE (the log failed: the context's message).
+absl::Status StatusOf(const Request& r, const ServerContext& context);
 // A done request as a batch item: its status, and what its operation returns (a Get's value,
 // version and time left; a write's version; an increment's sum). Moves the value out.
-void SetItem(ringkv::v1::ItemResult* item, Request& r, int64_t now_ms);
+void SetItem(ringkv::v1::ItemResult* item, Request& r, const ServerContext& context);
 // An item that failed before reaching the engine.
 void SetItem(ringkv::v1::ItemResult* item, const absl::Status& status);
 // Milliseconds before `deadline_ms` (at least 1: an expired key is not returned); -1 for none.

@@ -1,0 +1,69 @@
+// ServerContext: what the call side of the daemon (its loops, transports and handlers) may ask
+// of the server, and nothing more: the options (limits, clock, connection bounds), token auth
+// and TLS, whether a drain has begun, the count of calls being served, the Stats figures, a
+// snapshot of the data directory, and the message for writes a failed log refuses. Server
+// implements it (server/server.h); a handler test implements it without sockets.
+//
+// Threads: every method from any loop thread while the server runs (FillStats also from the
+// /metrics scrape); RequestSnapshot's `done` runs on the snapshotter's thread.
+//
+//   if (context.shutting_down()) return Refuse(absl::UnavailableError("draining"));
+//   context.CallStarted();
+#ifndef RINGKV_SERVER_SERVER_CONTEXT_H_
+#define RINGKV_SERVER_SERVER_CONTEXT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "persist/data_dir.h"
+#include "server/request_limits.h"
+#include "server/server_options.h"
+
+namespace ringkv {
+
+namespace v1 {
+class StatsResponse;
+}  // namespace v1
+
+class Authenticator;
+class ServerTls;
+
+class ServerContext {
+ public:
+  // Constant while the server runs.
+  virtual const ServerOptions& options() const = 0;
+  const RequestLimits& limits() const { return options().limits; }
+  // The server's clock (TTL deadlines), wall-clock milliseconds.
+  int64_t NowMs() const { return options().clock(); }
+  // Token auth; null without --auth-token-file (every call is allowed).
+  virtual const Authenticator* auth() const = 0;
+  // TLS; null without --tls-cert (plaintext).
+  virtual const ServerTls* tls() const = 0;
+
+  // Once true, new calls are refused with UNAVAILABLE (health checks excepted) and health says
+  // NOT_SERVING; it never goes back to false.
+  virtual bool shutting_down() const = 0;
+  // A call is being served (not refused) / has ended; a drain waits for the count to reach 0.
+  virtual void CallStarted() = 0;
+  virtual void CallEnded() = 0;
+
+  // The Stats RPC's figures, read now.
+  virtual void FillStats(ringkv::v1::StatsResponse* stats) const = 0;
+
+  // Takes a snapshot of the data directory; `done` runs, on the snapshotter's thread, once it
+  // is durable or has failed. FAILED_PRECONDITION (and `done` never runs) without --data-dir.
+  virtual absl::Status RequestSnapshot(persist::DataDir::SnapshotDone done) = 0;
+
+  // The UNAVAILABLE message of a write refused because the data directory's log failed
+  // (Result::kUnavailable).
+  virtual const std::string& journal_failure_message() const = 0;
+
+ protected:
+  ~ServerContext() = default;
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SERVER_SERVER_CONTEXT_H_

@@ -1,0 +1,66 @@
+// ServerOptions: everything ringkv-server is told at start, as plain data (server/main.cc fills
+// it from the flags; tests fill it directly). Server::Start checks the ranges it depends on and
+// refuses a start with INVALID_ARGUMENT naming the flag. Constant once the server runs; any
+// thread may read it then.
+//
+//   ServerOptions options{.listen = "127.0.0.1:0", .threads = 2};
+#ifndef RINGKV_SERVER_SERVER_OPTIONS_H_
+#define RINGKV_SERVER_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "persist/log_writer.h"
+#include "ring/ring.h"
+#include "server/request_limits.h"
+#include "server/tls/server_tls.h"
+#include "shard/clock.h"
+#include "shard/memory.h"
+
+namespace ringkv {
+
+enum class TransportKind { kH2, kGrpc };
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";
+  uint32_t threads = 1;
+  TransportKind transport = TransportKind::kH2;
+  bool lock_engine = false;          // --engine=lock: the lock baseline instead of rings.
+  RingKind ring = RingKind::kRteSpsc;
+  size_t ring_capacity = 1 << 14;
+  RequestLimits limits;
+  bool poll_mode = false;            // Busy-poll, never park.
+  // How long a worker keeps polling after its last work before it parks (ShardLoop::Run).
+  absl::Duration spin = absl::ZeroDuration();
+  absl::Duration shutdown_grace = absl::Seconds(4);
+  // Client connections open at once; past it a new one is refused at once (h2 only: grpc++
+  // has no such bound).
+  uint32_t max_connections = 10000;
+  // How long a new connection may take over its TLS handshake and HTTP/2 connection preface
+  // before it is closed: a client that connects and stays silent holds no slot for longer.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  // Calls in flight per connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS).
+  uint32_t max_concurrent_streams = 100;
+  // --max-memory (0: none) and --eviction; each shard gets an equal share of the bytes.
+  MemoryLimit memory;
+  // What TTL deadlines are compared with (wall-clock ms); tests may set a clock of their own.
+  Clock clock = SystemClockMs;
+  // --data-dir (empty: in memory only), --fsync, --load-intact, --no-snapshot-on-exit,
+  // --snapshot-every (zero: none).
+  std::string data_dir;
+  persist::SyncMode fsync = persist::SyncMode::kEverySec;
+  bool load_intact = false;
+  bool snapshot_on_exit = true;
+  absl::Duration snapshot_every = absl::ZeroDuration();
+  // --auth-token-file: every call but health checks needs a token from it (empty: no auth).
+  std::string auth_token_file;
+  // --tls-cert, --tls-key, --tls-client-ca: TLS on the listening port (empty cert: plaintext).
+  ServerTls::Files tls;
+  // --metrics-listen: HOST:PORT of the /metrics and /healthz endpoint (empty: none).
+  std::string metrics_listen;
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SERVER_SERVER_OPTIONS_H_
