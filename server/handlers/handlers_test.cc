@@ -1,0 +1,227 @@
+// Handlers without a daemon: each test makes a handler from the method table, drives it the way
+// a transport does (OnStart, a request message, OnMessage) and reads what it answered through
+// its CallSink. Its Requests run on a real Shard, one engine turn at a time (TestHost::Turn), so
+// what is checked is the handler's own logic: input checks, the Requests it makes, and how it
+// turns their outcome into an answer. No socket, thread or Server.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grpc/health/v1/health.pb.h"
+#include "gtest/gtest.h"
+#include "ringkv/v1/kv.pb.h"
+#include "server/handlers/handler.h"
+#include "server/handlers/handler_host.h"
+#include "server/handlers/methods.h"
+#include "server/server_context.h"
+#include "shard/router.h"
+#include "shard/shard.h"
+
+namespace ringkv {
+namespace {
+
+namespace pb = ::ringkv::v1;
+namespace health = ::grpc::health::v1;
+
+constexpr int64_t kNowMs = 1'700'000'000'000;
+int64_t FixedClock() { return kNowMs; }
+
+class TestContext final : public ServerContext {
+ public:
+  TestContext() {
+    options_.clock = FixedClock;
+    options_.limits.max_key_bytes = 16;
+  }
+  const ServerOptions& options() const override { return options_; }
+  const Authenticator* auth() const override { return nullptr; }
+  const ServerTls* tls() const override { return nullptr; }
+  bool shutting_down() const override { return draining; }
+  void CallStarted() override { ++calls; }
+  void CallEnded() override { --calls; }
+  void FillStats(pb::StatsResponse* stats) const override { stats->set_engine("test"); }
+  absl::Status RequestSnapshot(persist::DataDir::SnapshotDone) override {
+    return absl::FailedPreconditionError("no --data-dir here");
+  }
+  const std::string& journal_failure_message() const override { return journal_failure_; }
+
+  bool draining = false;
+  int calls = 0;
+
+ private:
+  ServerOptions options_;
+  const std::string journal_failure_ = "the test's log failed";
+};
+
+// One shard, run a turn at a time: Turn() executes what was submitted (or, with
+// refuse_writes, refuses writes as a failed journal would), gives every Request back to its
+// handler, then flushes.
+class TestHost final : public HandlerHost {
+ public:
+  explicit TestHost(MemoryLimit memory = {}) : shard_(0, memory) {}
+
+  ServerContext& context() override { return context_; }
+  void Submit(Request* request) override {
+    pending_.push_back(request);
+    ++submitted;
+  }
+  void SubmitExternal(Handler* handler, Request* request) override { request->tag = handler; }
+  void CompleteExternal(Request* request) override { external_.push_back(request); }
+  void RequestFlush(Handler* handler) override { flush_.push_back(handler); }
+  void AddWatcher(Handler* handler) override { watchers.push_back(handler); }
+  void RemoveWatcher(Handler* handler) override { std::erase(watchers, handler); }
+
+  void Turn() {
+    std::vector<Request*> batch;
+    batch.swap(pending_);
+    for (Request* r : batch) {
+      if (refuse_writes && r->op != Op::kGet && r->op != Op::kScan) {
+        r->result = Result::kUnavailable;
+        continue;
+      }
+      if (r->op != Op::kScan) r->hash = Router::Hash(r->key);
+      shard_.Execute(*r, kNowMs);
+    }
+    batch.insert(batch.end(), external_.begin(), external_.end());  // Nothing to run there.
+    external_.clear();
+    for (Request* r : batch) static_cast<Handler*>(r->tag)->OnRequestDone(r);
+    std::vector<Handler*> flush;
+    flush.swap(flush_);
+    for (Handler* handler : flush) handler->Flush();
+  }
+
+  TestContext context_;
+  bool refuse_writes = false;
+  int submitted = 0;
+  std::vector<Handler*> watchers;
+
+ private:
+  Shard shard_;
+  std::vector<Request*> pending_;
+  std::vector<Request*> external_;
+  std::vector<Handler*> flush_;
+};
+
+class RecordingSink final : public CallSink {
+ public:
+  void Read() override { ++reads; }
+  void Write(const google::protobuf::MessageLite& message) override {
+    writes.push_back(message.SerializeAsString());
+  }
+  void Finish(const absl::Status& s, const google::protobuf::MessageLite* response) override {
+    ++finishes;
+    status = s;
+    if (response != nullptr) answer = response->SerializeAsString();
+  }
+
+  int reads = 0;
+  int finishes = 0;
+  std::vector<std::string> writes;
+  absl::Status status;
+  std::string answer;
+};
+
+// One unary call of `id` with `request`, run to its end; the sink holds its answer.
+class Call {
+ public:
+  Call(TestHost& host, MethodId id, const google::protobuf::MessageLite& request)
+      : host_(host), handler_(MethodOf(id).make(host, sink_)) {
+    handler_->OnStart();
+    EXPECT_TRUE(handler_->incoming()->ParseFromString(request.SerializeAsString()));
+    handler_->OnMessage();
+    for (int turn = 0; turn < 4 && sink_.finishes == 0; ++turn) host_.Turn();
+  }
+  const RecordingSink& sink() const { return sink_; }
+  template <typename Response>
+  Response Answer() const {
+    Response response;
+    EXPECT_TRUE(response.ParseFromString(sink_.answer));
+    return response;
+  }
+
+ private:
+  TestHost& host_;
+  RecordingSink sink_;
+  std::unique_ptr<Handler> handler_;
+};
+
+pb::PutRequest Put(const std::string& key, const std::string& value) {
+  pb::PutRequest put;
+  put.set_key(key);
+  put.set_value(value);
+  return put;
+}
+
+pb::GetRequest Get(const std::string& key) {
+  pb::GetRequest get;
+  get.set_key(key);
+  return get;
+}
+
+TEST(HandlersTest, APutIsReadBackWithItsVersionAndAMissingKeyIsNotFound) {
+  TestHost host;
+  Call put(host, MethodId::kPut, Put("k", "v1"));
+  ASSERT_TRUE(put.sink().status.ok()) << put.sink().status;
+  const uint64_t version = put.Answer<pb::PutResponse>().version();
+  EXPECT_GT(version, 0u);
+
+  Call get(host, MethodId::kGet, Get("k"));
+  ASSERT_TRUE(get.sink().status.ok()) << get.sink().status;
+  EXPECT_EQ(get.Answer<pb::GetResponse>().value(), "v1");
+  EXPECT_EQ(get.Answer<pb::GetResponse>().version(), version);
+  EXPECT_EQ(get.Answer<pb::GetResponse>().ttl_ms(), -1);
+
+  Call missing(host, MethodId::kGet, Get("nope"));
+  EXPECT_EQ(missing.sink().status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.sink().finishes, 1);
+}
+
+TEST(HandlersTest, AKeyPastTheLimitIsRefusedByNameAndNeverReachesTheShard) {
+  TestHost host;
+  Call put(host, MethodId::kPut, Put(std::string(17, 'k'), "v"));
+  EXPECT_EQ(put.sink().status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(put.sink().status.message().find("--max-key-bytes=16"), std::string::npos)
+      << put.sink().status;
+  EXPECT_EQ(host.submitted, 0);
+}
+
+TEST(HandlersTest, AWriteAFailedLogRefusesCarriesTheContextsMessage) {
+  TestHost host;
+  host.refuse_writes = true;
+  Call put(host, MethodId::kPut, Put("k", "v"));
+  EXPECT_EQ(put.sink().status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(put.sink().status.message(), host.context_.journal_failure_message());
+}
+
+TEST(HandlersTest, AWriteOverTheMemoryLimitNamesTheBytesItNeededAndTheLimit) {
+  TestHost host(MemoryLimit{.bytes = 64 << 10, .eviction = Eviction::kNoEviction});
+  Call put(host, MethodId::kPut, Put("big", std::string(100 << 10, 'v')));
+  ASSERT_EQ(put.sink().status.code(), absl::StatusCode::kResourceExhausted);
+  const std::string message(put.sink().status.message());
+  EXPECT_NE(message.find("of the 65536 bytes --max-memory gives each shard"), std::string::npos)
+      << message;
+  // The bytes needed are at least the value's, not a deadline or a version.
+  const size_t at = message.find("the write needs ");
+  ASSERT_NE(at, std::string::npos) << message;
+  EXPECT_GE(std::stoull(message.substr(at + 16)), uint64_t{100} << 10) << message;
+}
+
+TEST(HandlersTest, ASnapshotWithoutADataDirIsAFailedPrecondition) {
+  TestHost host;
+  Call snapshot(host, MethodId::kSnapshot, pb::SnapshotRequest());
+  EXPECT_EQ(snapshot.sink().status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(snapshot.sink().finishes, 1);
+}
+
+TEST(HandlersTest, HealthSaysNotServingOnceTheServerDrains) {
+  TestHost host;
+  Call serving(host, MethodId::kHealthCheck, health::HealthCheckRequest());
+  EXPECT_EQ(serving.Answer<health::HealthCheckResponse>().status(),
+            health::HealthCheckResponse::SERVING);
+  host.context_.draining = true;
+  Call draining(host, MethodId::kHealthCheck, health::HealthCheckRequest());
+  EXPECT_EQ(draining.Answer<health::HealthCheckResponse>().status(),
+            health::HealthCheckResponse::NOT_SERVING);
+}
+
+}  // namespace
+}  // namespace ringkv
