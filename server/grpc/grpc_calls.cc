@@ -4,7 +4,7 @@
 #include <type_traits>
 
 #include "absl/base/internal/raw_logging.h"
-#include "server/grpc/grpc_transport.h"
+#include "server/grpc/grpc_services.h"
 #include "server/handlers/methods.h"
 #include "server/loop_io.h"
 #include "server/server_context.h"
@@ -42,17 +42,17 @@ struct ArmTraits<void (S::*)(grpc::ServerContext*, grpc::ServerAsyncReaderWriter
 
 // The transport's service object that the generated member belongs to.
 template <typename S>
-auto& ServiceOf(GrpcTransport& transport) {
+auto& ServiceOf(GrpcServices& services) {
   if constexpr (std::is_base_of_v<S, ringkv::v1::KV::AsyncService>) {
-    return transport.kv_service();
+    return services.kv;
   } else if constexpr (std::is_base_of_v<S, grpc::health::v1::Health::AsyncService>) {
-    return transport.health_service();
+    return services.health;
   } else if constexpr (std::is_base_of_v<
                            S, grpc::reflection::v1alpha::ServerReflection::AsyncService>) {
-    return transport.reflection_v1alpha_service();
+    return services.reflection_v1alpha;
   } else {
     static_assert(std::is_base_of_v<S, grpc::reflection::v1::ServerReflection::AsyncService>);
-    return transport.reflection_v1_service();
+    return services.reflection_v1;
   }
 }
 
@@ -156,7 +156,7 @@ class UnaryAdapter final : public Adapter {
   UnaryAdapter(GrpcLoopIo& io, const Method& method) : Adapter(io, method), responder_(&context_) {}
 
   void Arm() {
-    (ServiceOf<typename T::Service>(io_.transport()).*kArm)(
+    (ServiceOf<typename T::Service>(io_.services()).*kArm)(
         &context_, static_cast<typename T::RequestPb*>(handler_->incoming()), &responder_, io_.cq(),
         io_.cq(), &accepted_);
   }
@@ -177,7 +177,7 @@ class UnaryAdapter final : public Adapter {
   void Finish(const absl::Status& status, const google::protobuf::MessageLite* response) override {
     handler_done_ = true;
     code_ = status.code();
-    if (io_.transport().stopped()) {  // The queue may be shut down: no more operations.
+    if (io_.services().stopped()) {  // The queue may be shut down: no more operations.
       MaybeRetire();
       return;
     }
@@ -209,7 +209,7 @@ class ServerStreamAdapter final : public Adapter {
   void Arm() {
     context_.AsyncNotifyWhenDone(&done_);  // Before the call starts, as gRPC requires.
     ++pending_;
-    (ServiceOf<typename T::Service>(io_.transport()).*kArm)(
+    (ServiceOf<typename T::Service>(io_.services()).*kArm)(
         &context_, static_cast<typename T::RequestPb*>(handler_->incoming()), &writer_, io_.cq(),
         io_.cq(), &accepted_);
   }
@@ -243,14 +243,14 @@ class ServerStreamAdapter final : public Adapter {
 
   void Write(const google::protobuf::MessageLite& message) override {
     ++pending_;
-    if (io_.transport().stopped()) return io_.FailLater(&written_);
+    if (io_.services().stopped()) return io_.FailLater(&written_);
     writer_.Write(static_cast<const typename T::ResponsePb&>(message), &written_);
   }
 
   void Finish(const absl::Status& status, const google::protobuf::MessageLite*) override {
     handler_done_ = true;
     code_ = status.code();
-    if (cancelled_ || io_.transport().stopped()) {
+    if (cancelled_ || io_.services().stopped()) {
       MaybeRetire();
       return;
     }
@@ -276,7 +276,7 @@ class BidiAdapter final : public Adapter {
   BidiAdapter(GrpcLoopIo& io, const Method& method) : Adapter(io, method), stream_(&context_) {}
 
   void Arm() {
-    (ServiceOf<typename T::Service>(io_.transport()).*kArm)(&context_, &stream_, io_.cq(), io_.cq(),
+    (ServiceOf<typename T::Service>(io_.services()).*kArm)(&context_, &stream_, io_.cq(), io_.cq(),
                                                             &accepted_);
   }
 
@@ -311,20 +311,20 @@ class BidiAdapter final : public Adapter {
 
   void Read() override {
     ++pending_;
-    if (io_.transport().stopped()) return io_.FailLater(&read_);
+    if (io_.services().stopped()) return io_.FailLater(&read_);
     stream_.Read(static_cast<typename T::RequestPb*>(handler_->incoming()), &read_);
   }
 
   void Write(const google::protobuf::MessageLite& message) override {
     ++pending_;
-    if (io_.transport().stopped()) return io_.FailLater(&written_);
+    if (io_.services().stopped()) return io_.FailLater(&written_);
     stream_.Write(static_cast<const typename T::ResponsePb&>(message), &written_);
   }
 
   void Finish(const absl::Status& status, const google::protobuf::MessageLite*) override {
     handler_done_ = true;
     code_ = status.code();
-    if (io_.transport().stopped()) {
+    if (io_.services().stopped()) {
       MaybeRetire();
       return;
     }
@@ -347,7 +347,7 @@ void Arm(GrpcLoopIo& io, MethodId id, int count) {
 
 }  // namespace
 
-void GrpcCall::ArmAll(GrpcLoopIo& io, int per_method) {
+void ArmGrpcCalls(GrpcLoopIo& io, int per_method) {
   using Kv = ringkv::v1::KV::AsyncService;
   using Health = grpc::health::v1::Health::AsyncService;
   using ReflectionV1alpha = grpc::reflection::v1alpha::ServerReflection::AsyncService;

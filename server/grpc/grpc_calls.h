@@ -1,4 +1,5 @@
-// The grpc++ call adapters: one object per gRPC call, armed on a loop's completion queue to
+// The grpc++ call adapters: one GrpcCall (server/grpc/grpc_loop_io.h) per gRPC call, armed on a
+// loop's completion queue to
 // accept the next call of its method, which drives that method's Handler
 // (server/handlers/handler.h) from grpc++'s async events and is its CallSink. One adapter per
 // method shape: unary (ServerAsyncResponseWriter), server-streaming (ServerAsyncWriter, with
@@ -13,19 +14,12 @@
 #define RINGKV_SERVER_GRPC_GRPC_CALLS_H_
 
 #include "server/grpc/grpc_loop_io.h"
-#include "server/handlers/handler.h"
 
 namespace ringkv {
 
-class GrpcCall : public CallSink {
- public:
-  virtual ~GrpcCall() = default;
-  // A completion-queue event of this call: which operation, and whether it succeeded.
-  virtual void OnEvent(int kind, bool ok) = 0;
-
-  // Arms `per_method` calls of every method of the method table on `io`'s completion queue.
-  static void ArmAll(GrpcLoopIo& io, int per_method);
-};
+// Arms `per_method` calls of every method of the method table on `io`'s completion queue (a
+// GrpcLoopIo::ArmCalls).
+void ArmGrpcCalls(GrpcLoopIo& io, int per_method);
 
 }  // namespace ringkv
 

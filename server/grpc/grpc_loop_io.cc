@@ -1,6 +1,5 @@
 #include "server/grpc/grpc_loop_io.h"
 
-#include "server/grpc/grpc_calls.h"
 #include "server/shard_loop.h"
 
 namespace ringkv {
@@ -21,7 +20,7 @@ gpr_timespec Deadline(std::chrono::nanoseconds from_now) {
 
 GrpcLoopIo::~GrpcLoopIo() { EndTurn(); }
 
-void GrpcLoopIo::Start() { GrpcCall::ArmAll(*this, kArmedPerMethod); }
+void GrpcLoopIo::Start() { arm_(*this, kArmedPerMethod); }
 
 void GrpcLoopIo::Dispatch(void* tag, bool ok) {
   auto* event = static_cast<GrpcCallEvent*>(tag);

@@ -1,7 +1,8 @@
-// GrpcLoopIo: one loop's completion queue, for GrpcTransport. Poll takes up to a burst of ready
-// events without waiting; Wait blocks in AsyncNext; Wake sets an alarm on the queue, whose event
-// ends the wait. Every event tag is a GrpcCallEvent: a call adapter (server/grpc/grpc_calls.h)
-// and which of its operations completed; a null call is the wake-up alarm.
+// GrpcLoopIo: one loop's completion queue, for GrpcTransport. Start arms the loop's first calls
+// (the transport says how: ArmGrpcCalls, server/grpc/grpc_calls.h); Poll takes up to a burst of
+// ready events without waiting; Wait blocks in AsyncNext; Wake sets an alarm on the queue, whose
+// event ends the wait. Every event tag is a GrpcCallEvent: a call adapter (a GrpcCall) and which
+// of its operations completed; a null call is the wake-up alarm.
 //
 // Threads: the loop's thread, except Wake (any thread; ShardLoop::WakeIfParked allows one
 // alarm at a time, and ShardLoop::BlockWakeups stops them before the queue shuts down).
@@ -14,13 +15,22 @@
 #include <vector>
 
 #include "server/auth/authenticator.h"
+#include "server/grpc/grpc_services.h"
+#include "server/handlers/handler.h"
 #include "server/loop_io.h"
 
 namespace ringkv {
 
-class GrpcCall;
-class GrpcTransport;
 class ShardLoop;
+
+// One gRPC call on a loop's queue, and the CallSink of its Handler (server/grpc/grpc_calls.cc
+// has the adapters). Loop thread only.
+class GrpcCall : public CallSink {
+ public:
+  virtual ~GrpcCall() = default;
+  // A completion-queue event of this call: which operation, and whether it succeeded.
+  virtual void OnEvent(int kind, bool ok) = 0;
+};
 
 struct GrpcCallEvent {
   GrpcCall* call;
@@ -29,8 +39,11 @@ struct GrpcCallEvent {
 
 class GrpcLoopIo : public LoopIo {
  public:
-  GrpcLoopIo(GrpcTransport& transport, ShardLoop& loop, grpc::ServerCompletionQueue* cq)
-      : transport_(transport), loop_(loop), cq_(cq) {}
+  // Arms `per_method` calls of every method on `io`'s queue.
+  using ArmCalls = void (*)(GrpcLoopIo& io, int per_method);
+  GrpcLoopIo(GrpcServices& services, ShardLoop& loop, grpc::ServerCompletionQueue* cq,
+             ArmCalls arm)
+      : services_(services), loop_(loop), cq_(cq), arm_(arm) {}
   ~GrpcLoopIo() override;
 
   void Start() override;
@@ -41,7 +54,7 @@ class GrpcLoopIo : public LoopIo {
   bool Finished() const override { return queue_drained_ && live_calls_ == 0; }
 
   // For the call adapters, loop thread.
-  GrpcTransport& transport() { return transport_; }
+  GrpcServices& services() { return services_; }
   ShardLoop& loop() { return loop_; }
   grpc::ServerCompletionQueue* cq() { return cq_; }
   void CallMade() { ++live_calls_; }
@@ -61,9 +74,10 @@ class GrpcLoopIo : public LoopIo {
   void Dispatch(void* tag, bool ok);
 
   // Constant after construction.
-  GrpcTransport& transport_;
+  GrpcServices& services_;
   ShardLoop& loop_;
   grpc::ServerCompletionQueue* const cq_;
+  const ArmCalls arm_;
 
   // Loop thread only (wake_alarm_: set by Wake from any thread, one at a time).
   bool queue_drained_ = false;  // AsyncNext said SHUTDOWN.

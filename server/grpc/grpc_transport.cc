@@ -3,6 +3,7 @@
 #include <grpc/grpc.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/grpc/grpc_calls.h"
 #include "server/grpc/grpc_loop_io.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
@@ -39,10 +40,10 @@ absl::StatusOr<std::unique_ptr<Transport>> GrpcTransport::Start(ServerContext& c
     credentials = grpc::SslServerCredentials(ssl);
   }
   builder.AddListeningPort(options.listen, credentials, &transport->port_);
-  builder.RegisterService(&transport->kv_service_);
-  builder.RegisterService(&transport->health_service_);
-  builder.RegisterService(&transport->reflection_v1alpha_service_);
-  builder.RegisterService(&transport->reflection_v1_service_);
+  builder.RegisterService(&transport->services_.kv);
+  builder.RegisterService(&transport->services_.health);
+  builder.RegisterService(&transport->services_.reflection_v1alpha);
+  builder.RegisterService(&transport->services_.reflection_v1);
   // A bigger message is refused by gRPC itself (RESOURCE_EXHAUSTED) before it is read.
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.limits.max_message_bytes()));
   for (uint32_t i = 0; i < options.threads; ++i) {
@@ -73,7 +74,8 @@ GrpcTransport::~GrpcTransport() {
 }
 
 std::unique_ptr<LoopIo> GrpcTransport::MakeLoopIo(ShardLoop& loop) {
-  auto io = std::make_unique<GrpcLoopIo>(*this, loop, queues_[loop.id()].get());
+  auto io =
+      std::make_unique<GrpcLoopIo>(services_, loop, queues_[loop.id()].get(), &ArmGrpcCalls);
   ios_.push_back(io.get());
   return io;
 }
@@ -82,7 +84,7 @@ void GrpcTransport::Stop() {
   // From here on the call adapters start no operation (a loop may still be in the middle of
   // starting one; gRPC's Shutdown below waits at least until every call is over or 100 ms have
   // passed before the queues shut down).
-  stopped_.store(true, std::memory_order_release);
+  services_.stopped_flag.store(true, std::memory_order_release);
   // Cancels whatever is left and closes the connections.
   grpc_server_->Shutdown(
       gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN)));

@@ -12,8 +12,7 @@
 // many open files" and stops accepting for good). Server::Start raises the open-files limit
 // for both transports, which makes that rarer; --transport=h2 survives it.
 //
-// Threads: Start, MakeLoopIo, Stop and the destructor on the control thread; the accessors from
-// loop threads.
+// Threads: Start, MakeLoopIo, Stop and the destructor on the control thread.
 #ifndef RINGKV_SERVER_GRPC_GRPC_TRANSPORT_H_
 #define RINGKV_SERVER_GRPC_GRPC_TRANSPORT_H_
 
@@ -24,10 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "grpc/health/v1/health.grpc.pb.h"
-#include "grpc/reflection/v1/reflection.grpc.pb.h"
-#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
-#include "ringkv/v1/kv.grpc.pb.h"
+#include "server/grpc/grpc_services.h"
 #include "server/transport.h"
 
 namespace ringkv {
@@ -46,36 +42,18 @@ class GrpcTransport : public Transport {
   std::unique_ptr<LoopIo> MakeLoopIo(ShardLoop& loop) override;
   void Stop() override;
 
-  // For the call adapters, any loop thread.
-  ringkv::v1::KV::AsyncService& kv_service() { return kv_service_; }
-  grpc::health::v1::Health::AsyncService& health_service() { return health_service_; }
-  grpc::reflection::v1alpha::ServerReflection::AsyncService& reflection_v1alpha_service() {
-    return reflection_v1alpha_service_;
-  }
-  grpc::reflection::v1::ServerReflection::AsyncService& reflection_v1_service() {
-    return reflection_v1_service_;
-  }
-  // Set (release) by Stop before the queues shut down: calls must not start operations on
-  // them from then on.
-  bool stopped() const { return stopped_.load(std::memory_order_acquire); }
-
  private:
   explicit GrpcTransport(ServerContext& context) : context_(context) {}
 
   // Constant after Start.
   ServerContext& context_;
   int port_ = 0;
-  ringkv::v1::KV::AsyncService kv_service_;
-  grpc::health::v1::Health::AsyncService health_service_;
-  grpc::reflection::v1alpha::ServerReflection::AsyncService reflection_v1alpha_service_;
-  grpc::reflection::v1::ServerReflection::AsyncService reflection_v1_service_;
+  GrpcServices services_;  // And whether Stop has begun, for the call adapters.
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
   std::unique_ptr<grpc::Server> grpc_server_;
 
   // Control thread only: the LoopIos made, one per queue (owned by their loops).
   std::vector<GrpcLoopIo*> ios_;
-
-  std::atomic<bool> stopped_{false};
 };
 
 }  // namespace ringkv
