@@ -56,9 +56,10 @@ absl::StatusOr<std::unique_ptr<RingEngine>> RingEngine::Create(const EngineOptio
       if (per_pair || inbound.empty()) inbound.push_back(in);
     }
     engine->workers_.push_back(std::make_unique<Worker>(
-        static_cast<uint16_t>(id), engine->router_, options.burst, options.reserve_per_shard,
-        options.profile, std::move(outbound), std::move(inbound), engine->counters_[id],
-        options.waker, options.clock, options.memory));
+        static_cast<uint16_t>(id), options, engine->router_,
+        Worker::Links{.outbound = std::move(outbound),
+                      .inbound = std::move(inbound),
+                      .counters = &engine->counters_[id]}));
   }
   return engine;
 }

@@ -34,18 +34,6 @@
 
 namespace ringkv {
 
-struct EngineOptions {
-  uint32_t workers = 1;
-  RingKind ring = RingKind::kRteSpsc;
-  size_t ring_capacity = 1 << 16;
-  size_t burst = 32;              // Requests per Poll and per ring dequeue (1 .. 256).
-  size_t reserve_per_shard = 0;   // Keys each shard's map is sized for up front.
-  bool profile = false;           // RDTSCP cycle accounting in WorkerCounters.
-  WorkerWaker* waker = nullptr;   // Wakes parked workers (the daemon); outlives the engine.
-  Clock clock = SystemClockMs;    // What TTL deadlines are compared with.
-  MemoryLimit memory = {};        // Each shard's.
-};
-
 class RingEngine {
  public:
   static constexpr uint32_t kMaxWorkers = 1024;

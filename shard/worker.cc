@@ -11,19 +11,17 @@ namespace ringkv {
 
 using internal::Rdtscp;
 
-Worker::Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, bool profile,
-               std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters,
-               WorkerWaker* waker, Clock clock, MemoryLimit memory)
+Worker::Worker(uint16_t id, const EngineOptions& options, const Router& router, Links links)
     : id_(id),
       router_(router),
-      burst_(burst),
-      profile_(profile),
-      outbound_(std::move(outbound)),
-      inbound_(std::move(inbound)),
-      counters_(counters),
-      waker_(waker),
-      clock_(clock),
-      shard_(reserve, memory),
+      burst_(options.burst),
+      profile_(options.profile),
+      outbound_(std::move(links.outbound)),
+      inbound_(std::move(links.inbound)),
+      counters_(*links.counters),
+      waker_(options.waker),
+      clock_(options.clock),
+      shard_(options.reserve_per_shard, options.memory),
       outboxes_(outbound_.size()) {
   ABSL_RAW_CHECK(burst_ >= 1 && burst_ <= kMaxBurst, "burst out of range");
   ABSL_RAW_CHECK(outbound_.size() == router_.shards(), "one outbound ring per worker");

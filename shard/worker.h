@@ -47,6 +47,7 @@
 #include "ring/ring.h"
 #include "shard/clock.h"
 #include "shard/journal.h"
+#include "shard/memory.h"
 #include "shard/request.h"
 #include "shard/router.h"
 #include "shard/shard.h"
@@ -73,6 +74,19 @@ class WorkerWaker {
  public:
   virtual ~WorkerWaker() = default;
   virtual void Wake(uint16_t to) = 0;
+};
+
+// How RingEngine (shard/engine.h) builds its workers; a Worker takes what concerns it.
+struct EngineOptions {
+  uint32_t workers = 1;
+  RingKind ring = RingKind::kRteSpsc;
+  size_t ring_capacity = 1 << 16;
+  size_t burst = 32;              // Requests per Poll and per ring dequeue (1 .. 256).
+  size_t reserve_per_shard = 0;   // Keys each shard's map is sized for up front.
+  bool profile = false;           // RDTSCP cycle accounting in WorkerCounters.
+  WorkerWaker* waker = nullptr;   // Wakes parked workers (the daemon); outlives the engine.
+  Clock clock = SystemClockMs;    // What TTL deadlines are compared with.
+  MemoryLimit memory = {};        // Each shard's.
 };
 
 // A snapshot of one shard as its worker takes it: where the keys go (SnapshotSink), whether
@@ -131,12 +145,16 @@ class Worker {
   static constexpr std::chrono::microseconds kBusySnapshotSlice{10};
   static constexpr size_t kSnapshotBuckets = 16;
 
-  // `outbound[d]` carries requests and answers to worker d (null for this worker), `inbound` are
-  // the rings this worker consumes. Rings, router and counters outlive the worker.
-  // `waker` may be null.
-  Worker(uint16_t id, const Router& router, size_t burst, size_t reserve, bool profile,
-         std::vector<Ring*> outbound, std::vector<Ring*> inbound, WorkerCounters& counters,
-         WorkerWaker* waker = nullptr, Clock clock = SystemClockMs, MemoryLimit memory = {});
+  // The rings and counters the engine made for one worker. `outbound[d]` carries requests and
+  // answers to worker d (null for this worker); `inbound` are the rings this worker consumes.
+  struct Links {
+    std::vector<Ring*> outbound;
+    std::vector<Ring*> inbound;
+    WorkerCounters* counters = nullptr;
+  };
+  // From `options`: burst, reserve_per_shard, profile, waker (may be null), clock and memory.
+  // Rings, router, counters and waker outlive the worker.
+  Worker(uint16_t id, const EngineOptions& options, const Router& router, Links links);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
