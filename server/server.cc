@@ -7,6 +7,7 @@
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "ringkv/v1/kv.pb.h"
 #include "server/grpc/grpc_transport.h"
 #include "server/h2/h2_transport.h"
 #include "base/log.h"

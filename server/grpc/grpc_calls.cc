@@ -1,7 +1,11 @@
 #include "server/grpc/grpc_calls.h"
 
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/async_stream.h>
+#include <grpcpp/support/async_unary_call.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include <memory>
-#include <type_traits>
 
 #include "absl/base/internal/raw_logging.h"
 #include "server/grpc/grpc_services.h"
@@ -15,46 +19,7 @@ namespace {
 
 enum EventKind : int { kAccepted, kRead, kWritten, kFinished, kDone };
 
-// The message types and service of a generated AsyncService::Request<Method> member.
-template <typename Member>
-struct ArmTraits;
-template <typename S, typename Req, typename Resp>
-struct ArmTraits<void (S::*)(grpc::ServerContext*, Req*, grpc::ServerAsyncResponseWriter<Resp>*,
-                             grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*)> {
-  using Service = S;
-  using RequestPb = Req;
-  using ResponsePb = Resp;
-};
-template <typename S, typename Req, typename Resp>
-struct ArmTraits<void (S::*)(grpc::ServerContext*, Req*, grpc::ServerAsyncWriter<Resp>*,
-                             grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*)> {
-  using Service = S;
-  using RequestPb = Req;
-  using ResponsePb = Resp;
-};
-template <typename S, typename Req, typename Resp>
-struct ArmTraits<void (S::*)(grpc::ServerContext*, grpc::ServerAsyncReaderWriter<Resp, Req>*,
-                             grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*)> {
-  using Service = S;
-  using RequestPb = Req;
-  using ResponsePb = Resp;
-};
-
-// The transport's service object that the generated member belongs to.
-template <typename S>
-auto& ServiceOf(GrpcServices& services) {
-  if constexpr (std::is_base_of_v<S, ringkv::v1::KV::AsyncService>) {
-    return services.kv;
-  } else if constexpr (std::is_base_of_v<S, grpc::health::v1::Health::AsyncService>) {
-    return services.health;
-  } else if constexpr (std::is_base_of_v<
-                           S, grpc::reflection::v1alpha::ServerReflection::AsyncService>) {
-    return services.reflection_v1alpha;
-  } else {
-    static_assert(std::is_base_of_v<S, grpc::reflection::v1::ServerReflection::AsyncService>);
-    return services.reflection_v1;
-  }
-}
+using Message = google::protobuf::MessageLite;
 
 grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
@@ -84,6 +49,8 @@ class Adapter : public GrpcCall {
   }
 
   ServerContext& context() { return io_.loop().context(); }
+  // The method's index in GrpcServices.
+  int Index() const { return static_cast<int>(method_.id); }
 
   // A call arrived: refused (and false) without a token that grants its method's role
   // (UNAUTHENTICATED, PERMISSION_DENIED), or with UNAVAILABLE if the server drains and the
@@ -148,17 +115,13 @@ class Adapter : public GrpcCall {
   int64_t start_ns_ = 0;  // When the call arrived; 0: not timed (no --metrics-listen).
 };
 
-template <auto kArm>
 class UnaryAdapter final : public Adapter {
-  using T = ArmTraits<decltype(kArm)>;
-
  public:
   UnaryAdapter(GrpcLoopIo& io, const Method& method) : Adapter(io, method), responder_(&context_) {}
 
   void Arm() {
-    (ServiceOf<typename T::Service>(io_.services()).*kArm)(
-        &context_, static_cast<typename T::RequestPb*>(handler_->incoming()), &responder_, io_.cq(),
-        io_.cq(), &accepted_);
+    io_.services().RequestAsyncUnary(Index(), &context_, handler_->incoming(), &responder_,
+                                     io_.cq(), io_.cq(), &accepted_);
   }
 
   void OnEvent(int kind, bool ok) override {
@@ -183,25 +146,21 @@ class UnaryAdapter final : public Adapter {
     }
     ++pending_;
     if (status.ok()) {
-      responder_.Finish(*static_cast<const typename T::ResponsePb*>(response), grpc::Status::OK,
-                        &finished_);
+      responder_.Finish(*response, grpc::Status::OK, &finished_);
     } else {
       responder_.FinishWithError(ToGrpc(status), &finished_);
     }
   }
 
  private:
-  grpc::ServerAsyncResponseWriter<typename T::ResponsePb> responder_;
+  grpc::ServerAsyncResponseWriter<Message> responder_;
   GrpcCallEvent accepted_{this, kAccepted};
   GrpcCallEvent finished_{this, kFinished};
 };
 
 // Server streaming (health Watch). grpc++ tells of a cancel only through AsyncNotifyWhenDone,
 // whose event comes once the call is over, cancelled or not.
-template <auto kArm>
 class ServerStreamAdapter final : public Adapter {
-  using T = ArmTraits<decltype(kArm)>;
-
  public:
   ServerStreamAdapter(GrpcLoopIo& io, const Method& method)
       : Adapter(io, method), writer_(&context_) {}
@@ -209,9 +168,8 @@ class ServerStreamAdapter final : public Adapter {
   void Arm() {
     context_.AsyncNotifyWhenDone(&done_);  // Before the call starts, as gRPC requires.
     ++pending_;
-    (ServiceOf<typename T::Service>(io_.services()).*kArm)(
-        &context_, static_cast<typename T::RequestPb*>(handler_->incoming()), &writer_, io_.cq(),
-        io_.cq(), &accepted_);
+    io_.services().RequestAsyncServerStreaming(Index(), &context_, handler_->incoming(), &writer_,
+                                               io_.cq(), io_.cq(), &accepted_);
   }
 
   void OnEvent(int kind, bool ok) override {
@@ -244,7 +202,7 @@ class ServerStreamAdapter final : public Adapter {
   void Write(const google::protobuf::MessageLite& message) override {
     ++pending_;
     if (io_.services().stopped()) return io_.FailLater(&written_);
-    writer_.Write(static_cast<const typename T::ResponsePb&>(message), &written_);
+    writer_.Write(message, &written_);
   }
 
   void Finish(const absl::Status& status, const google::protobuf::MessageLite*) override {
@@ -259,7 +217,7 @@ class ServerStreamAdapter final : public Adapter {
   }
 
  private:
-  grpc::ServerAsyncWriter<typename T::ResponsePb> writer_;
+  grpc::ServerAsyncWriter<Message> writer_;
   GrpcCallEvent accepted_{this, kAccepted};
   GrpcCallEvent written_{this, kWritten};
   GrpcCallEvent finished_{this, kFinished};
@@ -268,16 +226,13 @@ class ServerStreamAdapter final : public Adapter {
 
 // Bidirectional streaming (Stream, reflection). A failed Read means the client closed its side
 // or the call is gone; a failed Write, that the call is gone.
-template <auto kArm>
 class BidiAdapter final : public Adapter {
-  using T = ArmTraits<decltype(kArm)>;
-
  public:
   BidiAdapter(GrpcLoopIo& io, const Method& method) : Adapter(io, method), stream_(&context_) {}
 
   void Arm() {
-    (ServiceOf<typename T::Service>(io_.services()).*kArm)(&context_, &stream_, io_.cq(), io_.cq(),
-                                                            &accepted_);
+    io_.services().RequestAsyncBidiStreaming(Index(), &context_, &stream_, io_.cq(), io_.cq(),
+                                             &accepted_);
   }
 
   void OnEvent(int kind, bool ok) override {
@@ -312,13 +267,13 @@ class BidiAdapter final : public Adapter {
   void Read() override {
     ++pending_;
     if (io_.services().stopped()) return io_.FailLater(&read_);
-    stream_.Read(static_cast<typename T::RequestPb*>(handler_->incoming()), &read_);
+    stream_.Read(handler_->incoming(), &read_);
   }
 
   void Write(const google::protobuf::MessageLite& message) override {
     ++pending_;
     if (io_.services().stopped()) return io_.FailLater(&written_);
-    stream_.Write(static_cast<const typename T::ResponsePb&>(message), &written_);
+    stream_.Write(message, &written_);
   }
 
   void Finish(const absl::Status& status, const google::protobuf::MessageLite*) override {
@@ -333,43 +288,36 @@ class BidiAdapter final : public Adapter {
   }
 
  private:
-  grpc::ServerAsyncReaderWriter<typename T::ResponsePb, typename T::RequestPb> stream_;
+  grpc::ServerAsyncReaderWriter<Message, Message> stream_;
   GrpcCallEvent accepted_{this, kAccepted};
   GrpcCallEvent read_{this, kRead};
   GrpcCallEvent written_{this, kWritten};
   GrpcCallEvent finished_{this, kFinished};
 };
 
-template <template <auto> class AdapterT, auto kArm>
-void Arm(GrpcLoopIo& io, MethodId id, int count) {
-  for (int i = 0; i < count; ++i) (new AdapterT<kArm>(io, MethodOf(id)))->Arm();
+template <typename AdapterT>
+void Arm(GrpcLoopIo& io, const Method& method, int count) {
+  for (int i = 0; i < count; ++i) (new AdapterT(io, method))->Arm();
 }
 
 }  // namespace
 
 void ArmGrpcCalls(GrpcLoopIo& io, int per_method) {
-  using Kv = ringkv::v1::KV::AsyncService;
-  using Health = grpc::health::v1::Health::AsyncService;
-  using ReflectionV1alpha = grpc::reflection::v1alpha::ServerReflection::AsyncService;
-  using ReflectionV1 = grpc::reflection::v1::ServerReflection::AsyncService;
-  const int n = per_method;
-  Arm<UnaryAdapter, &Kv::RequestGet>(io, MethodId::kGet, n);
-  Arm<UnaryAdapter, &Kv::RequestPut>(io, MethodId::kPut, n);
-  Arm<UnaryAdapter, &Kv::RequestDelete>(io, MethodId::kDelete, n);
-  Arm<UnaryAdapter, &Kv::RequestMultiGet>(io, MethodId::kMultiGet, n);
-  Arm<UnaryAdapter, &Kv::RequestMultiPut>(io, MethodId::kMultiPut, n);
-  Arm<BidiAdapter, &Kv::RequestStream>(io, MethodId::kStream, n);
-  Arm<UnaryAdapter, &Kv::RequestStats>(io, MethodId::kStats, n);
-  Arm<UnaryAdapter, &Kv::RequestExpire>(io, MethodId::kExpire, n);
-  Arm<UnaryAdapter, &Kv::RequestPersist>(io, MethodId::kPersist, n);
-  Arm<UnaryAdapter, &Kv::RequestIncrement>(io, MethodId::kIncrement, n);
-  Arm<UnaryAdapter, &Kv::RequestScan>(io, MethodId::kScan, n);
-  Arm<UnaryAdapter, &Kv::RequestSnapshot>(io, MethodId::kSnapshot, n);
-  Arm<UnaryAdapter, &Health::RequestCheck>(io, MethodId::kHealthCheck, n);
-  Arm<ServerStreamAdapter, &Health::RequestWatch>(io, MethodId::kHealthWatch, n);
-  Arm<BidiAdapter, &ReflectionV1alpha::RequestServerReflectionInfo>(
-      io, MethodId::kReflectionV1alpha, 1);
-  Arm<BidiAdapter, &ReflectionV1::RequestServerReflectionInfo>(io, MethodId::kReflectionV1, 1);
+  for (int i = 0; i < kMethodCount; ++i) {
+    const Method& method = MethodOf(static_cast<MethodId>(i));
+    switch (method.kind) {
+      case MethodKind::kUnary:
+        Arm<UnaryAdapter>(io, method, per_method);
+        break;
+      case MethodKind::kServerStreaming:
+        Arm<ServerStreamAdapter>(io, method, per_method);
+        break;
+      case MethodKind::kBidiStreaming:
+        // Reflection streams are rare (a tool's session): one armed is enough.
+        Arm<BidiAdapter>(io, method, method.counted ? per_method : 1);
+        break;
+    }
+  }
 }
 
 }  // namespace ringkv

@@ -1,6 +1,6 @@
 // The grpc++ call adapters: one GrpcCall (server/grpc/grpc_loop_io.h) per gRPC call, armed on a
-// loop's completion queue to
-// accept the next call of its method, which drives that method's Handler
+// loop's completion queue (GrpcServices, by the method's index in the table) to accept the next
+// call of its method, which drives that method's Handler
 // (server/handlers/handler.h) from grpc++'s async events and is its CallSink. One adapter per
 // method shape: unary (ServerAsyncResponseWriter), server-streaming (ServerAsyncWriter, with
 // AsyncNotifyWhenDone telling it of a cancel) and bidirectional (ServerAsyncReaderWriter).

@@ -40,10 +40,7 @@ absl::StatusOr<std::unique_ptr<Transport>> GrpcTransport::Start(ServerContext& c
     credentials = grpc::SslServerCredentials(ssl);
   }
   builder.AddListeningPort(options.listen, credentials, &transport->port_);
-  builder.RegisterService(&transport->services_.kv);
-  builder.RegisterService(&transport->services_.health);
-  builder.RegisterService(&transport->services_.reflection_v1alpha);
-  builder.RegisterService(&transport->services_.reflection_v1);
+  builder.RegisterService(&transport->services_);
   // A bigger message is refused by gRPC itself (RESOURCE_EXHAUSTED) before it is read.
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.limits.max_message_bytes()));
   for (uint32_t i = 0; i < options.threads; ++i) {
