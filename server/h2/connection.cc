@@ -13,9 +13,6 @@
 #include <vector>
 
 #include "net/openssl.h"
-#include "server/h2/h2_call.h"
-#include "server/h2/h2_loop_io.h"
-#include "server/h2/h2_transport.h"
 #include "base/log.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
@@ -33,7 +30,7 @@ Connection* Of(void* user_data) { return static_cast<Connection*>(user_data); }
 
 }  // namespace
 
-Connection::Connection(H2LoopIo& io, int fd, int64_t greet_by_ns)
+Connection::Connection(H2Io& io, int fd, int64_t greet_by_ns)
     : io_(io), fd_(fd), greet_by_ns_(greet_by_ns), interest_(EPOLLIN) {
   if (const ServerTls* tls = io.loop().context().tls()) {
     ssl_ = tls->NewSession(fd);  // Null (out of memory): the handshake closes the connection.
@@ -44,7 +41,7 @@ Connection::Connection(H2LoopIo& io, int fd, int64_t greet_by_ns)
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
        io.loop().context().options().max_concurrent_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, kStreamWindow},
-      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, kMaxHeaderListBytes},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, H2Call::kMaxHeaderListBytes},
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
@@ -57,7 +54,7 @@ Connection::Connection(H2LoopIo& io, int fd, int64_t greet_by_ns)
 Connection::~Connection() {
   if (fd_ >= 0) {  // Only when the loop goes with connections still open.
     close(fd_);
-    io_.transport().ReleaseConnectionSlot();
+    io_.gate().ReleaseConnectionSlot();
   }
   SSL_free(ssl_);
   nghttp2_session_del(session_);
@@ -94,7 +91,7 @@ bool Connection::Handshake() {
       UpdateInterest();
       return false;
     }
-    io_.transport().CountRefused(H2Transport::kTlsHandshake);
+    io_.gate().CountRefused(ConnectionGate::kTlsHandshake);
     Log(LogLevel::kDebug, "refused a TLS handshake: %s",
         error == SSL_ERROR_SYSCALL ? std::string("the client closed the connection")
                                    : OpenSslErrors());
@@ -144,7 +141,7 @@ void Connection::OnReadable() {
   if (handshaking_ && !Handshake()) return;
   char* buffer = io_.read_buffer();
   for (int i = 0; i < kReadsPerEvent && !read_paused_; ++i) {
-    const ssize_t n = Receive(buffer, H2LoopIo::kReadBufferBytes);
+    const ssize_t n = Receive(buffer, H2Io::kReadBufferBytes);
     if (n > 0) {
       const ssize_t used = nghttp2_session_mem_recv(
           session_, reinterpret_cast<const uint8_t*>(buffer), static_cast<size_t>(n));
@@ -154,7 +151,7 @@ void Connection::OnReadable() {
         return;
       }
       // A short read emptied the socket; a TLS read stops at a record's end (16 KiB at most).
-      if (ssl_ == nullptr && static_cast<size_t>(n) < H2LoopIo::kReadBufferBytes) break;
+      if (ssl_ == nullptr && static_cast<size_t>(n) < H2Io::kReadBufferBytes) break;
       continue;
     }
     if (n == 0 || (errno != EAGAIN && errno != EINTR)) {  // The peer has gone.
@@ -256,7 +253,7 @@ void Connection::Close() {
   fd_ = -1;
   SSL_free(ssl_);
   ssl_ = nullptr;
-  io_.transport().ReleaseConnectionSlot();
+  io_.gate().ReleaseConnectionSlot();
   for (H2Call* call : calls_) call->OnConnectionGone();
   calls_.clear();
   io_.Retire(this);

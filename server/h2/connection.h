@@ -21,8 +21,11 @@
 // port, no client certificate under mTLS, no h2 in ALPN) is logged at debug level and the
 // socket closed. Then reads and sends go through the session; nothing else changes.
 //
+// A connection sees its loop through H2Io (server/h2/h2_io.h), and its calls see it as their
+// CallConnection (server/h2/h2_call.h).
+//
 // Lifetime: made on accept; Close() (a fatal error, the peer gone, or both sides done) cancels
-// its calls, closes the socket and retires the object, which H2LoopIo deletes at the end of the
+// its calls, closes the socket and retires the object, which the loop deletes at the end of the
 // turn. Calls outlive their connection if their handler still has Requests out.
 //
 // Threads: its loop's thread only.
@@ -39,13 +42,12 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "server/auth/authenticator.h"
+#include "server/h2/h2_call.h"
+#include "server/h2/h2_io.h"
 
 namespace ringkv {
 
-class H2Call;
-class H2LoopIo;
-
-class Connection {
+class Connection final : public CallConnection {
  public:
   // Output gathered for one send; nghttp2 is asked for more only while less is waiting.
   static constexpr size_t kOutputChunk = size_t{1} << 20;
@@ -54,12 +56,9 @@ class Connection {
   // Initial flow-control windows granted to clients: per stream, and for the connection.
   static constexpr int32_t kStreamWindow = 1 << 20;
   static constexpr int32_t kConnectionWindow = 16 << 20;
-  // Largest header list a request may carry (SETTINGS_MAX_HEADER_LIST_SIZE).
-  static constexpr uint32_t kMaxHeaderListBytes = 16 * 1024;
-
   // Takes `fd`, an accepted non-blocking socket, and registers it with `io`.
-  // `greet_by_ns`: the client's preface must be in by then (H2LoopIo closes it otherwise).
-  Connection(H2LoopIo& io, int fd, int64_t greet_by_ns);
+  // `greet_by_ns`: the client's preface must be in by then (the loop closes it otherwise).
+  Connection(H2Io& io, int fd, int64_t greet_by_ns);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -82,16 +81,15 @@ class Connection {
   bool greeted() const { return greeted_; }
   int64_t greet_by_ns() const { return greet_by_ns_; }
 
-  // For H2Call.
-  H2LoopIo& io() { return io_; }
-  nghttp2_session* session() { return session_; }
-  void MarkDirty();
+  // CallConnection, for H2Call.
+  H2Io& io() override { return io_; }
+  nghttp2_session* session() override { return session_; }
+  void MarkDirty() override;
+  RoleCache& role_cache() override { return role_cache_; }
   // Appends a DATA frame of `call` to the output: its 9-byte header and `length` bytes the
   // call moves from its own buffer (the no-copy path of nghttp2's data provider).
   bool AppendData(const uint8_t* frame_header, H2Call& call, size_t length);
   void Forget(H2Call* call) { calls_.erase(call); }
-  // The role of the client's last authorization header: it sends the same one on every call.
-  RoleCache& role_cache() { return role_cache_; }
 
  private:
   // nghttp2 callbacks; user_data is the Connection.
@@ -123,7 +121,7 @@ class Connection {
   ssize_t Receive(char* buffer, size_t length);
   ssize_t Transmit(const char* data, size_t length);
 
-  H2LoopIo& io_;
+  H2Io& io_;
   int fd_;
   SSL* ssl_ = nullptr;            // With TLS: the session on fd_.
   bool handshaking_ = false;      // With TLS: until the handshake is done.

@@ -5,8 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "net/grpc_wire.h"
-#include "server/h2/connection.h"
-#include "server/h2/h2_loop_io.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
 
@@ -39,7 +37,7 @@ ssize_t ReadResponse(nghttp2_session*, int32_t, uint8_t*, size_t length, uint32_
 
 }  // namespace
 
-H2Call::H2Call(Connection& connection, int32_t stream_id)
+H2Call::H2Call(CallConnection& connection, int32_t stream_id)
     : io_(connection.io()), connection_(&connection), stream_id_(stream_id) {
   io_.CallMade();
 }
@@ -51,7 +49,7 @@ H2Call::~H2Call() {
     io_.loop().call_metrics()->Record(
         headers_.method->id,
         final_status_.has_value() ? final_status_->code() : absl::StatusCode::kCancelled,
-        H2LoopIo::NowNs() - start_ns_);
+        LoopIo::NowNs() - start_ns_);
   }
   ClearDeadline();
   handler_.reset();  // Before the count: a handler is part of its call.
@@ -61,7 +59,7 @@ H2Call::~H2Call() {
 
 void H2Call::OnHeader(std::string_view name, std::string_view value) {
   headers_.bytes += name.size() + value.size() + 32;
-  if (headers_.bytes > Connection::kMaxHeaderListBytes) return;  // Start() refuses the call.
+  if (headers_.bytes > kMaxHeaderListBytes) return;  // Start() refuses the call.
   if (name == ":path") {
     headers_.method = FindMethod(value);
     if (headers_.method == nullptr) headers_.unknown_path = value;
@@ -95,11 +93,11 @@ void H2Call::OnHeadersDone() { Start(); }
 
 void H2Call::Start() {
   const RequestHeaders& h = headers_;
-  if (io_.loop().call_metrics() != nullptr) start_ns_ = H2LoopIo::NowNs();
-  if (h.bytes > Connection::kMaxHeaderListBytes) {
+  if (io_.loop().call_metrics() != nullptr) start_ns_ = LoopIo::NowNs();
+  if (h.bytes > kMaxHeaderListBytes) {
     return SendTrailersOnly(absl::ResourceExhaustedError(
         absl::StrCat("the request's headers are ", h.bytes, " bytes; the limit is ",
-                     Connection::kMaxHeaderListBytes)));
+                     kMaxHeaderListBytes)));
   }
   if (!h.post) {
     return SendTrailersOnly(absl::InternalError("gRPC calls are POST requests"), "405");
@@ -134,7 +132,7 @@ void H2Call::Start() {
     return SendTrailersOnly(absl::UnavailableError("ringkv-server is shutting down"));
   }
   if (h.timeout_ns.has_value()) {
-    const int64_t now = H2LoopIo::NowNs();
+    const int64_t now = LoopIo::NowNs();
     deadline_ns_ = *h.timeout_ns > INT64_MAX - now ? INT64_MAX : now + *h.timeout_ns;
     io_.AddDeadline(this, deadline_ns_);
   }
@@ -280,7 +278,7 @@ void H2Call::OnRemoteEnd() {
     return Fail(absl::InternalError(in_.empty() ? "the request ended without its message"
                                                 : "the request ended inside a message"));
   }
-  if (deadline_ns_ > 0 && H2LoopIo::NowNs() >= deadline_ns_) {
+  if (deadline_ns_ > 0 && LoopIo::NowNs() >= deadline_ns_) {
     ClearDeadline();
     return Fail(absl::DeadlineExceededError("deadline exceeded"));
   }

@@ -22,7 +22,10 @@
 // (DEADLINE_EXCEEDED), a drain (UNAVAILABLE, but for health checks), no token or a token
 // without the method's role (UNAUTHENTICATED, PERMISSION_DENIED; server/auth/).
 //
-// Lifetime: made when the stream's headers begin; retired (H2LoopIo::Retire) once the stream
+// A call sees its connection as a CallConnection (the session, its loop's H2Io) and nothing
+// more, so that Connection, which makes and owns calls, is above it.
+//
+// Lifetime: made when the stream's headers begin; retired (H2Io::Retire) once the stream
 // is closed (or its connection gone) and its handler has finished, since the handler's Requests
 // point into its memory. A RST_STREAM, a passed deadline or a lost connection cancels the
 // handler (Handler::OnCancel) and it finishes once its Requests are back.
@@ -41,21 +44,36 @@
 
 #include "absl/status/status.h"
 #include "net/grpc_wire.h"
+#include "server/auth/authenticator.h"
+#include "server/h2/h2_io.h"
 #include "server/handlers/handler.h"
 #include "server/handlers/methods.h"
 
 namespace ringkv {
 
-class Connection;
-class H2LoopIo;
+// What an H2Call asks of the connection it came on; Connection implements it.
+class CallConnection {
+ public:
+  virtual H2Io& io() = 0;
+  virtual nghttp2_session* session() = 0;
+  // The connection has frames to send (it is flushed at the end of the turn).
+  virtual void MarkDirty() = 0;
+  // The role of the client's last authorization header: it sends the same one on every call.
+  virtual RoleCache& role_cache() = 0;
+
+ protected:
+  ~CallConnection() = default;
+};
 
 class H2Call final : public CallSink {
  public:
   // A Write is done (the handler may write the next) once fewer than this many of its bytes
   // wait in the call's buffer.
   static constexpr size_t kWriteDoneBytes = 256 * 1024;
+  // Largest header list a request may carry (SETTINGS_MAX_HEADER_LIST_SIZE).
+  static constexpr uint32_t kMaxHeaderListBytes = 16 * 1024;
 
-  H2Call(Connection& connection, int32_t stream_id);
+  H2Call(CallConnection& connection, int32_t stream_id);
   ~H2Call();
   H2Call(const H2Call&) = delete;
   H2Call& operator=(const H2Call&) = delete;
@@ -135,8 +153,8 @@ class H2Call final : public CallSink {
   bool Alive() const { return !stream_closed_ && !ended_; }
   size_t Unsent() const { return out_.size() - out_taken_; }
 
-  H2LoopIo& io_;
-  Connection* connection_;  // Null once the connection is gone.
+  H2Io& io_;
+  CallConnection* connection_;  // Null once the connection is gone.
   const int32_t stream_id_;
   RequestHeaders headers_;
   std::unique_ptr<Handler> handler_;

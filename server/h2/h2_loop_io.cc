@@ -18,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "server/h2/connection.h"
 #include "server/h2/h2_call.h"
-#include "server/h2/h2_transport.h"
 #include "base/log.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
@@ -76,8 +75,8 @@ std::string RefusalFrames(std::string_view why) {
 
 }  // namespace
 
-H2LoopIo::H2LoopIo(H2Transport& transport, ShardLoop& loop)
-    : transport_(transport),
+H2LoopIo::H2LoopIo(ConnectionGate& gate, ShardLoop& loop)
+    : gate_(gate),
       loop_(loop),
       epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
@@ -121,12 +120,12 @@ void H2LoopIo::Start() {
   // EPOLLEXCLUSIVE: a new connection wakes one parked loop, not every one.
   event.events = EPOLLIN | EPOLLEXCLUSIVE;
   event.data.ptr = &kListenerTag;
-  listening_ = epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, transport_.listener().fd(), &event) == 0;
+  listening_ = epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, gate_.listener().fd(), &event) == 0;
 }
 
 size_t H2LoopIo::Poll() {
   size_t work = 0;
-  if (!stopped_ && transport_.stopping()) {
+  if (!stopped_ && gate_.stopping()) {
     StopAll();
     ++work;
   }
@@ -188,7 +187,7 @@ void H2LoopIo::Accept() {
   if (!listening_) return;
   for (int i = 0; i < kAcceptsPerEvent; ++i) {
     const int fd =
-        accept4(transport_.listener().fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        accept4(gate_.listener().fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       switch (errno) {
         case EAGAIN:
@@ -208,9 +207,9 @@ void H2LoopIo::Accept() {
             spare_fd_ = -1;
           }
           const int refused =
-              accept4(transport_.listener().fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+              accept4(gate_.listener().fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
           if (refused >= 0) {
-            transport_.CountRefused(H2Transport::kOutOfDescriptors);
+            gate_.CountRefused(ConnectionGate::kOutOfDescriptors);
             Refuse(refused, absl::StrCat("out of file descriptors (the open-files limit is ", limit,
                                          "); try again when connections have closed"));
           }
@@ -222,7 +221,7 @@ void H2LoopIo::Accept() {
           continue;
         }
         case EINVAL:  // The listener was shut down (Transport::Stop).
-          epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, transport_.listener().fd(), nullptr);
+          epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, gate_.listener().fd(), nullptr);
           listening_ = false;
           return;
         default:
@@ -231,8 +230,8 @@ void H2LoopIo::Accept() {
           return;
       }
     }
-    if (!transport_.TakeConnectionSlot()) {
-      transport_.CountRefused(H2Transport::kTooManyConnections);
+    if (!gate_.TakeConnectionSlot()) {
+      gate_.CountRefused(ConnectionGate::kTooManyConnections);
       Refuse(fd, absl::StrCat("too many connections; the limit is --max-connections=",
                               loop_.context().options().max_connections));
       continue;
@@ -276,7 +275,7 @@ void H2LoopIo::Refuse(int fd, std::string_view why) {
 }
 
 void H2LoopIo::PauseAccepting() {
-  if (listening_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, transport_.listener().fd(), nullptr);
+  if (listening_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, gate_.listener().fd(), nullptr);
   listening_ = false;
   accept_resume_ns_ = NowNs() + kAcceptPauseNs;
 }
@@ -332,7 +331,7 @@ size_t H2LoopIo::ExpireGreetings() {
         connection->greet_by_ns() > now) {
       continue;
     }
-    transport_.CountRefused(H2Transport::kHandshakeTimeout);
+    gate_.CountRefused(ConnectionGate::kHandshakeTimeout);
     const absl::Duration timeout = loop_.context().options().handshake_timeout;
     Log(LogLevel::kDebug, "closing a connection that sent no HTTP/2 preface within %s",
         absl::FormatDuration(timeout));
@@ -377,7 +376,7 @@ void H2LoopIo::OnDraining() {
 
 void H2LoopIo::StopAll() {
   stopped_ = true;
-  if (listening_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, transport_.listener().fd(), nullptr);
+  if (listening_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, gate_.listener().fd(), nullptr);
   listening_ = false;
   accept_resume_ns_ = 0;
   for (Connection* connection :

@@ -1,5 +1,6 @@
 // H2LoopIo: one loop's network front end for the h2 transport: an epoll set holding the shared
-// listening socket, an eventfd for wake-ups and the connections this loop accepted.
+// listening socket (ConnectionGate), an eventfd for wake-ups and the connections this loop
+// accepted, which it owns and which see it as their H2Io.
 //
 // One turn, as ShardLoop drives it:
 //   Poll():    epoll_wait without waiting; accept what is pending; read every ready socket
@@ -37,22 +38,15 @@
 
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_set.h"
+#include "server/h2/connection_gate.h"
+#include "server/h2/h2_io.h"
 #include "server/loop_io.h"
 
 namespace ringkv {
 
-class Connection;
-class H2Call;
-class H2Transport;
-class ShardLoop;
-
-class H2LoopIo : public LoopIo {
+class H2LoopIo final : public LoopIo, public H2Io {
  public:
-  // Bytes read from a socket per recv; one buffer per loop, since bytes are handed to nghttp2
-  // at once.
-  static constexpr size_t kReadBufferBytes = 64 * 1024;
-
-  H2LoopIo(H2Transport& transport, ShardLoop& loop);
+  H2LoopIo(ConnectionGate& gate, ShardLoop& loop);
   ~H2LoopIo() override;
   H2LoopIo(const H2LoopIo&) = delete;
   H2LoopIo& operator=(const H2LoopIo&) = delete;
@@ -66,26 +60,21 @@ class H2LoopIo : public LoopIo {
   void OnDraining() override;
   bool Finished() const override;
 
-  // For connections and calls, loop thread.
-  ShardLoop& loop() { return loop_; }
-  H2Transport& transport() { return transport_; }
-  const nghttp2_session_callbacks* callbacks() const { return callbacks_; }
-  const nghttp2_option* option() const { return option_; }
-  char* read_buffer() { return read_buffer_.get(); }
-  // `connection` has frames to send: it is flushed at the end of this turn.
-  void MarkDirty(Connection* connection);
-  // Events epoll should report for `connection` (EPOLLIN, EPOLLOUT, or none).
-  void Watch(Connection* connection, uint32_t events);
-  // `call` is Pump()ed at the next Poll: a Read it asked for can be answered, or a Write is
-  // done. Never from inside the call into its handler.
-  void MakeReady(H2Call* call);
-  // Deleted at the end of the turn: never under the caller's feet.
-  void Retire(H2Call* call);
-  void Retire(Connection* connection);
-  void AddDeadline(H2Call* call, int64_t at_ns) { deadlines_.insert({at_ns, call}); }
-  void RemoveDeadline(H2Call* call, int64_t at_ns) { deadlines_.erase({at_ns, call}); }
-  void CallMade() { ++live_calls_; }
-  void CallGone() { --live_calls_; }
+  // H2Io, for connections and calls (server/h2/h2_io.h), loop thread.
+  ShardLoop& loop() override { return loop_; }
+  ConnectionGate& gate() override { return gate_; }
+  const nghttp2_session_callbacks* callbacks() const override { return callbacks_; }
+  const nghttp2_option* option() const override { return option_; }
+  char* read_buffer() override { return read_buffer_.get(); }
+  void MarkDirty(Connection* connection) override;
+  void Watch(Connection* connection, uint32_t events) override;
+  void MakeReady(H2Call* call) override;
+  void Retire(H2Call* call) override;
+  void Retire(Connection* connection) override;
+  void AddDeadline(H2Call* call, int64_t at_ns) override { deadlines_.insert({at_ns, call}); }
+  void RemoveDeadline(H2Call* call, int64_t at_ns) override { deadlines_.erase({at_ns, call}); }
+  void CallMade() override { ++live_calls_; }
+  void CallGone() override { --live_calls_; }
 
  private:
   size_t HandleEvents(int timeout_ms);
@@ -100,7 +89,7 @@ class H2LoopIo : public LoopIo {
   size_t ExpireGreetings();
 
   // Constant after construction.
-  H2Transport& transport_;
+  ConnectionGate& gate_;
   ShardLoop& loop_;
   const int epoll_fd_;
   const int wake_fd_;

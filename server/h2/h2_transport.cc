@@ -9,25 +9,18 @@ namespace ringkv {
 absl::StatusOr<std::unique_ptr<Transport>> H2Transport::Start(ServerContext& context) {
   absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(context.options().listen);
   if (!listener.ok()) return listener.status();
-  return std::unique_ptr<Transport>(new H2Transport(context, std::move(*listener)));
+  return std::unique_ptr<Transport>(
+      new H2Transport(std::move(*listener), context.options().max_connections));
 }
 
 std::unique_ptr<LoopIo> H2Transport::MakeLoopIo(ShardLoop& loop) {
-  auto io = std::make_unique<H2LoopIo>(*this, loop);
+  auto io = std::make_unique<H2LoopIo>(gate_, loop);
   ios_.push_back(io.get());
   return io;
 }
 
-bool H2Transport::TakeConnectionSlot() {
-  const int64_t open = connections_.fetch_add(1, std::memory_order_relaxed);
-  if (open < static_cast<int64_t>(context_.options().max_connections)) return true;
-  connections_.fetch_sub(1, std::memory_order_relaxed);
-  return false;
-}
-
 void H2Transport::Stop() {
-  stopping_.store(true, std::memory_order_release);
-  listener_->Shutdown();
+  gate_.Stop();
   // Every loop, parked or not, must see the flag: the eventfd write ends a wait, and a loop
   // that is running reads the flag at its next turn.
   for (H2LoopIo* io : ios_) io->Wake();

@@ -16,18 +16,17 @@
 // Stop(): the listening socket shuts (new connections are refused by the kernel), and each loop
 // ends its calls left with UNAVAILABLE, sends GOAWAY and closes its connections.
 //
-// Threads: Start, MakeLoopIo, Stop and the destructor on the control thread; the connection
-// count and stopping() from any loop thread.
+// Threads: Start, MakeLoopIo, Stop and the destructor on the control thread; the loops share
+// its ConnectionGate (server/h2/connection_gate.h).
 #ifndef RINGKV_SERVER_H2_H2_TRANSPORT_H_
 #define RINGKV_SERVER_H2_H2_TRANSPORT_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "net/listener.h"
+#include "server/h2/connection_gate.h"
 #include "server/transport.h"
 
 namespace ringkv {
@@ -40,54 +39,26 @@ class H2Transport : public Transport {
   // Binds the server's --listen address.
   static absl::StatusOr<std::unique_ptr<Transport>> Start(ServerContext& context);
 
-  int port() const override { return listener_->port(); }
+  int port() const override { return gate_.listener().port(); }
   std::unique_ptr<LoopIo> MakeLoopIo(ShardLoop& loop) override;
   void Stop() override;
   Connections connections() const override {
     return {.known = true,
-            .open = open_connections(),
-            .refused_limit = refused(kTooManyConnections),
-            .refused_descriptors = refused(kOutOfDescriptors),
-            .refused_tls = refused(kTlsHandshake),
-            .refused_handshake_timeout = refused(kHandshakeTimeout)};
+            .open = gate_.open_connections(),
+            .refused_limit = gate_.refused(ConnectionGate::kTooManyConnections),
+            .refused_descriptors = gate_.refused(ConnectionGate::kOutOfDescriptors),
+            .refused_tls = gate_.refused(ConnectionGate::kTlsHandshake),
+            .refused_handshake_timeout = gate_.refused(ConnectionGate::kHandshakeTimeout)};
   }
 
-  // For the loops, any loop thread.
-  const Listener& listener() const { return *listener_; }
-  // Set (release) by Stop: loops end their calls and close their connections when they see it.
-  bool stopping() const { return stopping_.load(std::memory_order_acquire); }
-  // A connection is being accepted: false (and nothing counted) if --max-connections are open.
-  bool TakeConnectionSlot();
-  void ReleaseConnectionSlot() { connections_.fetch_sub(1, std::memory_order_relaxed); }
-
-  // Connections refused, by why (for /metrics); any thread. Relaxed: counts, ordering nothing.
-  enum Refusal {
-    kTooManyConnections,
-    kOutOfDescriptors,
-    kTlsHandshake,
-    kHandshakeTimeout,
-    kRefusals
-  };
-  void CountRefused(Refusal why) { refused_[why].fetch_add(1, std::memory_order_relaxed); }
-  uint64_t refused(Refusal why) const { return refused_[why].load(std::memory_order_relaxed); }
-  int64_t open_connections() const { return connections_.load(std::memory_order_relaxed); }
-
  private:
-  H2Transport(ServerContext& context, std::unique_ptr<Listener> listener)
-      : context_(context), listener_(std::move(listener)) {}
+  H2Transport(std::unique_ptr<Listener> listener, uint32_t max_connections)
+      : gate_(std::move(listener), max_connections) {}
 
-  // Constant after Start.
-  ServerContext& context_;
-  const std::unique_ptr<Listener> listener_;
-
+  // The listening socket, the connection count and the stop flag, shared by the loops.
+  ConnectionGate gate_;
   // Control thread only: the LoopIos made (owned by their loops), for Stop to wake.
   std::vector<H2LoopIo*> ios_;
-
-  // Shared. connections_: open connections of every loop; a relaxed counter is enough, it
-  // orders nothing else. stopping_: see stopping().
-  alignas(64) std::atomic<int64_t> connections_{0};
-  std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> refused_[kRefusals] = {};
 };
 
 }  // namespace ringkv
