@@ -76,11 +76,10 @@ def run_client(cmd, server_pid, timeout, during=None):
                     server1[0] - server0[0], server1[1] - server0[1])
 
 
-def start_ringkv(log, flags=()):
+def start_ringkv(log, flags=(), binary="build/server/ringkv-server"):
     """A ringkv-server on a free loopback port, stderr to `log`: (process, "127.0.0.1:PORT")."""
     with open(log, "w") as err:
-        proc = subprocess.Popen(["build/server/ringkv-server", "--listen=127.0.0.1:0", *flags],
-                                stderr=err)
+        proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", *flags], stderr=err)
     for _ in range(200):
         with open(log) as f:
             m = re.search(r"listening on \S+:(\d+)", f.read())

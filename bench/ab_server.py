@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Two ringkv-server binaries, like for like: does a change leave the service's speed alone?
+
+Usage: bench/ab_server.py BASE_SERVER [ROUNDS] [SECONDS] [SHAPE...]   (after scripts/setup.sh)
+
+A SHAPE argument keeps only the shapes whose name contains it ("stream", "grpc").
+
+Runs build/server/ringkv-server ("current") and BASE_SERVER ("base", e.g. built from main
+before the change) in interleaved rounds, one worker each, with the same ringkv-loadgen
+(build/bench/) in the same request shapes, and prints per shape and binary the median
+(min .. max) of ops/s and of the server's CPU per call (user+system from /proc over the run,
+divided by the calls), and current/base.
+"""
+import os
+import re
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
+    "h2 unary GET, 50 connections x 1": ([], ["--connections=50", "--concurrency=50"]),
+    "h2 unary GET, 1 connection x 50": ([], ["--connections=1", "--concurrency=50"]),
+    "h2 unary PUT, 4 connections x 50": ([], ["--connections=4", "--concurrency=200",
+                                              "--ratio=0:1"]),
+    "h2 stream GET, 1 x 16-op messages": ([], ["--mode=stream", "--batch=16",
+                                               "--concurrency=64"]),
+    "grpc unary GET, 4 connections x 50": (["--transport=grpc"],
+                                           ["--connections=4", "--concurrency=200"]),
+}
+
+
+def run(binary, server_flags, client_flags, seconds, workdir):
+    log = os.path.join(workdir, "server.log")
+    proc, addr = benchlib.start_ringkv(log, ["--threads=1", *server_flags], binary=binary)
+    try:
+        cmd = ["build/bench/ringkv-loadgen", f"--addr={addr}", "--keys=100000",
+               f"--duration={seconds}", "--progress=false", *client_flags]
+        out, cpu = benchlib.run_client(cmd, proc.pid, timeout=seconds + 60)
+    finally:
+        benchlib.stop(proc)
+    ops = float(re.search(r"ops/s (\d+)", out)[1])
+    return ops, cpu.per_op(ops * seconds)["server_us_per_op"]
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    base = sys.argv[1]
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 5
+    wanted = sys.argv[4:]
+    shapes = {name: shape for name, shape in SHAPES.items()
+              if not wanted or any(w in name for w in wanted)}
+    binaries = {"base": base, "current": "build/server/ringkv-server"}
+    results = {(s, b): ([], []) for s in shapes for b in binaries}
+    with tempfile.TemporaryDirectory() as workdir:
+        for r in range(rounds):
+            for shape, (server_flags, client_flags) in shapes.items():
+                order = list(binaries) if r % 2 == 0 else list(reversed(binaries))
+                for name in order:
+                    ops, us = run(binaries[name], server_flags, client_flags, seconds, workdir)
+                    results[(shape, name)][0].append(ops)
+                    results[(shape, name)][1].append(us)
+                    print(f"round {r + 1} {shape:38} {name:8} ops/s {ops:9,.0f}  "
+                          f"server {us:5.2f} us/call", flush=True)
+    print(f"\n{benchlib.machine()}; {rounds} rounds of {seconds:g} s, binaries alternating\n")
+    print("| shape | binary | ops/s | server µs/call | current/base ops/s |")
+    print("|---|---|---|---|---|")
+    for shape in shapes:
+        for name in binaries:
+            ops, us = results[(shape, name)]
+            ratio = ""
+            if name == "current":
+                base_ops = sorted(results[(shape, "base")][0])
+                ratio = f"{sorted(ops)[len(ops) // 2] / base_ops[len(base_ops) // 2]:.2f}"
+            print(f"| {shape} | {name} | {benchlib.cell(ops)} | "
+                  f"{benchlib.cell(us, '{:.2f}')} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
