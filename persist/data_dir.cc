@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,15 +28,6 @@ int64_t WallClockMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// For crash tests: kills the process (SIGKILL) at the step of the
-// snapshot commit that RINGKV_TEST_CRASH_IN_SNAPSHOT names: "writing" (shard 0's temporary file
-// written, not committed), "renamed" (every snapshot file in place, no MANIFEST yet),
-// "manifest" (the MANIFEST in place, nothing removed yet), "cleanup" (one stale file removed).
-void CrashPoint(std::string_view step) {
-  static const char* const crash_at = std::getenv("RINGKV_TEST_CRASH_IN_SNAPSHOT");
-  if (crash_at != nullptr && step == crash_at) kill(getpid(), SIGKILL);
 }
 
 // One file restore reads, mapped, with its header checked.
@@ -458,8 +448,12 @@ class RestorePlan {
 
 }  // namespace
 
-DataDir::DataDir(std::string path, SyncMode mode, bool load_intact, int lock_fd)
-    : path_(std::move(path)), mode_(mode), load_intact_(load_intact), lock_fd_(lock_fd) {}
+DataDir::DataDir(std::string path, const Options& options, int lock_fd)
+    : path_(std::move(path)),
+      mode_(options.fsync),
+      load_intact_(options.load_intact),
+      env_(options.env != nullptr ? *options.env : *DefaultEnv()),
+      lock_fd_(lock_fd) {}
 
 DataDir::~DataDir() {
   StopSnapshotter();
@@ -467,8 +461,8 @@ DataDir::~DataDir() {
   close(lock_fd_);
 }
 
-absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path, SyncMode mode,
-                                                       bool load_intact) {
+absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path,
+                                                       const Options& options) {
   if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
     return IoError("cannot create the data directory", path, errno);
   }
@@ -484,7 +478,7 @@ absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path, 
     }
     return IoError("cannot lock", lock_path, error);
   }
-  std::unique_ptr<DataDir> dir(new DataDir(path, mode, load_intact, lock_fd));
+  std::unique_ptr<DataDir> dir(new DataDir(path, options, lock_fd));
   absl::StatusOr<std::string> manifest = ReadFile(path + "/MANIFEST");
   if (manifest.ok()) {
     dir->manifest_found_ = true;
@@ -632,7 +626,7 @@ absl::Status DataDir::RemoveStale(uint64_t keep_from, uint64_t snapshot_generati
     const std::string file = absl::StrCat(path_, "/", name);
     if (unlink(file.c_str()) != 0) return IoError("cannot remove", file, errno);
     removed = true;
-    CrashPoint("cleanup");
+    env_.AtSnapshotStep("cleanup");
   }
   return removed ? SyncDirectory(path_) : absl::OkStatus();
 }
@@ -650,7 +644,7 @@ absl::Status DataDir::OpenLogs(uint32_t workers,
                       .created_ms = now_ms};
     absl::StatusOr<std::unique_ptr<LogWriter>> log = LogWriter::Create(
         path_, header, mode_, [on_progress, i] { on_progress(static_cast<uint16_t>(i)); },
-        &any_log_failed_);
+        &any_log_failed_, &env_);
     if (!log.ok()) return log.status();
     logs_.push_back(std::move(*log));
   }
@@ -769,7 +763,7 @@ absl::StatusOr<std::vector<std::unique_ptr<SnapshotFile>>> DataDir::CreateSnapsh
     if (wake_workers) wake = [this, i] { on_progress_(static_cast<uint16_t>(i)); };
     absl::StatusOr<std::unique_ptr<SnapshotFile>> file = SnapshotFile::Create(
         path_, header, std::move(wake),
-        i == 0 ? std::function<void()>([] { CrashPoint("writing"); }) : nullptr);
+        i == 0 ? std::function<void()>([this] { env_.AtSnapshotStep("writing"); }) : nullptr);
     if (!file.ok()) return file.status();
     files.push_back(std::move(*file));
   }
@@ -796,7 +790,7 @@ absl::StatusOr<SnapshotInfo> DataDir::TakeLiveSnapshot() {
                             .shard = i,
                             .shards = n,
                             .created_ms = info.unix_ms};
-    absl::StatusOr<LogWriter::Segment> segment = LogWriter::OpenSegment(path_, header);
+    absl::StatusOr<LogWriter::Segment> segment = LogWriter::OpenSegment(path_, header, env_);
     if (segment.ok()) {
       segments.push_back(std::move(*segment));
     } else {
@@ -815,7 +809,7 @@ absl::StatusOr<SnapshotInfo> DataDir::TakeLiveSnapshot() {
   }
   if (!status.ok()) {
     for (const LogWriter::Segment& segment : segments) {
-      close(segment.fd);
+      env_.CloseLog(segment.fd);
       unlink(segment.path.c_str());
     }
     return failed(status);
@@ -850,7 +844,7 @@ absl::Status DataDir::CommitSnapshot(const SnapshotInfo& info, uint32_t shards) 
 
 absl::Status DataDir::CommitManifest(const SnapshotInfo& info, uint32_t shards,
                                      std::vector<LogEntry> logs) {
-  CrashPoint("renamed");
+  env_.AtSnapshotStep("renamed");
   const Manifest manifest{.generation = info.generation,
                           .shards = shards,
                           .keys = info.keys,
@@ -858,7 +852,7 @@ absl::Status DataDir::CommitManifest(const SnapshotInfo& info, uint32_t shards,
                           .created_ms = info.unix_ms,
                           .logs = std::move(logs)};
   if (absl::Status s = WriteManifest(manifest); !s.ok()) return s;
-  CrashPoint("manifest");
+  env_.AtSnapshotStep("manifest");
   return absl::OkStatus();
 }
 

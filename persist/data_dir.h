@@ -92,12 +92,21 @@ struct SnapshotInfo {
 
 class SnapshotFile;
 
+// How a data directory is opened.
+struct Options {
+  SyncMode fsync = SyncMode::kEverySec;  // --fsync.
+  bool load_intact = false;              // --load-intact.
+  // The logs' file I/O and the snapshot commit's steps (persist/env.h); null: DefaultEnv().
+  // Outlives the DataDir.
+  Env* env = nullptr;
+};
+
 class DataDir {
  public:
   using SnapshotDone = std::function<void(const absl::StatusOr<SnapshotInfo>&)>;
 
-  static absl::StatusOr<std::unique_ptr<DataDir>> Open(const std::string& path, SyncMode mode,
-                                                       bool load_intact);
+  static absl::StatusOr<std::unique_ptr<DataDir>> Open(const std::string& path,
+                                                       const Options& options);
   ~DataDir();
   DataDir(const DataDir&) = delete;
   DataDir& operator=(const DataDir&) = delete;
@@ -128,7 +137,7 @@ class DataDir {
   PersistenceStats Stats() const;
 
  private:
-  DataDir(std::string path, SyncMode mode, bool load_intact, int lock_fd);
+  DataDir(std::string path, const Options& options, int lock_fd);
   void RunSnapshotter(absl::Duration every);
   absl::StatusOr<SnapshotInfo> TakeLiveSnapshot();
   // After a --load-intact restore: writes `shards` as the snapshot of generation_, names it in
@@ -159,6 +168,7 @@ class DataDir {
   const std::string path_;
   const SyncMode mode_;
   const bool load_intact_;
+  Env& env_;
   const int lock_fd_;
 
   // Control thread: whether Open found the MANIFEST, and whether it was damaged.

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "persist/block.h"
 #include "persist/file.h"
+#include "persist/testing/fault_env.h"
 #include "base/log.h"
 
 namespace ringkv::persist {
@@ -56,7 +57,7 @@ class DataDirTest : public ::testing::Test {
   // Restores `dir` into `n` fresh shards; the status, and the shards in *out.
   absl::Status Restore(const std::string& dir, uint32_t n, bool load_intact,
                        std::vector<std::unique_ptr<Shard>>* out) {
-    auto opened = DataDir::Open(dir, SyncMode::kAlways, load_intact);
+    auto opened = DataDir::Open(dir, {.fsync = SyncMode::kAlways, .load_intact = load_intact});
     if (!opened.ok()) return opened.status();
     out->clear();
     std::vector<Shard*> raw;
@@ -96,7 +97,7 @@ Request PutRequest(std::string_view key, std::string_view value) {
 
 TEST_F(DataDirTest, LogsAndSnapshotsRoundTripWithVersionsDeadlinesAndDeletes) {
   State model;
-  auto dir = DataDir::Open(dir_, SyncMode::kAlways, false).value();
+  auto dir = DataDir::Open(dir_, {.fsync = SyncMode::kAlways}).value();
   std::vector<std::unique_ptr<Shard>> none;
   ASSERT_TRUE(dir->Restore({}, Router(1), kNow).ok());
   ASSERT_TRUE(dir->OpenLogs(2, [](uint16_t) {}).ok());
@@ -125,7 +126,7 @@ TEST_F(DataDirTest, LogsAndSnapshotsRoundTripWithVersionsDeadlinesAndDeletes) {
   // A snapshot of those shards restores the same state, into another shard count too, and the
   // logs it covers are gone.
   {
-    auto again = DataDir::Open(dir_, SyncMode::kAlways, false).value();
+    auto again = DataDir::Open(dir_, {.fsync = SyncMode::kAlways}).value();
     std::vector<std::unique_ptr<Shard>> loaded;
     std::vector<Shard*> raw;
     for (int i = 0; i < 2; ++i) {
@@ -153,15 +154,15 @@ TEST_F(DataDirTest, LogsAndSnapshotsRoundTripWithVersionsDeadlinesAndDeletes) {
 }
 
 TEST_F(DataDirTest, ASecondOpenOfTheSameDirectoryIsRefused) {
-  auto first = DataDir::Open(dir_, SyncMode::kAlways, false);
+  auto first = DataDir::Open(dir_, {.fsync = SyncMode::kAlways});
   ASSERT_TRUE(first.ok());
-  auto second = DataDir::Open(dir_, SyncMode::kAlways, false);
+  auto second = DataDir::Open(dir_, {.fsync = SyncMode::kAlways});
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(second.status().message().find("in use"), std::string::npos) << second.status();
 }
 
 TEST_F(DataDirTest, VersionsGoOnAboveTheLoadedOnes) {
-  auto dir = DataDir::Open(dir_, SyncMode::kAlways, false).value();
+  auto dir = DataDir::Open(dir_, {.fsync = SyncMode::kAlways}).value();
   ASSERT_TRUE(dir->Restore({}, Router(1), kNow).ok());
   ASSERT_TRUE(dir->OpenLogs(1, [](uint16_t) {}).ok());
   dir->log(0).Set("k", "v", 1000, 0);
@@ -181,7 +182,7 @@ TEST_F(DataDirTest, VersionsGoOnAboveTheLoadedOnes) {
 // Builds a log of several blocks in dir_ (one worker), and returns its path and the state after
 // each block.
 std::string WriteLog(const std::string& dir, std::vector<State>* after_block) {
-  auto data = DataDir::Open(dir, SyncMode::kAlways, false).value();
+  auto data = DataDir::Open(dir, {.fsync = SyncMode::kAlways}).value();
   EXPECT_TRUE(data->Restore({}, Router(1), kNow).ok());
   EXPECT_TRUE(data->OpenLogs(1, [](uint16_t) {}).ok());
   LogWriter& log = data->log(0);
@@ -269,7 +270,7 @@ TEST_F(DataDirTest, EveryFlippedByteOfALogIsRefusedWithItsOffset) {
 TEST_F(DataDirTest, EveryDamageToASnapshotIsRefused) {
   State model;
   {
-    auto dir = DataDir::Open(dir_, SyncMode::kAlways, false).value();
+    auto dir = DataDir::Open(dir_, {.fsync = SyncMode::kAlways}).value();
     ASSERT_TRUE(dir->Restore({}, Router(1), kNow).ok());
     Shard shard;
     for (int i = 0; i < 30; ++i) {
@@ -330,7 +331,7 @@ TEST_F(DataDirTest, EveryDamageToASnapshotIsRefused) {
 // (Persist) or moved (Expire) by a later record keeps the key; one that nothing changed drops it.
 TEST_F(DataDirTest, ADeadlineIsJudgedOnTheKeysFinalStateAfterReplay) {
   {
-    auto dir = DataDir::Open(dir_, SyncMode::kAlways, false).value();
+    auto dir = DataDir::Open(dir_, {.fsync = SyncMode::kAlways}).value();
     ASSERT_TRUE(dir->Restore({}, Router(1), kNow).ok());
     ASSERT_TRUE(dir->OpenLogs(1, [](uint16_t) {}).ok());
     LogWriter& log = dir->log(0);
@@ -357,7 +358,7 @@ TEST_F(DataDirTest, ADeadlineIsJudgedOnTheKeysFinalStateAfterReplay) {
 TEST_F(DataDirTest, AVersionNeverComesBackAfterADeleteASnapshotAndARestart) {
   uint64_t deleted_version = 0;
   {
-    auto dir = DataDir::Open(dir_, SyncMode::kAlways, false).value();
+    auto dir = DataDir::Open(dir_, {.fsync = SyncMode::kAlways}).value();
     ASSERT_TRUE(dir->Restore({}, Router(1), kNow).ok());
     ASSERT_TRUE(dir->OpenLogs(1, [](uint16_t) {}).ok());
     Shard shard;
@@ -402,7 +403,7 @@ void WriteStrayLog(const std::string& dir, uint64_t generation, uint32_t format,
 // listing it leaves, and goes; one with records is refused (--load-intact loads it).
 TEST_F(DataDirTest, ALogTheManifestDoesNotListIsRemovedIfEmptyAndRefusedIfNot) {
   {
-    auto dir = DataDir::Open(dir_, SyncMode::kAlways, false).value();
+    auto dir = DataDir::Open(dir_, {.fsync = SyncMode::kAlways}).value();
     ASSERT_TRUE(dir->Restore({}, Router(1), kNow).ok());
     ASSERT_TRUE(dir->OpenLogs(1, [](uint16_t) {}).ok());
     dir->log(0).Set("listed", "v", 1, 0);
@@ -444,11 +445,10 @@ TEST_F(DataDirTest, Format1LogsWithoutAManifestStillLoad) {
 }
 
 TEST_F(DataDirTest, AFailedWriteFailsTheLogAndIsNeverCalledDurable) {
-  setenv("RINGKV_TEST_LOG_FAIL_AFTER_BYTES", "200", 1);
-  auto dir = DataDir::Open(dir_, SyncMode::kAlways, false).value();
+  FaultEnv env({.fail_log_after_bytes = 200});
+  auto dir = DataDir::Open(dir_, {.fsync = SyncMode::kAlways, .env = &env}).value();
   ASSERT_TRUE(dir->Restore({}, Router(1), kNow).ok());
   ASSERT_TRUE(dir->OpenLogs(1, [](uint16_t) {}).ok());
-  unsetenv("RINGKV_TEST_LOG_FAIL_AFTER_BYTES");
   LogWriter& log = dir->log(0);
   log.Set("small", "v", 1, 0);
   log.Commit();

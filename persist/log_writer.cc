@@ -1,16 +1,10 @@
 #include "persist/log_writer.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "persist/block.h"
 #include "persist/file.h"
@@ -21,20 +15,6 @@ namespace {
 
 // everysec's syncer syncs this often when there is anything to sync.
 constexpr auto kEverySecInterval = std::chrono::seconds(1);
-
-// The open logs, for SimulatePowerLoss.
-std::mutex registry_mu;
-std::vector<LogWriter*>& Registry() {
-  static auto* logs = new std::vector<LogWriter*>();
-  return *logs;
-}
-
-uint64_t FailAfterBytes() {
-  const char* text = std::getenv("RINGKV_TEST_LOG_FAIL_AFTER_BYTES");
-  uint64_t n = 0;
-  if (text == nullptr || !absl::SimpleAtoi(text, &n)) return 0;
-  return n;
-}
 
 }  // namespace
 
@@ -58,10 +38,10 @@ const char* SyncModeName(SyncMode mode) {
 }
 
 LogWriter::LogWriter(Segment segment, SyncMode mode, std::function<void()> on_progress,
-                     std::atomic<bool>* group_failed)
+                     std::atomic<bool>* group_failed, Env& env)
     : mode_(mode),
       on_progress_(std::move(on_progress)),
-      fail_after_bytes_(FailAfterBytes()),
+      env_(env),
       group_failed_(group_failed),
       current_(std::move(segment)) {
   file_bytes_.store(current_.bytes);
@@ -69,18 +49,18 @@ LogWriter::LogWriter(Segment segment, SyncMode mode, std::function<void()> on_pr
 }
 
 absl::StatusOr<LogWriter::Segment> LogWriter::OpenSegment(const std::string& dir,
-                                                          const FileHeader& header) {
+                                                          const FileHeader& header, Env& env) {
   Segment segment;
   segment.path = absl::StrCat(dir, "/", LogName(header.generation, header.shard));
-  segment.fd = open(segment.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC,
-                    0644);
-  if (segment.fd < 0) return IoError("cannot create the log", segment.path, errno);
+  if (int error = env.OpenLog(segment.path, &segment.fd); error != 0) {
+    return IoError("cannot create the log", segment.path, error);
+  }
   std::string first;
   AppendBlock(&first, 0, EncodeHeader(header));
-  int error = WriteAll(segment.fd, first);
-  if (error == 0 && fdatasync(segment.fd) != 0) error = errno;
+  int error = env.Append(segment.fd, first);
+  if (error == 0) error = env.SyncData(segment.fd);
   if (error != 0) {
-    close(segment.fd);
+    env.CloseLog(segment.fd);
     unlink(segment.path.c_str());
     return IoError("cannot write the log's header", segment.path, error);
   }
@@ -94,19 +74,17 @@ absl::StatusOr<std::unique_ptr<LogWriter>> LogWriter::Create(const std::string& 
                                                              const FileHeader& header,
                                                              SyncMode mode,
                                                              std::function<void()> on_progress,
-                                                             std::atomic<bool>* group_failed) {
-  absl::StatusOr<Segment> segment = OpenSegment(dir, header);
+                                                             std::atomic<bool>* group_failed,
+                                                             Env* env) {
+  if (env == nullptr) env = DefaultEnv();
+  absl::StatusOr<Segment> segment = OpenSegment(dir, header, *env);
   if (!segment.ok()) return segment.status();
   if (absl::Status s = SyncDirectory(dir); !s.ok()) {
-    close(segment->fd);
+    env->CloseLog(segment->fd);
     return s;
   }
   std::unique_ptr<LogWriter> log(
-      new LogWriter(std::move(*segment), mode, std::move(on_progress), group_failed));
-  {
-    std::lock_guard<std::mutex> lock(registry_mu);
-    Registry().push_back(log.get());
-  }
+      new LogWriter(std::move(*segment), mode, std::move(on_progress), group_failed, *env));
   log->syncer_ = std::thread([log = log.get()] { log->Run(); });
   return log;
 }
@@ -173,7 +151,7 @@ void LogWriter::Commit() {
     pending_.clear();
     pending_blocks_.clear();
     if (cut) {
-      close(cut_segment_->fd);
+      env_.CloseLog(cut_segment_->fd);
       cut_segment_.reset();
     }
     return;
@@ -228,15 +206,9 @@ std::string LogWriter::error() const {
 
 bool LogWriter::WriteLocked(std::string_view bytes) {
   if (bytes.empty()) return true;
-  int error = 0;
   const uint64_t before = file_bytes_.load(std::memory_order_relaxed);
-  if (fail_after_bytes_ != 0 && before + bytes.size() > fail_after_bytes_) {
-    bytes = bytes.substr(0, fail_after_bytes_ > before ? fail_after_bytes_ - before : 0);
-    error = ENOSPC;
-  }
-  const int write_error = WriteAll(current_.fd, bytes);
-  if (write_error == 0) file_bytes_.store(before + bytes.size(), std::memory_order_relaxed);
-  if (write_error != 0) error = write_error;
+  const int error = env_.Append(current_.fd, bytes);
+  if (error == 0) file_bytes_.store(before + bytes.size(), std::memory_order_relaxed);
   if (error != 0) {
     Fail("cannot write the log", current_.path, error);
     return false;
@@ -255,14 +227,14 @@ bool LogWriter::WriteBlocks(std::string& data, const std::vector<size_t>& blocks
   const size_t split = cut < blocks.size() ? blocks[cut] : data.size();
   const std::string_view bytes = data;
   if (!WriteLocked(bytes.substr(0, split))) {
-    if (next != nullptr) close(next->fd);
+    if (next != nullptr) env_.CloseLog(next->fd);
     return false;
   }
   if (next == nullptr) return true;
   current_.bytes = file_bytes_.load(std::memory_order_relaxed);
   current_.synced = synced_bytes_.load(std::memory_order_relaxed);
   if (mode_ == SyncMode::kNo) {
-    close(current_.fd);  // Nothing syncs it (the syncer syncs only at Close).
+    env_.CloseLog(current_.fd);  // Nothing syncs it (the syncer syncs only at Close).
   } else {
     retired_.push_back(std::move(current_));
   }
@@ -291,20 +263,18 @@ bool LogWriter::Sync() {
   }
   bool ok = true;
   for (Segment& old : retired) {
-    if (ok && fdatasync(old.fd) != 0) {
-      Fail("cannot fdatasync the log", old.path, errno);
+    if (int error = ok ? env_.SyncData(old.fd) : 0; error != 0) {
+      Fail("cannot fdatasync the log", old.path, error);
       ok = false;
     }
-    close(old.fd);
+    env_.CloseLog(old.fd);
   }
   if (!ok) return false;
-  if (fdatasync(fd) != 0) {
-    Fail("cannot fdatasync the log", path, errno);
+  if (int error = env_.SyncData(fd); error != 0) {
+    Fail("cannot fdatasync the log", path, error);
     return false;
   }
   {
-    // Under the mutex again, so that once SimulatePowerLoss holds it no sync can be published
-    // (and no answer released) after it cut the file.
     std::lock_guard<std::mutex> io(io_mu_);
     if (segment == segment_number_) synced_bytes_.store(covered, std::memory_order_relaxed);
   }
@@ -374,33 +344,14 @@ absl::Status LogWriter::Close() {
     pending_blocks_.clear();
   }
   if (!self_failed() && Sync()) durable_.store(appended_, std::memory_order_release);
-  {
-    std::lock_guard<std::mutex> lock(registry_mu);
-    std::erase(Registry(), this);
-  }
   std::lock_guard<std::mutex> io(io_mu_);
-  for (const Segment& old : retired_) close(old.fd);  // Left by a failure.
+  for (const Segment& old : retired_) env_.CloseLog(old.fd);  // Left by a failure.
   retired_.clear();
-  close(current_.fd);
-  if (cut_segment_ != nullptr) close(cut_segment_->fd);
-  if (next_ != nullptr) close(next_->fd);  // Prepared for a cut the worker never made.
+  env_.CloseLog(current_.fd);
+  if (cut_segment_ != nullptr) env_.CloseLog(cut_segment_->fd);
+  if (next_ != nullptr) env_.CloseLog(next_->fd);  // Prepared for a cut the worker never made.
   if (self_failed()) return absl::UnavailableError(error());
   return absl::OkStatus();
-}
-
-void SimulatePowerLoss() {
-  registry_mu.lock();  // Never released: the process ends here.
-  for (LogWriter* log : Registry()) {
-    log->io_mu_.lock();  // Between a write and a sync, or before either.
-    for (const LogWriter::Segment& old : log->retired_) {
-      if (ftruncate(old.fd, static_cast<off_t>(old.synced)) != 0) _exit(1);
-    }
-    if (ftruncate(log->current_.fd, static_cast<off_t>(log->synced_bytes_.load())) != 0) {
-      _exit(1);
-    }
-  }
-  kill(getpid(), SIGKILL);
-  _exit(137);  // Not reached.
 }
 
 }  // namespace ringkv::persist

@@ -28,10 +28,8 @@
 // synced once more and closed by the syncer before the new one's next sync (with no, closed at
 // once: nothing syncs it).
 //
-// Faults for tests, from the environment:
-//   RINGKV_TEST_LOG_FAIL_AFTER_BYTES=N  a write that would take a log past N bytes writes what
-//                                       fits and fails as a full disk does (ENOSPC).
-// and SimulatePowerLoss().
+// Files: every open, write, fdatasync and close of a log's files goes through its Env
+// (persist/env.h), where tests inject a full disk or a power loss.
 //
 // Threads: the Journal methods on the worker's thread; Close on a control thread once the worker
 // has stopped; bytes(), error() anywhere.
@@ -52,6 +50,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "persist/env.h"
 #include "persist/format.h"
 #include "shard/journal.h"
 
@@ -60,10 +59,6 @@ namespace ringkv::persist {
 enum class SyncMode { kAlways, kEverySec, kNo };
 std::optional<SyncMode> ParseSyncMode(std::string_view text);
 const char* SyncModeName(SyncMode mode);
-
-// For crash tests: cuts every open log back to what its last fdatasync covered (what a power
-// loss would leave, the page cache gone) and kills the process with SIGKILL. Any thread.
-[[noreturn]] void SimulatePowerLoss();
 
 class LogWriter final : public Journal {
  public:
@@ -78,11 +73,13 @@ class LogWriter final : public Journal {
   // Creates DIR/LogName(header) (which must not exist yet), writes its header, and syncs it and
   // the directory. `group_failed` (may be null; outlives the log) is shared by the logs of one
   // server: a failure of any of them fails them all, so that every worker refuses writes.
+  // `env` (null: DefaultEnv()) does the files' I/O and outlives the log.
   static absl::StatusOr<std::unique_ptr<LogWriter>> Create(const std::string& dir,
                                                            const FileHeader& header,
                                                            SyncMode mode,
                                                            std::function<void()> on_progress,
-                                                           std::atomic<bool>* group_failed);
+                                                           std::atomic<bool>* group_failed,
+                                                           Env* env = nullptr);
 
   // One file of a log: created, its header written and synced (the directory is not).
   struct Segment {
@@ -92,7 +89,8 @@ class LogWriter final : public Journal {
     uint64_t bytes = 0;   // Written.
     uint64_t synced = 0;  // Covered by an fdatasync.
   };
-  static absl::StatusOr<Segment> OpenSegment(const std::string& dir, const FileHeader& header);
+  static absl::StatusOr<Segment> OpenSegment(const std::string& dir, const FileHeader& header,
+                                             Env& env);
   // Any thread: `next` is the file the records after the next Cut() go to. One at a time: the
   // log takes it at Cut(), before which it may not be called again.
   void PrepareCut(Segment next);
@@ -131,10 +129,8 @@ class LogWriter final : public Journal {
   std::string error() const;
 
  private:
-  friend void SimulatePowerLoss();
-
   LogWriter(Segment segment, SyncMode mode, std::function<void()> on_progress,
-            std::atomic<bool>* group_failed);
+            std::atomic<bool>* group_failed, Env& env);
   // This log's own failure (failed() also counts the group's).
   bool self_failed() const { return failed_.load(std::memory_order_acquire); }
   void Run();
@@ -155,7 +151,7 @@ class LogWriter final : public Journal {
   // Constant after construction.
   const SyncMode mode_;
   const std::function<void()> on_progress_;
-  const uint64_t fail_after_bytes_;  // RINGKV_TEST_LOG_FAIL_AFTER_BYTES; 0: never.
+  Env& env_;
   std::atomic<bool>* const group_failed_;
 
   // Worker thread only.
@@ -187,8 +183,7 @@ class LogWriter final : public Journal {
   bool closed_ = false;  // Control thread.
 
   // Held around each write(), to read file_bytes_ before an fdatasync and to publish
-  // synced_bytes_ after it (not over the fdatasync itself), so that SimulatePowerLoss cuts the
-  // file between writes, at a length no answer has gone past, and nothing is published after.
+  // synced_bytes_ after it (not over the fdatasync itself).
   // It also guards the segments: current_ (whose fd only the syncer closes, so a sync may run
   // outside the lock), retired_ (switched away from, to be synced and closed) and next_.
   mutable std::mutex io_mu_;

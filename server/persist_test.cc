@@ -1,6 +1,7 @@
 // Persistence end to end (--data-dir): a real ringkv-server process, written to by the real
 // client library, stopped cleanly, killed with SIGKILL, or made to lose what it had not synced
-// (the power-loss seam, RINGKV_TEST_POWER_LOSS), and started again on the same directory.
+// (the power-loss seam of ringkv-server-faults, --fault-power-loss-on-sigusr1), and started
+// again on the same directory.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -46,9 +47,14 @@ class PersistTest : public ::testing::Test {
   }
 
   // Starts a server on dir_ with `flags`; fails the test if it does not start.
-  void Start(std::vector<std::string> flags) {
+  // `faults`: ringkv-server-faults's flags (server/testing/faults_main.cc); with any, that
+  // binary runs instead of ringkv-server.
+  void Start(std::vector<std::string> flags, std::vector<std::string> faults = {}) {
     flags.push_back("--data-dir=" + dir_);
-    server_ = std::make_unique<ServerProcess>(flags);
+    const bool faulty = !faults.empty();
+    flags.insert(flags.end(), faults.begin(), faults.end());
+    server_ = std::make_unique<ServerProcess>(
+        flags, faulty ? ServerProcess::Binary::kFaults : ServerProcess::Binary::kServer);
     ASSERT_TRUE(server_->Start()) << server_->log();
     client_ = std::make_unique<Client>(server_->address(), absl::Seconds(10));
   }
@@ -352,12 +358,11 @@ TEST_F(PersistTest, ALiveSnapshotHoldsEachShardAtOneMomentOfItsWrites) {
 // acknowledged is lost; with --fsync=no, acknowledged writes are lost, which shows the seam
 // really drops them.
 TEST_F(PersistTest, APowerLossLosesNoAcknowledgedWriteWithFsyncAlways) {
-  setenv("RINGKV_TEST_POWER_LOSS", "1", 1);
   std::mt19937 random(std::random_device{}());
   for (const std::string mode : {"always", "no"}) {
     fs::remove_all(dir_);
     Acked acked;
-    Start({"--fsync=" + mode, "--threads=2"});
+    Start({"--fsync=" + mode, "--threads=2"}, {"--fault-power-loss-on-sigusr1"});
     CrashRound(*server_, SIGUSR1, random, acked);
     Start({"--threads=2"});
     int missing = 0;
@@ -367,13 +372,10 @@ TEST_F(PersistTest, APowerLossLosesNoAcknowledgedWriteWithFsyncAlways) {
     }
     EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
   }
-  unsetenv("RINGKV_TEST_POWER_LOSS");
 }
 
 TEST_F(PersistTest, AFullDiskRefusesWritesClearlyAndKeepsServingReads) {
-  setenv("RINGKV_TEST_LOG_FAIL_AFTER_BYTES", "20000", 1);
-  Start({"--fsync=always", "--threads=2"});
-  unsetenv("RINGKV_TEST_LOG_FAIL_AFTER_BYTES");
+  Start({"--fsync=always", "--threads=2"}, {"--fault-log-fail-after-bytes=20000"});
   std::map<std::string, std::string> stored;
   absl::Status refused;
   for (int i = 0; i < 1000 && refused.ok(); ++i) {
@@ -426,9 +428,7 @@ TEST_F(PersistTest, ACrashAtEachStepOfTheSnapshotCommitLosesNothing) {
         ASSERT_TRUE(client_->Delete(absl::StrCat("a", i)).ok());
       }
       ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);  // Logs over the old snapshot.
-      setenv("RINGKV_TEST_CRASH_IN_SNAPSHOT", step.c_str(), 1);
-      Start({"--threads=2"});
-      unsetenv("RINGKV_TEST_CRASH_IN_SNAPSHOT");
+      Start({"--threads=2"}, {"--fault-crash-in-snapshot=" + step});
       if (live) {
         // Before the cut: in the old generation's log, and in the new snapshot.
         ASSERT_TRUE(client_->Put("b1", "live").ok());
@@ -484,10 +484,9 @@ TEST_F(PersistTest, DamageRefusesTheStartUnlessLoadIntact) {
 // -9, or the power-loss seam with --fsync=always, which drops whatever was not synced) must not
 // lose the key; a key whose TTL nothing changed is gone.
 TEST_F(PersistTest, APersistOrExpireOfAKeyWithATtlSurvivesACrashAfterTheOldDeadline) {
-  setenv("RINGKV_TEST_POWER_LOSS", "1", 1);
   for (const int crash : {SIGKILL, SIGUSR1}) {
     fs::remove_all(dir_);
-    Start({"--threads=2", "--fsync=always"});
+    Start({"--threads=2", "--fsync=always"}, {"--fault-power-loss-on-sigusr1"});
     for (const char* key : {"persisted", "extended", "expires"}) {
       ASSERT_TRUE(client_->Put(key, "v", {.ttl_ms = 1500}).ok());
     }
@@ -507,7 +506,6 @@ TEST_F(PersistTest, APersistOrExpireOfAKeyWithATtlSurvivesACrashAfterTheOldDeadl
     EXPECT_EQ(client_->Stats().value().persistence().restored_keys(), 2u);
     EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
   }
-  unsetenv("RINGKV_TEST_POWER_LOSS");
 }
 
 // A client holds a version of a key that is then deleted; after a clean stop, or a live

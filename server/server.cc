@@ -140,7 +140,9 @@ absl::Status Server::OpenDataDir() {
                                       "engine is a baseline for benchmarks)");
   }
   absl::StatusOr<std::unique_ptr<persist::DataDir>> dir =
-      persist::DataDir::Open(options_.data_dir, options_.fsync, options_.load_intact);
+      persist::DataDir::Open(
+      options_.data_dir,
+      {.fsync = options_.fsync, .load_intact = options_.load_intact, .env = options_.env});
   if (!dir.ok()) return dir.status();
   data_dir_ = std::move(*dir);
   std::vector<Shard*> shards;

@@ -53,6 +53,8 @@ struct ServerOptions {
   bool load_intact = false;
   bool snapshot_on_exit = true;
   absl::Duration snapshot_every = absl::ZeroDuration();
+  // The logs' file I/O (persist/env.h); null: the system's. Tests put faults here.
+  persist::Env* env = nullptr;
   // --auth-token-file: every call but health checks needs a token from it (empty: no auth).
   std::string auth_token_file;
   // --tls-cert, --tls-key, --tls-client-ca: TLS on the listening port (empty cert: plaintext).

@@ -25,7 +25,8 @@ int DecodeStatus(int status) {
 
 }  // namespace
 
-ServerProcess::ServerProcess(std::vector<std::string> args) : args_(std::move(args)) {}
+ServerProcess::ServerProcess(std::vector<std::string> args, Binary binary)
+    : args_(std::move(args)), binary_(binary) {}
 
 ServerProcess::~ServerProcess() {
   if (pid_ > 0 && exit_status_ < 0) Stop(SIGTERM, 10);
@@ -34,9 +35,10 @@ ServerProcess::~ServerProcess() {
 }
 
 bool ServerProcess::Start() {
-  const char* binary = std::getenv("RINGKV_SERVER");
+  const char* variable = binary_ == Binary::kFaults ? "RINGKV_SERVER_FAULTS" : "RINGKV_SERVER";
+  const char* binary = std::getenv(variable);
   if (binary == nullptr) {
-    log_ = "RINGKV_SERVER is not set (meson test sets it)";
+    log_ = std::string(variable) + " is not set (meson test sets it)";
     return false;
   }
   std::vector<std::string> argv_strings = {binary};

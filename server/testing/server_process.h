@@ -1,5 +1,7 @@
 // ServerProcess: a real ringkv-server child process on a free loopback port, for tests. The
-// binary comes from $RINGKV_SERVER (meson test sets it). Start() waits for the daemon's
+// binary comes from $RINGKV_SERVER (meson test sets it), or with Binary::kFaults from
+// $RINGKV_SERVER_FAULTS: ringkv-server-faults, the same daemon with fault flags
+// (server/testing/faults_main.cc). Start() waits for the daemon's
 // "listening on" line and reads the port from it; the destructor sends SIGTERM if it still
 // runs. Its stderr is kept for failure messages. Test thread only.
 //
@@ -21,7 +23,8 @@ namespace ringkv::testing {
 
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> args);
+  enum class Binary { kServer, kFaults };
+  explicit ServerProcess(std::vector<std::string> args, Binary binary = Binary::kServer);
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -47,6 +50,7 @@ class ServerProcess {
 
  private:
   std::vector<std::string> args_;
+  const Binary binary_;
   pid_t pid_ = -1;
   int port_ = 0;
   int exit_status_ = -1;

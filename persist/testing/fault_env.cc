@@ -1,0 +1,76 @@
+#include "persist/testing/fault_env.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "persist/file.h"
+
+namespace ringkv::persist {
+
+int FaultEnv::OpenLog(const std::string& path, int* fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (int error = Env::OpenLog(path, fd); error != 0) return error;
+  open_[*fd] = File{.path = path};
+  closed_.erase(path);
+  return 0;
+}
+
+int FaultEnv::Append(int fd, std::string_view data) {
+  // The write itself under the lock: a power loss never races a write that extends the file.
+  std::lock_guard<std::mutex> lock(mu_);
+  File& file = open_[fd];
+  int error = 0;
+  const uint64_t limit = faults_.fail_log_after_bytes;
+  if (limit != 0 && file.written + data.size() > limit) {
+    data = data.substr(0, limit > file.written ? limit - file.written : 0);
+    error = ENOSPC;
+  }
+  if (int written = Env::Append(fd, data); written != 0) return written;
+  file.written += data.size();
+  return error;
+}
+
+int FaultEnv::SyncData(int fd) {
+  uint64_t covered;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    covered = open_[fd].written;
+  }
+  if (int error = Env::SyncData(fd); error != 0) return error;
+  // Blocks for good once PowerLoss holds the lock: this sync is never published.
+  std::lock_guard<std::mutex> lock(mu_);
+  File& file = open_[fd];
+  if (covered > file.synced) file.synced = covered;
+  return 0;
+}
+
+void FaultEnv::CloseLog(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(fd);
+  if (it != open_.end()) {
+    closed_[it->second.path] = it->second.synced;
+    open_.erase(it);
+  }
+  Env::CloseLog(fd);
+}
+
+void FaultEnv::AtSnapshotStep(std::string_view step) {
+  if (!faults_.crash_at_step.empty() && step == faults_.crash_at_step) kill(getpid(), SIGKILL);
+}
+
+void FaultEnv::PowerLoss() {
+  mu_.lock();  // Never released: the process ends here.
+  for (const auto& [fd, file] : open_) {
+    if (ftruncate(fd, static_cast<off_t>(file.synced)) != 0) _exit(1);
+  }
+  for (const auto& [path, synced] : closed_) {
+    // A file removed since (a snapshot's cleanup) has nothing left to lose.
+    if (truncate(path.c_str(), static_cast<off_t>(synced)) != 0 && errno != ENOENT) _exit(1);
+  }
+  kill(getpid(), SIGKILL);
+  _exit(137);  // Not reached.
+}
+
+}  // namespace ringkv::persist

@@ -1,0 +1,474 @@
+#include "server/daemon.h"
+
+#include <grpc/support/log.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/command_line.h"
+#include "base/log.h"
+#include "persist/log_writer.h"
+#include "server/auth/exposure.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "address to listen on, HOST:PORT; loopback unless told otherwise (port 0: any free)");
+ABSL_FLAG(std::string, transport, "h2",
+          "h2: gRPC over HTTP/2 on nghttp2, served inside each worker's own event loop; grpc: "
+          "grpc++'s server (the reference implementation)");
+ABSL_FLAG(uint32_t, max_connections, 10000,
+          "client connections open at once; past it a new one is refused at once with a "
+          "GOAWAY saying why (h2 only)");
+ABSL_FLAG(uint32_t, max_concurrent_streams, 100,
+          "calls in flight per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)");
+// Half the cores by default: every worker also runs gRPC's transport (HTTP/2, the socket
+// syscalls), and the kernel's TCP stack and the clients need CPU too. On 2 cores with the client
+// on the same machine, 2 workers served 0.7x the unary calls of 1 (BENCHMARKS.md).
+ABSL_FLAG(uint32_t, threads, std::max(1u, std::thread::hardware_concurrency() / 2),
+          "worker threads, each owning one shard and one completion queue (default: half the "
+          "cores, at least 1)");
+ABSL_FLAG(std::string, ring, "spsc", "ring between workers: spsc (one per pair) or mpsc (one per "
+                                     "worker)");
+ABSL_FLAG(std::string, engine, "ring", "ring (shards joined by rings) or lock (the lock baseline)");
+ABSL_FLAG(uint64_t, ring_size, 16384, "capacity of each ring, in requests");
+ABSL_FLAG(uint64_t, max_key_bytes, 4096, "longest key accepted");
+ABSL_FLAG(uint64_t, max_value_bytes, 4 << 20, "largest value accepted");
+ABSL_FLAG(int64_t, spin_us, -1,
+          "microseconds a worker keeps polling after its last work before it parks; -1: 200 "
+          "while the workers leave a core free, else 0 (a spinning worker would take the CPU "
+          "the others need)");
+ABSL_FLAG(bool, poll_mode, false,
+          "busy-poll instead of parking idle workers (dedicated machines only: each worker "
+          "keeps a core busy)");
+ABSL_FLAG(double, handshake_timeout, 10.0,
+          "seconds a new connection gets to finish its TLS handshake and send HTTP/2's "
+          "connection preface; one that has not by then is closed");
+ABSL_FLAG(double, shutdown_grace, 4.0,
+          "seconds the calls in flight get to finish on SIGTERM/SIGINT before they are cancelled");
+ABSL_FLAG(std::string, max_memory, "0",
+          "most memory the data may take (keys, values, tables, TTL index; the process adds "
+          "its base and connection buffers), as bytes or with a unit: 512MiB, 2GB, 1.5G; each "
+          "shard gets an equal share. 0: no limit");
+ABSL_FLAG(std::string, eviction, "noeviction",
+          "what a write that needs memory past --max-memory does: noeviction (it fails with "
+          "RESOURCE_EXHAUSTED), allkeys-lru (evict keys not used lately), volatile-ttl (evict "
+          "the keys with a TTL that expire soonest), allkeys-random");
+ABSL_FLAG(std::string, data_dir, "",
+          "directory for the data (created if missing; one server per directory): a log per "
+          "worker while serving, a snapshot at a clean stop, restored at start. Empty: the "
+          "data lives in memory only and every stop loses it");
+ABSL_FLAG(std::string, fsync, "everysec",
+          "when a worker's log is synced to disk (with --data-dir): always (a write is "
+          "acknowledged once synced: a crash of the machine loses no acknowledged write), "
+          "everysec (synced at most a second after each write: a machine crash loses about the "
+          "last second, a crash of the process nothing), no (the kernel decides)");
+ABSL_FLAG(bool, load_intact, false,
+          "start even if data files are damaged or missing (or the MANIFEST is), from what is "
+          "intact (each damaged file up to the damage; without a MANIFEST, the newest whole "
+          "snapshot and the logs after it); it writes that as a new snapshot and moves the "
+          "files it replaces to DATA_DIR/set-aside-<ms>/, deleting nothing. Without it, such a "
+          "start is refused, naming the file");
+ABSL_FLAG(bool, no_snapshot_on_exit, false,
+          "with --data-dir, skip the snapshot at a clean stop (the logs keep the data, and the "
+          "next start replays them)");
+ABSL_FLAG(std::string, snapshot_every, "0",
+          "with --data-dir, also take a snapshot this long after the last one ended (a duration: "
+          "30m, 1h, 90s); it lets the logs restart, so restarts replay less. 0: only on the "
+          "Snapshot RPC (`ringkv snapshot`) and at a clean stop");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "require a bearer token on every call but health checks: a file of `TOKEN ROLE` lines "
+          "(role read, write or admin; '#' starts a comment), re-read on SIGHUP. Clients send "
+          "`authorization: Bearer TOKEN`. Empty: no auth (anyone who reaches the port may do "
+          "anything)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "serve TLS (HTTP/2 negotiated by ALPN h2) with this PEM certificate chain; needs "
+          "--tls-key. Empty: plaintext (h2c)");
+ABSL_FLAG(std::string, tls_key, "", "the PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "with --tls-cert, require every client to present a certificate signed by a CA in "
+          "this PEM file (mutual TLS)");
+ABSL_FLAG(bool, insecure, false,
+          "serve a non-loopback --listen address with neither TLS nor --auth-token-file "
+          "(refused otherwise: anyone who reaches the port could read and overwrite every key)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics, and /healthz (200 while "
+          "serving, 503 once a stop has begun), on a thread of their own. Empty: off. Give a "
+          "loopback address unless the scraper is elsewhere: the endpoint has no auth");
+ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
+
+// LeakSanitizer's entry point, present only in sanitizer builds.
+extern "C" void __lsan_do_leak_check() __attribute__((weak));
+
+namespace ringkv {
+namespace {
+
+// The smallest share of --max-memory a shard may have: room for a table of 16k slots.
+constexpr uint64_t kMinMemoryPerShard = uint64_t{1} << 20;
+
+bool ParseLogLevel(std::string_view text, LogLevel* level) {
+  if (text == "error") *level = LogLevel::kError;
+  else if (text == "warning") *level = LogLevel::kWarning;
+  else if (text == "info") *level = LogLevel::kInfo;
+  else if (text == "debug") *level = LogLevel::kDebug;
+  else return false;
+  return true;
+}
+
+// gRPC's own log lines are shown at --log-level=debug only: its messages are for debugging
+// gRPC, and a failed start is reported in one line of ours.
+void GrpcLog(gpr_log_func_args* args) {
+  if (LogEnabled(LogLevel::kDebug)) Log(LogLevel::kDebug, "grpc: %s", args->message);
+}
+
+// Raises the soft open-files limit to the hard one: every connection is a descriptor, and a
+// service's soft default (often 1024) runs out long before the memory does. Returns the limit
+// now in force.
+uint64_t RaiseOpenFilesLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  if (limit.rlim_cur < limit.rlim_max) {
+    const rlim_t before = limit.rlim_cur;
+    limit.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+      Log(LogLevel::kDebug, "open-files limit raised from %d to %d",
+          static_cast<uint64_t>(before), static_cast<uint64_t>(limit.rlim_cur));
+    } else {
+      limit.rlim_cur = before;
+    }
+  }
+  return limit.rlim_cur;
+}
+
+// Whether a flag was given a value other than its default.
+template <typename T>
+bool Changed(const absl::Flag<T>& flag) {
+  const absl::CommandLineFlag& handle = absl::GetFlagReflectionHandle(flag);
+  return handle.CurrentValue() != handle.DefaultValue();
+}
+
+void SetUsage() {
+  // Debian's Abseil is built with Mutex deadlock detection on, and gRPC locks absl::Mutexes on
+  // every call: the bookkeeping was 12% of the daemon's instructions per unary call (callgrind).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  absl::SetProgramUsageMessage(
+      "the ringkv daemon: a sharded in-memory key-value store served over gRPC.\n"
+      "  ringkv-server [--listen=127.0.0.1:50051] [--transport=h2|grpc] [--threads=N] "
+      "[--ring=spsc|mpsc] [--engine=ring|lock]\n"
+      "Flags may be written with - or _ (--max-key-bytes). Stops cleanly on SIGTERM/SIGINT; "
+      "SIGHUP re-reads --auth-token-file.\n"
+      "Exit status: 0 after a clean stop, 2 on a usage error or an address it cannot listen "
+      "on, 1 on any other failure (a damaged or busy data directory, a failed snapshot at "
+      "exit).");
+}
+
+void SetUpLogging(const char* argv0) {
+  LogLevel level;
+  if (!ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    ExitUsageError(argv0, "--log-level must be error, warning, info or debug");
+  }
+  SetLogLevel(level);
+  gpr_set_log_function(GrpcLog);
+  gpr_set_log_verbosity(level == LogLevel::kDebug ? GPR_LOG_SEVERITY_DEBUG
+                                                  : GPR_LOG_SEVERITY_ERROR);
+}
+
+// --listen, --threads, --transport, --max-connections, --max-concurrent-streams,
+// --handshake-timeout, --shutdown-grace.
+void ParseNetworkFlags(const char* argv0, ServerOptions* options) {
+  options->listen = absl::GetFlag(FLAGS_listen);
+  options->threads = absl::GetFlag(FLAGS_threads);
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport == "h2") {
+    options->transport = TransportKind::kH2;
+  } else if (transport == "grpc") {
+    options->transport = TransportKind::kGrpc;
+  } else {
+    ExitUsageError(argv0, "--transport must be h2 or grpc, got '" + transport + "'");
+  }
+  options->max_connections = absl::GetFlag(FLAGS_max_connections);
+  if (options->max_connections == 0) ExitUsageError(argv0, "--max-connections must be >= 1");
+  if (options->transport == TransportKind::kGrpc && Changed(FLAGS_max_connections)) {
+    ExitUsageError(argv0, "--max-connections is enforced by --transport=h2 only; grpc++ "
+                          "has no bound on connections");
+  }
+  options->max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  if (options->max_concurrent_streams == 0 || options->max_concurrent_streams > 65536) {
+    ExitUsageError(argv0, "--max-concurrent-streams must be 1 .. 65536");
+  }
+  const double handshake = absl::GetFlag(FLAGS_handshake_timeout);
+  if (!(handshake >= 0.1 && handshake <= 3600)) {
+    ExitUsageError(argv0, "--handshake-timeout must be 0.1 .. 3600 seconds");
+  }
+  options->handshake_timeout = absl::Seconds(handshake);
+  const double grace = absl::GetFlag(FLAGS_shutdown_grace);
+  if (!(grace >= 0 && grace <= 3600)) {
+    ExitUsageError(argv0, "--shutdown-grace must be 0 .. 3600 seconds");
+  }
+  options->shutdown_grace = absl::Seconds(grace);
+}
+
+// --ring, --engine, --ring-size, --max-key-bytes, --max-value-bytes, --poll-mode, --spin-us.
+void ParseEngineFlags(const char* argv0, ServerOptions* options) {
+  const std::string ring = absl::GetFlag(FLAGS_ring);
+  if (ring == "spsc") {
+    options->ring = RingKind::kRteSpsc;
+  } else if (ring == "mpsc") {
+    options->ring = RingKind::kRteMpscRts;  // The daemon shares its cores with gRPC's threads.
+  } else {
+    ExitUsageError(argv0, "--ring must be spsc or mpsc, got '" + ring + "'");
+  }
+  const std::string engine = absl::GetFlag(FLAGS_engine);
+  if (engine != "ring" && engine != "lock") {
+    ExitUsageError(argv0, "--engine must be ring or lock, got '" + engine + "'");
+  }
+  options->lock_engine = engine == "lock";
+  options->ring_capacity = absl::GetFlag(FLAGS_ring_size);
+  options->limits.max_key_bytes = absl::GetFlag(FLAGS_max_key_bytes);
+  options->limits.max_value_bytes = absl::GetFlag(FLAGS_max_value_bytes);
+  options->poll_mode = absl::GetFlag(FLAGS_poll_mode);
+  int64_t spin_us = absl::GetFlag(FLAGS_spin_us);
+  if (spin_us < -1 || spin_us > 1'000'000) {
+    ExitUsageError(argv0, "--spin-us must be -1 (auto) or 0 .. 1000000");
+  }
+  if (spin_us == -1) spin_us = options->threads < std::thread::hardware_concurrency() ? 200 : 0;
+  options->spin = absl::Microseconds(spin_us);
+}
+
+// --max-memory, --eviction.
+void ParseMemoryFlags(const char* argv0, ServerOptions* options) {
+  const std::string max_memory = absl::GetFlag(FLAGS_max_memory);
+  const std::optional<uint64_t> memory_bytes = ParseByteSize(max_memory);
+  if (!memory_bytes) {
+    ExitUsageError(argv0,
+                   "--max-memory must be bytes or a size with a unit (512MiB, 2GB), "
+                   "got '" +
+                       max_memory + "'");
+  }
+  if (*memory_bytes != 0 && *memory_bytes < kMinMemoryPerShard * options->threads) {
+    ExitUsageError(argv0, absl::StrCat("--max-memory must be 0 (no limit) or at least 1MiB "
+                                       "per worker (--threads=",
+                                       options->threads, "), got '", max_memory, "'"));
+  }
+  options->memory.bytes = *memory_bytes;
+  const std::string eviction = absl::GetFlag(FLAGS_eviction);
+  const std::optional<Eviction> policy = ParseEviction(eviction);
+  if (!policy) {
+    ExitUsageError(argv0,
+                   "--eviction must be noeviction, allkeys-lru, volatile-ttl or "
+                   "allkeys-random, got '" +
+                       eviction + "'");
+  }
+  options->memory.eviction = *policy;
+}
+
+// --data-dir, --fsync, --load-intact, --no-snapshot-on-exit, --snapshot-every.
+void ParsePersistenceFlags(const char* argv0, ServerOptions* options) {
+  options->data_dir = absl::GetFlag(FLAGS_data_dir);
+  const std::string fsync = absl::GetFlag(FLAGS_fsync);
+  const std::optional<persist::SyncMode> sync_mode = persist::ParseSyncMode(fsync);
+  if (!sync_mode) {
+    ExitUsageError(argv0, "--fsync must be always, everysec or no, got '" + fsync + "'");
+  }
+  options->fsync = *sync_mode;
+  options->load_intact = absl::GetFlag(FLAGS_load_intact);
+  options->snapshot_on_exit = !absl::GetFlag(FLAGS_no_snapshot_on_exit);
+  if (options->data_dir.empty() && options->load_intact) {
+    ExitUsageError(argv0, "--load-intact needs --data-dir");
+  }
+  if (options->data_dir.empty() && Changed(FLAGS_fsync)) {
+    ExitUsageError(argv0, "--fsync needs --data-dir (without it nothing is written to disk)");
+  }
+  const std::string every = absl::GetFlag(FLAGS_snapshot_every);
+  if (every != "0" && (!absl::ParseDuration(every, &options->snapshot_every) ||
+                       options->snapshot_every < absl::Seconds(1))) {
+    ExitUsageError(argv0, "--snapshot-every must be 0 (none) or a duration of at least 1s "
+                          "(90s, 30m, 1h), got '" + every + "'");
+  }
+  if (every != "0" && options->data_dir.empty()) {
+    ExitUsageError(argv0, "--snapshot-every needs --data-dir");
+  }
+}
+
+// --metrics-listen, --auth-token-file, --tls-cert, --tls-key, --tls-client-ca.
+void ParseSecurityFlags(const char* argv0, ServerOptions* options) {
+  options->metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options->auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options->tls = {.cert = absl::GetFlag(FLAGS_tls_cert),
+                  .key = absl::GetFlag(FLAGS_tls_key),
+                  .client_ca = absl::GetFlag(FLAGS_tls_client_ca)};
+  if (options->tls.cert.empty() != options->tls.key.empty()) {
+    ExitUsageError(argv0, "--tls-cert and --tls-key go together");
+  }
+  if (!options->tls.client_ca.empty() && options->tls.cert.empty()) {
+    ExitUsageError(argv0, "--tls-client-ca needs --tls-cert and --tls-key");
+  }
+}
+
+// Refuses (false, with the reason on stderr) an address others can reach with neither TLS nor
+// tokens, unless --insecure; warns of the half-protected ones.
+bool CheckExposureOf(const ServerOptions& options) {
+  if (absl::Status exposed = CheckExposure(
+          options.listen, {.tls = !options.tls.cert.empty(),
+                           .tokens = !options.auth_token_file.empty(),
+                           .insecure = absl::GetFlag(FLAGS_insecure)});
+      !exposed.ok()) {
+    std::fprintf(stderr, "ringkv-server: %s\n", std::string(exposed.message()).c_str());
+    return false;
+  }
+  if (IsLoopbackListen(options.listen)) return true;
+  if (options.tls.cert.empty() && !options.auth_token_file.empty()) {
+    Log(LogLevel::kWarning, "tokens go in the clear without TLS: anyone who can read the "
+                            "traffic to %s can take them (--tls-cert, --tls-key)",
+        options.listen);
+  } else if (!options.tls.cert.empty() && options.tls.client_ca.empty() &&
+             options.auth_token_file.empty()) {
+    Log(LogLevel::kWarning, "TLS without tokens or client certificates: anyone who can reach "
+                            "%s may read and write every key (--auth-token-file, "
+                            "--tls-client-ca)",
+        options.listen);
+  }
+  return true;
+}
+
+// Raises the open-files limit and warns if --max-connections cannot fit in it.
+void CheckOpenFiles(const ServerOptions& options) {
+  const uint64_t open_files = RaiseOpenFilesLimit();
+  // Each loop needs a few descriptors of its own (epoll, eventfd, a spare), and the process
+  // some more; past that, connections are refused for lack of descriptors, not by the limit.
+  if (options.transport == TransportKind::kH2 && open_files > 0 &&
+      options.max_connections + 64 + 4 * uint64_t{options.threads} > open_files) {
+    Log(LogLevel::kWarning,
+        "--max-connections=%d is more than the open-files limit (%d) allows; connections "
+        "past about %d will be refused for lack of descriptors",
+        options.max_connections, open_files,
+        open_files > 64 + 4 * uint64_t{options.threads} ? open_files - 64 - 4 * options.threads
+                                                        : 0);
+  }
+}
+
+// The start-up lines: what listens where, and the token file's state.
+void LogStarted(const Server& server, const ServerOptions& options) {
+  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  const int64_t spin_us = absl::ToInt64Microseconds(options.spin);
+  Log(LogLevel::kInfo, "listening on %s:%d (%s transport, %u worker%s, %s engine%s, %s, %s, %s)",
+      host, server.port(), options.transport == TransportKind::kH2 ? "h2" : "grpc",
+      options.threads, options.threads == 1 ? "" : "s", options.lock_engine ? "lock" : "ring",
+      options.lock_engine ? ""
+                          : absl::StrCat(", ", IsMultiProducer(options.ring) ? "mpsc" : "spsc",
+                                         " rings"),
+      options.poll_mode ? "poll mode" : absl::StrCat("spin ", spin_us, " us, then park"),
+      options.memory.bytes == 0
+          ? std::string("no memory limit")
+          : absl::StrCat("--max-memory=", options.memory.bytes, " bytes, ",
+                         std::string(EvictionName(options.memory.eviction))),
+      options.data_dir.empty() ? std::string("in memory only (no --data-dir)")
+                               : absl::StrCat("data in ", options.data_dir));
+  if (server.metrics_port() != 0) {
+    const std::string metrics_host =
+        options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
+    Log(LogLevel::kInfo, "metrics on http://%s:%d/metrics (and /healthz)", metrics_host,
+        server.metrics_port());
+  }
+  if (const Authenticator* auth = server.auth()) {
+    Log(LogLevel::kInfo, "auth: %d token%s from %s; SIGHUP re-reads it", auth->tokens(),
+        auth->tokens() == 1 ? "" : "s", auth->path());
+    struct stat file {};
+    if (stat(auth->path().c_str(), &file) == 0 && (file.st_mode & 077) != 0) {
+      Log(LogLevel::kWarning, "token file %s can be read by other users (mode %o); chmod 600 it",
+          auth->path(), file.st_mode & 0777);
+    }
+  }
+}
+
+// Serves until SIGTERM or SIGINT, re-reading the tokens on SIGHUP; SIGUSR1 (when blocked in
+// `signals`) calls hooks.on_sigusr1. Returns the signal that ends the service.
+int WaitForStop(Server& server, const sigset_t& signals, const DaemonHooks& hooks) {
+  int signal = 0;
+  while (sigwait(&signals, &signal) == 0) {
+    if (signal == SIGUSR1) {
+      hooks.on_sigusr1();
+      continue;
+    }
+    if (signal != SIGHUP) break;
+    if (server.auth() == nullptr) {
+      Log(LogLevel::kInfo, "SIGHUP: nothing to re-read (no --auth-token-file)");
+      continue;
+    }
+    const absl::Status reloaded = server.ReloadTokens();
+    if (reloaded.ok()) {
+      Log(LogLevel::kInfo, "SIGHUP: %d token%s in force from %s", server.auth()->tokens(),
+          server.auth()->tokens() == 1 ? "" : "s", server.auth()->path());
+    } else {
+      Log(LogLevel::kWarning, "SIGHUP: %s; the tokens in force stay", reloaded.message());
+    }
+  }
+  return signal;
+}
+
+}  // namespace
+
+ServerOptions ParseServerFlags(int argc, char** argv) {
+  SetUsage();
+  std::vector<char*> rest = ParseCommandLineOrExit(argc, argv);
+  if (rest.size() > 1) {
+    ExitUsageError(argv[0], absl::StrCat("unexpected argument '", rest[1], "'"));
+  }
+  SetUpLogging(argv[0]);
+  ServerOptions options;
+  ParseNetworkFlags(argv[0], &options);
+  ParseEngineFlags(argv[0], &options);
+  ParseMemoryFlags(argv[0], &options);
+  ParsePersistenceFlags(argv[0], &options);
+  ParseSecurityFlags(argv[0], &options);
+  return options;
+}
+
+int RunDaemon(ServerOptions options, const DaemonHooks& hooks) {
+  if (!CheckExposureOf(options)) return 2;
+  // Every thread, gRPC's included, inherits this mask, so the signals reach sigwait only.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // Re-reads --auth-token-file.
+  if (hooks.on_sigusr1) sigaddset(&signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  CheckOpenFiles(options);
+
+  if (hooks.env != nullptr) options.env = hooks.env;
+  auto server = Server::Start(options);
+  if (!server.ok()) {
+    const bool usage = server.status().code() == absl::StatusCode::kInvalidArgument ||
+                       server.status().code() == absl::StatusCode::kUnavailable;
+    std::fprintf(stderr, "ringkv-server: %s\n", std::string(server.status().message()).c_str());
+    return usage ? 2 : 1;
+  }
+  LogStarted(**server, options);
+  const int signal = WaitForStop(**server, signals, hooks);
+  Log(LogLevel::kInfo, "%s: draining", signal == SIGINT ? "SIGINT" : "SIGTERM");
+  const absl::Status stopped = (*server)->Shutdown();
+  Log(LogLevel::kInfo, stopped.ok() ? "stopped" : "stopped, but the data directory failed");
+  // Every call is finished, every connection closed and every loop joined; nothing is left to
+  // flush. Tearing down gRPC's library state from here can block for up to 10 s on one of its
+  // executor threads (seen in grpc_shutdown's Executor::ShutdownAll, waiting out an epoll
+  // timeout), so the daemon exits without it. Sanitizer builds still get their leak check.
+  if (&__lsan_do_leak_check != nullptr) __lsan_do_leak_check();
+  std::fflush(nullptr);
+  std::_Exit(stopped.ok() ? 0 : 1);
+}
+
+}  // namespace ringkv
