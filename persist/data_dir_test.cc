@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/testing/temp_dir.h"
 #include "persist/block.h"
 #include "persist/file.h"
 #include "persist/testing/fault_env.h"
@@ -26,12 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr int64_t kNow = 1'700'000'000'000;
-
-std::string MakeTempDir() {
-  char pattern[] = "/tmp/ringkv-data-dir-test-XXXXXX";
-  EXPECT_NE(mkdtemp(pattern), nullptr);
-  return pattern;
-}
 
 // A state as a map, for comparing shards with models.
 using State = std::map<std::string, std::pair<std::string, uint64_t>>;
@@ -50,9 +45,7 @@ class DataDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SetLogLevel(LogLevel::kError);  // Each damaged file would log a warning.
-    dir_ = MakeTempDir() + "/data";
   }
-  void TearDown() override { fs::remove_all(fs::path(dir_).parent_path()); }
 
   // Restores `dir` into `n` fresh shards; the status, and the shards in *out.
   absl::Status Restore(const std::string& dir, uint32_t n, bool load_intact,
@@ -82,7 +75,8 @@ class DataDirTest : public ::testing::Test {
     return pristine;
   }
 
-  std::string dir_;
+  ringkv::TempDir temp_{"ringkv-data-dir-test"};
+  const std::string dir_ = temp_.Path("data");
 };
 
 // `key` and `value` must outlive the request (it holds views of them).

@@ -8,20 +8,17 @@
 #include <filesystem>
 #include <string>
 
+#include "base/testing/temp_dir.h"
+
 namespace ringkv::persist {
 namespace {
 
 class FileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/ringkv-file-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   bool Exists(const std::string& name) const { return std::filesystem::exists(dir_ + "/" + name); }
 
-  std::string dir_;
+  ringkv::TempDir temp_{"ringkv-file-test"};
+  const std::string dir_ = temp_.path();
 };
 
 TEST_F(FileTest, WritesReplacesAndLeavesNoTemporaryFile) {

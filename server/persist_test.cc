@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
+#include "base/testing/temp_dir.h"
 #include "server/testing/server_process.h"
 #include "shard/router.h"
 
@@ -35,16 +36,7 @@ using testing::ServerProcess;
 
 class PersistTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/ringkv-persist-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    root_ = pattern;
-    dir_ = root_ + "/data";
-  }
-  void TearDown() override {
-    server_.reset();
-    fs::remove_all(root_);
-  }
+  void TearDown() override { server_.reset(); }  // Before the directory goes.
 
   // Starts a server on dir_ with `flags`; fails the test if it does not start.
   // `faults`: ringkv-server-faults's flags (server/testing/faults_main.cc); with any, that
@@ -59,8 +51,8 @@ class PersistTest : public ::testing::Test {
     client_ = std::make_unique<Client>(server_->address(), absl::Seconds(10));
   }
 
-  std::string root_;
-  std::string dir_;
+  ringkv::TempDir temp_{"ringkv-persist-test"};
+  const std::string dir_ = temp_.Path("data");
   std::unique_ptr<ServerProcess> server_;
   std::unique_ptr<Client> client_;
 };

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "server/auth/authenticator.h"
 #include "server/auth/exposure.h"
@@ -62,20 +63,10 @@ TEST(TokenSetTest, RefusesBadLinesNamingTheLineNotTheToken) {
 
 class AuthenticatorTest : public testing::Test {
  protected:
-  void SetUp() override {
-    char dir[] = "/tmp/ringkv-auth-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    path_ = dir_ + "/tokens";
-  }
-  void TearDown() override {
-    unlink(path_.c_str());
-    rmdir(dir_.c_str());
-  }
   void Write(const std::string& text) { std::ofstream(path_) << text; }
 
-  std::string dir_;
-  std::string path_;
+  ringkv::TempDir temp_{"ringkv-auth"};
+  const std::string path_ = temp_.Path("tokens");
 };
 
 TEST_F(AuthenticatorTest, RoleOfReadsTheBearerHeader) {
