@@ -363,7 +363,7 @@ int H2Channel::OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* u
 }
 
 const nghttp2_session_callbacks* H2Channel::Callbacks() {
-  static nghttp2_session_callbacks* const callbacks = [] {
+  static nghttp2_session_callbacks* const kCallbacks = [] {
     nghttp2_session_callbacks* c;
     nghttp2_session_callbacks_new(&c);
     nghttp2_session_callbacks_set_send_callback(c, OnSend);
@@ -373,7 +373,7 @@ const nghttp2_session_callbacks* H2Channel::Callbacks() {
     nghttp2_session_callbacks_set_on_frame_recv_callback(c, OnFrameRecv);
     return c;
   }();
-  return callbacks;
+  return kCallbacks;
 }
 
 }  // namespace ringkv

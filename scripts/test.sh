@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: set up (packages, release build), run every test, then rebuild and run
-# them under ASan+UBSan and under TSan. Ends with "N passed, N failed" over all three runs.
+# The whole test suite: set up (packages, release build), run every test and the lint
+# (scripts/lint.sh), then rebuild and run the tests under ASan+UBSan and under TSan. Ends with
+# "N passed, N failed" over all three runs and the lint.
 # RINGKV_SANITIZERS=0 skips the sanitizer builds (a quick local run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,10 @@ run_suite() {  # run_suite BUILD_DIR LABEL [meson test options...]
 }
 
 run_suite build release
+
+# The habits (clang-format, clang-tidy, the include graph) count as one test.
+echo "== lint"
+if scripts/lint.sh build; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 if [ "${RINGKV_SANITIZERS:-1}" != 0 ]; then
   # b_lundef=false: the sanitizer runtimes resolve symbols at load time.

@@ -110,7 +110,8 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
 
 // LeakSanitizer's entry point, present only in sanitizer builds.
-extern "C" void __lsan_do_leak_check() __attribute__((weak));
+extern "C" void __lsan_do_leak_check()  // NOLINT(readability-identifier-naming)
+    __attribute__((weak));
 
 namespace ringkv {
 namespace {
@@ -461,7 +462,7 @@ int RunDaemon(ServerOptions options, const DaemonHooks& hooks) {
   const int signal = WaitForStop(**server, signals, hooks);
   Log(LogLevel::kInfo, "%s: draining", signal == SIGINT ? "SIGINT" : "SIGTERM");
   const absl::Status stopped = (*server)->Shutdown();
-  Log(LogLevel::kInfo, stopped.ok() ? "stopped" : "stopped, but the data directory failed");
+  Log(LogLevel::kInfo, "%s", stopped.ok() ? "stopped" : "stopped, but the data directory failed");
   // Every call is finished, every connection closed and every loop joined; nothing is left to
   // flush. Tearing down gRPC's library state from here can block for up to 10 s on one of its
   // executor threads (seen in grpc_shutdown's Executor::ShutdownAll, waiting out an epoll

@@ -11,9 +11,11 @@
 namespace ringkv::internal {
 
 struct MoodyMpscTraits : moodycamel::ConcurrentQueueDefaultTraits {
+  // NOLINTNEXTLINE(readability-identifier-naming): moodycamel's traits name it so.
   static constexpr size_t BLOCK_SIZE = 256;
   // A producer's block index must cover the whole capacity, or try_enqueue would need to grow it
   // (an allocation) and fail instead: 2^14 blocks of 256 is 4 Mi pointers per producer.
+  // NOLINTNEXTLINE(readability-identifier-naming): moodycamel's traits name it so.
   static constexpr size_t IMPLICIT_INITIAL_INDEX_SIZE = size_t{1} << 14;
 };
 

@@ -26,8 +26,8 @@ namespace ringkv {
 namespace {
 
 // epoll tags of the two sockets that are not connections.
-char kListenerTag;
-char kWakeTag;
+char listener_tag;
+char wake_tag;
 
 // Ready sockets taken per turn. A turn reads them all, runs the engine, then answers them all,
 // so a request that arrives just after epoll_wait waits for the whole turn before its own:
@@ -85,7 +85,7 @@ H2LoopIo::H2LoopIo(ConnectionGate& gate, ShardLoop& loop)
   ABSL_RAW_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, "cannot make the loop's epoll set");
   epoll_event wake{};
   wake.events = EPOLLIN;
-  wake.data.ptr = &kWakeTag;
+  wake.data.ptr = &wake_tag;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &wake);
 
   nghttp2_session_callbacks_new(&callbacks_);
@@ -119,7 +119,7 @@ void H2LoopIo::Start() {
   epoll_event event{};
   // EPOLLEXCLUSIVE: a new connection wakes one parked loop, not every one.
   event.events = EPOLLIN | EPOLLEXCLUSIVE;
-  event.data.ptr = &kListenerTag;
+  event.data.ptr = &listener_tag;
   listening_ = epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, gate_.listener().fd(), &event) == 0;
 }
 
@@ -166,11 +166,11 @@ size_t H2LoopIo::HandleEvents(int timeout_ms) {
   const int n = epoll_wait(epoll_fd_, events, kEventsPerWait, timeout_ms);
   for (int i = 0; i < n; ++i) {
     void* tag = events[i].data.ptr;
-    if (tag == &kWakeTag) {
+    if (tag == &wake_tag) {
       uint64_t count;
       [[maybe_unused]] ssize_t r = read(wake_fd_, &count, sizeof count);
       loop_.OnWakeEvent();
-    } else if (tag == &kListenerTag) {
+    } else if (tag == &listener_tag) {
       Accept();
     } else {
       // A connection retired earlier in this batch is still there (deleted at the end of the
