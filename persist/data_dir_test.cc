@@ -463,5 +463,38 @@ TEST_F(DataDirTest, AFailedWriteFailsTheLogAndIsNeverCalledDurable) {
   EXPECT_EQ(StateOf(shards), (State{{"small", {"v", 1}}}));
 }
 
+// The power loss of FaultEnv, in a child process (a death test forks it; "fast" so that it
+// writes to this test's dir_): with always the record is synced before it is durable() and
+// survives; with no it is only written, and the cut takes it back to the log's header.
+TEST_F(DataDirTest, APowerLossKeepsWhatWasSyncedAndDropsWhatWasOnlyWritten) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "TSan does not support the threads a forked child starts";
+#endif
+  GTEST_FLAG_SET(death_test_style, "fast");
+  for (const SyncMode mode : {SyncMode::kAlways, SyncMode::kNo}) {
+    fs::remove_all(dir_);
+    EXPECT_EXIT(
+        {
+          FaultEnv env({});
+          auto dir = DataDir::Open(dir_, {.fsync = mode, .env = &env}).value();
+          if (!dir->Restore({}, Router(1), kNow).ok()) std::_Exit(1);
+          if (!dir->OpenLogs(1, [](uint16_t) {}).ok()) std::_Exit(1);
+          LogWriter& log = dir->log(0);
+          log.Set("k", "v", 1, 0);
+          // With no, a turn that adds nothing writes what the last ones coalesced.
+          while (log.durable() != log.appended()) {
+            log.Commit();
+            usleep(100);
+          }
+          env.PowerLoss();
+        },
+        ::testing::KilledBySignal(SIGKILL), "");
+    std::vector<std::unique_ptr<Shard>> shards;
+    ASSERT_TRUE(Restore(dir_, 1, false, &shards).ok()) << SyncModeName(mode);
+    const State expected = mode == SyncMode::kAlways ? State{{"k", {"v", 1}}} : State{};
+    EXPECT_EQ(StateOf(shards), expected) << SyncModeName(mode);
+  }
+}
+
 }  // namespace
 }  // namespace ringkv::persist
