@@ -598,8 +598,20 @@ void RunH2Thread(const std::vector<std::unique_ptr<H2Channel>>& channels, const 
   close(epoll_fd);
 }
 
-int Main(int argc, char** argv) {
-  // Off for the reason given in server/main.cc: Debian's Abseil checks every gRPC lock for
+// What a run is, from the flags: the calls (Config) and how they travel.
+struct Plan {
+  Config config;
+  bool h2 = true;  // --client=h2, else grpc++.
+  std::string addr;
+  uint32_t connections = 1;
+  uint32_t concurrency = 1;
+  uint32_t threads = 1;
+  CredentialFiles files;
+  ClientCredentials credentials;
+};
+
+void SetUsage() {
+  // Off for the reason given in server/daemon.cc: Debian's Abseil checks every gRPC lock for
   // deadlocks.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
@@ -608,11 +620,10 @@ int Main(int argc, char** argv) {
       "  ringkv-loadgen [--addr=HOST:PORT] [--client=h2|grpc] [--mode=unary|multi|stream] "
       "[--connections=1] [--concurrency=50] [--ratio=1:0] ...\n"
       "Exit status: 0 ok, 1 some calls failed, 2 usage error, 3 server unreachable.");
-  std::vector<char*> rest = ParseCommandLineOrExit(argc, argv);
-  if (rest.size() > 1) {
-    ExitUsageError(argv[0], absl::StrCat("unexpected argument '", rest[1], "'"));
-  }
+}
 
+// --mode, --batch, --keys, --value-size, --preload, --ttl-ms, --ratio.
+Config ParseCallsOrExit(const char* argv0) {
   Config config;
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode == "unary") {
@@ -622,140 +633,172 @@ int Main(int argc, char** argv) {
   } else if (mode == "stream") {
     config.mode = Mode::kStream;
   } else {
-    ExitUsageError(argv[0], "--mode must be unary, multi or stream");
+    ExitUsageError(argv0, "--mode must be unary, multi or stream");
   }
-  const std::string client = absl::GetFlag(FLAGS_client);
-  if (client != "h2" && client != "grpc") {
-    ExitUsageError(argv[0], "--client must be h2 or grpc, got '" + client + "'");
-  }
-  const bool h2 = client == "h2";
   config.batch = absl::GetFlag(FLAGS_batch);
   config.keys = absl::GetFlag(FLAGS_keys);
   config.value.assign(absl::GetFlag(FLAGS_value_size), 'v');
   config.preload = absl::GetFlag(FLAGS_preload);
   config.ttl_ms = absl::GetFlag(FLAGS_ttl_ms);
-  if (config.ttl_ms < 0) ExitUsageError(argv[0], "--ttl_ms must be >= 0");
+  if (config.ttl_ms < 0) ExitUsageError(argv0, "--ttl_ms must be >= 0");
   if (config.ttl_ms > 0 && config.preload) {
-    ExitUsageError(argv[0], "--ttl_ms needs --preload=false (keys that expire make GETs miss)");
+    ExitUsageError(argv0, "--ttl_ms needs --preload=false (keys that expire make GETs miss)");
   }
   std::vector<std::string> ratio = absl::StrSplit(absl::GetFlag(FLAGS_ratio), ':');
   double gets = 0;
   double puts = 0;
   if (ratio.size() != 2 || !absl::SimpleAtod(ratio[0], &gets) ||
       !absl::SimpleAtod(ratio[1], &puts) || gets < 0 || puts < 0 || gets + puts <= 0) {
-    ExitUsageError(argv[0], "--ratio must be GET:PUT, e.g. 1:0 or 9:1");
+    ExitUsageError(argv0, "--ratio must be GET:PUT, e.g. 1:0 or 9:1");
   }
   config.get_fraction = gets / (gets + puts);
-  const uint32_t connections = absl::GetFlag(FLAGS_connections);
-  const uint32_t concurrency = absl::GetFlag(FLAGS_concurrency);
+  return config;
+}
+
+Plan ParsePlanOrExit(int argc, char** argv) {
+  SetUsage();
+  std::vector<char*> rest = ParseCommandLineOrExit(argc, argv);
+  if (rest.size() > 1) {
+    ExitUsageError(argv[0], absl::StrCat("unexpected argument '", rest[1], "'"));
+  }
+  Plan plan;
+  plan.config = ParseCallsOrExit(argv[0]);
+  const std::string client = absl::GetFlag(FLAGS_client);
+  if (client != "h2" && client != "grpc") {
+    ExitUsageError(argv[0], "--client must be h2 or grpc, got '" + client + "'");
+  }
+  plan.h2 = client == "h2";
+  plan.connections = absl::GetFlag(FLAGS_connections);
+  plan.concurrency = absl::GetFlag(FLAGS_concurrency);
   // An h2 thread owns whole connections, so there are no more threads than connections.
-  const uint32_t threads = std::min({absl::GetFlag(FLAGS_threads), concurrency,
-                                     h2 ? connections : concurrency});
-  if (connections == 0 || concurrency == 0 || threads == 0 || config.batch == 0 ||
-      config.keys == 0) {
+  plan.threads = std::min({absl::GetFlag(FLAGS_threads), plan.concurrency,
+                           plan.h2 ? plan.connections : plan.concurrency});
+  if (plan.connections == 0 || plan.concurrency == 0 || plan.threads == 0 ||
+      plan.config.batch == 0 || plan.config.keys == 0) {
     ExitUsageError(argv[0],
                    "--connections, --concurrency, --threads, --batch and --keys must be >= 1");
   }
-  if (connections > 100'000) ExitUsageError(argv[0], "--connections must be at most 100000");
-  if (config.keys > kMaxKeys) ExitUsageError(argv[0], "--keys must be at most 10^12");
-  const std::string addr = absl::GetFlag(FLAGS_addr);
-  const CredentialFiles files = {.token_file = absl::GetFlag(FLAGS_token_file),
-                                 .tls = absl::GetFlag(FLAGS_tls),
-                                 .tls_ca = absl::GetFlag(FLAGS_tls_ca),
-                                 .tls_cert = absl::GetFlag(FLAGS_tls_cert),
-                                 .tls_key = absl::GetFlag(FLAGS_tls_key)};
-  absl::StatusOr<ClientCredentials> credentials = LoadCredentials(files);
+  if (plan.connections > 100'000) ExitUsageError(argv[0], "--connections must be at most 100000");
+  if (plan.config.keys > kMaxKeys) ExitUsageError(argv[0], "--keys must be at most 10^12");
+  plan.addr = absl::GetFlag(FLAGS_addr);
+  plan.files = {.token_file = absl::GetFlag(FLAGS_token_file),
+                .tls = absl::GetFlag(FLAGS_tls),
+                .tls_ca = absl::GetFlag(FLAGS_tls_ca),
+                .tls_cert = absl::GetFlag(FLAGS_tls_cert),
+                .tls_key = absl::GetFlag(FLAGS_tls_key)};
+  absl::StatusOr<ClientCredentials> credentials = LoadCredentials(plan.files);
   if (!credentials.ok()) ExitUsageError(argv[0], std::string(credentials.status().message()));
-  if (!credentials->token.empty()) config.authorization = "Bearer " + credentials->token;
-  std::unique_ptr<ClientTls> h2_tls;
-  if (h2 && credentials->tls) {
-    absl::StatusOr<std::unique_ptr<ClientTls>> tls =
-        ClientTls::Load({.ca = files.tls_ca, .cert = files.tls_cert, .key = files.tls_key});
-    if (!tls.ok()) ExitUsageError(argv[0], std::string(tls.status().message()));
-    h2_tls = *std::move(tls);
+  plan.credentials = *std::move(credentials);
+  if (!plan.credentials.token.empty()) {
+    plan.config.authorization = "Bearer " + plan.credentials.token;
   }
+  return plan;
+}
 
-  // Connections. grpc++: channels, each its own connection (a local subchannel pool keeps gRPC
-  // from sharing one).
+// The run's connections: h2 channels, or grpc++ channels, each its own connection (a local
+// subchannel pool keeps gRPC from sharing one).
+struct Connections {
+  std::unique_ptr<ClientTls> h2_tls;
   std::vector<std::unique_ptr<H2Channel>> h2_channels;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<pb::KV::Stub>> stubs;
-  for (uint32_t i = 0; i < connections; ++i) {
-    if (h2) {
-      absl::StatusOr<std::unique_ptr<H2Channel>> channel =
-          H2Channel::Connect(addr, {.tls = h2_tls.get(), .token = credentials->token});
+};
+
+// False (and why, on stderr) if the server cannot be reached.
+bool Connect(const char* argv0, const Plan& plan, Connections* out) {
+  if (plan.h2 && plan.credentials.tls) {
+    absl::StatusOr<std::unique_ptr<ClientTls>> tls = ClientTls::Load(
+        {.ca = plan.files.tls_ca, .cert = plan.files.tls_cert, .key = plan.files.tls_key});
+    if (!tls.ok()) ExitUsageError(argv0, std::string(tls.status().message()));
+    out->h2_tls = *std::move(tls);
+  }
+  for (uint32_t i = 0; i < plan.connections; ++i) {
+    if (plan.h2) {
+      absl::StatusOr<std::unique_ptr<H2Channel>> channel = H2Channel::Connect(
+          plan.addr, {.tls = out->h2_tls.get(), .token = plan.credentials.token});
       if (!channel.ok()) {
         std::fprintf(stderr, "ringkv-loadgen: %s\n",
                      std::string(channel.status().message()).c_str());
-        return 3;
+        return false;
       }
-      h2_channels.push_back(std::move(*channel));
+      out->h2_channels.push_back(std::move(*channel));
       continue;
     }
     grpc::ChannelArguments args = Client::ChannelArgs();
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt("ringkv.channel", static_cast<int>(i));  // Distinct args: distinct channels.
-    channels.push_back(
-        grpc::CreateCustomChannel(addr, Client::ChannelCredentials(*credentials), args));
-    stubs.push_back(pb::KV::NewStub(channels.back()));
+    out->channels.push_back(grpc::CreateCustomChannel(
+        plan.addr, Client::ChannelCredentials(plan.credentials), args));
+    out->stubs.push_back(pb::KV::NewStub(out->channels.back()));
   }
-  for (auto& channel : channels) {
+  for (auto& channel : out->channels) {
     if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5))) {
-      std::fprintf(stderr, "ringkv-loadgen: cannot reach ringkv-server at %s\n", addr.c_str());
-      return 3;
+      std::fprintf(stderr, "ringkv-loadgen: cannot reach ringkv-server at %s\n",
+                   plan.addr.c_str());
+      return false;
     }
   }
+  return true;
+}
 
-  if (absl::GetFlag(FLAGS_hold)) {
-    std::printf("holding %u connections\n", connections);
-    std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::duration<double>(absl::GetFlag(FLAGS_duration)));
-    return 0;
-  }
-
-  if (config.preload) {
-    Client loader(addr, absl::Seconds(60), *credentials);
-    // Batches of up to 1,000 keys and about 1 MiB, well under the server's message limit.
-    const size_t per_batch =
-        std::clamp<size_t>((size_t{1} << 20) / (config.value.size() + 32), 1, 1000);
-    std::vector<std::pair<std::string, std::string>> items;
-    for (uint64_t k = 0; k < config.keys; ++k) {
-      items.emplace_back(Key(k), config.value);
-      if (items.size() == per_batch || k + 1 == config.keys) {
-        auto result = loader.MultiPut(items);
-        if (!result.ok()) {
-          std::fprintf(stderr, "ringkv-loadgen: pre-load failed: %s\n",
-                       std::string(result.status().message()).c_str());
-          return 3;
-        }
-        items.clear();
+// MultiPuts every key; false (and why, on stderr) if one fails.
+bool Preload(const Plan& plan) {
+  const Config& config = plan.config;
+  Client loader(plan.addr, absl::Seconds(60), plan.credentials);
+  // Batches of up to 1,000 keys and about 1 MiB, well under the server's message limit.
+  const size_t per_batch =
+      std::clamp<size_t>((size_t{1} << 20) / (config.value.size() + 32), 1, 1000);
+  std::vector<std::pair<std::string, std::string>> items;
+  for (uint64_t k = 0; k < config.keys; ++k) {
+    items.emplace_back(Key(k), config.value);
+    if (items.size() == per_batch || k + 1 == config.keys) {
+      auto result = loader.MultiPut(items);
+      if (!result.ok()) {
+        std::fprintf(stderr, "ringkv-loadgen: pre-load failed: %s\n",
+                     std::string(result.status().message()).c_str());
+        return false;
       }
+      items.clear();
     }
   }
+  return true;
+}
 
+double CpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(usage.ru_utime) + s(usage.ru_stime);
+}
+
+// What a run measured: its tallies merged, how long it took, and the client's CPU.
+struct Measured {
+  Tally all;
+  double seconds = 0;
+  double client_cpu = 0;
+};
+
+// Runs the load on `plan.threads` threads until --duration or --ops, with a progress line.
+void RunLoad(const Plan& plan, const Connections& connections, Measured* out) {
   const uint64_t max_ops = absl::GetFlag(FLAGS_ops);
   const double duration = absl::GetFlag(FLAGS_duration);
   std::atomic<bool> stop{false};
-  std::vector<Tally> tallies(threads);
+  std::vector<Tally> tallies(plan.threads);
   std::vector<std::thread> workers;
-  auto cpu_seconds = [] {
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
-    return s(usage.ru_utime) + s(usage.ru_stime);
-  };
-  const double cpu0 = cpu_seconds();
+  const double cpu0 = CpuSeconds();
   const auto t0 = Clock::now();
-  for (uint32_t t = 0; t < threads; ++t) {
+  for (uint32_t t = 0; t < plan.threads; ++t) {
     workers.emplace_back([&, t] {
-      if (h2) {
-        RunH2Thread(h2_channels, config, t, threads, concurrency, stop, &tallies[t]);
+      if (plan.h2) {
+        RunH2Thread(connections.h2_channels, plan.config, t, plan.threads, plan.concurrency,
+                    stop, &tallies[t]);
       } else {
-        RunGrpcThread(stubs, config, t, threads, concurrency, stop, &tallies[t]);
+        RunGrpcThread(connections.stubs, plan.config, t, plan.threads, plan.concurrency, stop,
+                      &tallies[t]);
       }
     });
   }
-  // The control thread: stops the run at --duration or --ops, and reports progress.
+  // This thread stops the run at --duration or --ops, and reports progress.
   auto total_ops = [&] {
     uint64_t n = 0;
     for (const Tally& tally : tallies) n += tally.progress.load(std::memory_order_relaxed);
@@ -771,37 +814,43 @@ int Main(int argc, char** argv) {
     }
   }
   stop.store(true, std::memory_order_relaxed);
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  out->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   for (auto& w : workers) w.join();
-  const double client_cpu = cpu_seconds() - cpu0;
+  out->client_cpu = CpuSeconds() - cpu0;
   if (absl::GetFlag(FLAGS_progress)) std::fprintf(stderr, "\n");
-
-  Tally all;
   for (const Tally& tally : tallies) {
-    all.latency.Merge(tally.latency);
-    all.ops += tally.ops;
-    all.value_bytes += tally.value_bytes;
-    all.gets += tally.gets;
-    all.get_hits += tally.get_hits;
-    for (const auto& [code, n] : tally.errors) all.errors[code] += n;
+    out->all.latency.Merge(tally.latency);
+    out->all.ops += tally.ops;
+    out->all.value_bytes += tally.value_bytes;
+    out->all.gets += tally.gets;
+    out->all.get_hits += tally.get_hits;
+    for (const auto& [code, n] : tally.errors) out->all.errors[code] += n;
   }
+}
+
+// Prints the results (and writes --json); the exit status: 1 if any call failed.
+int Report(const Plan& plan, const Measured& m) {
+  const Tally& all = m.all;
+  const Config& config = plan.config;
   uint64_t error_count = 0;
   std::string errors;
   for (const auto& [code, n] : all.errors) {
     error_count += n;
     absl::StrAppend(&errors, errors.empty() ? "" : ", ", "code ", code, ": ", n);
   }
-  const double ops_per_s = static_cast<double>(all.ops) / seconds;
-  const double mb_per_s = static_cast<double>(all.value_bytes) / seconds / 1e6;
+  const double ops_per_s = static_cast<double>(all.ops) / m.seconds;
+  const double mb_per_s = static_cast<double>(all.value_bytes) / m.seconds / 1e6;
   const double client_us_per_op =
-      all.ops == 0 ? 0 : client_cpu * 1e6 / static_cast<double>(all.ops);
+      all.ops == 0 ? 0 : m.client_cpu * 1e6 / static_cast<double>(all.ops);
   auto ms = [](uint64_t ns) { return static_cast<double>(ns) / 1e6; };
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  const std::string client = absl::GetFlag(FLAGS_client);
   std::printf(
       "mode %s, client %s, batch %u, %u in flight over %u connection(s), GET:PUT %s, %u-byte "
       "values, %llu keys, %.1f s\n",
-      mode.c_str(), client.c_str(), config.mode == Mode::kUnary ? 1 : config.batch, concurrency,
-      connections, absl::GetFlag(FLAGS_ratio).c_str(), absl::GetFlag(FLAGS_value_size),
-      static_cast<unsigned long long>(config.keys), seconds);
+      mode.c_str(), client.c_str(), config.mode == Mode::kUnary ? 1 : config.batch,
+      plan.concurrency, plan.connections, absl::GetFlag(FLAGS_ratio).c_str(),
+      absl::GetFlag(FLAGS_value_size), static_cast<unsigned long long>(config.keys), m.seconds);
   std::printf("ops/s %.0f, MB/s %.2f, latency per call p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, "
               "max %.3f ms, client CPU %.2f us/op, errors %llu%s%s%s\n",
               ops_per_s, mb_per_s, ms(all.latency.Percentile(50)),
@@ -823,13 +872,29 @@ int Main(int argc, char** argv) {
         "\"ops_per_s\":%.1f,\"mb_per_s\":%.3f,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"p999_ms\":%.4f,"
         "\"max_ms\":%.4f,\"client_cpu_s\":%.4f,\"client_cpu_us_per_op\":%.3f,\"errors\":%d,"
         "\"gets\":%d,\"get_hits\":%d,\"ttl_ms\":%d}\n",
-        mode, client, config.batch, concurrency, connections, absl::GetFlag(FLAGS_ratio),
-        absl::GetFlag(FLAGS_value_size), config.keys, seconds, all.ops, ops_per_s, mb_per_s,
-        ms(all.latency.Percentile(50)), ms(all.latency.Percentile(99)),
-        ms(all.latency.Percentile(99.9)), ms(all.latency.max()), client_cpu, client_us_per_op,
-        error_count, all.gets, all.get_hits, config.ttl_ms);
+        mode, client, config.batch, plan.concurrency, plan.connections,
+        absl::GetFlag(FLAGS_ratio), absl::GetFlag(FLAGS_value_size), config.keys, m.seconds,
+        all.ops, ops_per_s, mb_per_s, ms(all.latency.Percentile(50)),
+        ms(all.latency.Percentile(99)), ms(all.latency.Percentile(99.9)), ms(all.latency.max()),
+        m.client_cpu, client_us_per_op, error_count, all.gets, all.get_hits, config.ttl_ms);
   }
   return error_count == 0 ? 0 : 1;
+}
+
+int Main(int argc, char** argv) {
+  const Plan plan = ParsePlanOrExit(argc, argv);
+  Connections connections;
+  if (!Connect(argv[0], plan, &connections)) return 3;
+  if (absl::GetFlag(FLAGS_hold)) {
+    std::printf("holding %u connections\n", plan.connections);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(absl::GetFlag(FLAGS_duration)));
+    return 0;
+  }
+  if (plan.config.preload && !Preload(plan)) return 3;
+  Measured measured;
+  RunLoad(plan, connections, &measured);
+  return Report(plan, measured);
 }
 
 }  // namespace
