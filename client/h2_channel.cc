@@ -1,7 +1,6 @@
 #include "client/h2_channel.h"
 
 #include <netdb.h>
-#include <openssl/err.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -10,13 +9,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "net/grpc_wire.h"
+#include "net/tls_io.h"
 
 namespace ringkv {
 
@@ -128,23 +127,12 @@ H2Channel::~H2Channel() {
 
 ssize_t H2Channel::Receive(char* buffer, size_t length) {
   if (ssl_ == nullptr) return recv(fd_, buffer, length, 0);
-  ERR_clear_error();
-  const int n = SSL_read(ssl_, buffer, static_cast<int>(length));
-  if (n > 0) return n;
-  const int error = SSL_get_error(ssl_, n);
-  if (error == SSL_ERROR_ZERO_RETURN) return 0;
-  errno = error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE ? EAGAIN : ECONNRESET;
-  return -1;
+  return ToSocketResult(TlsRead(ssl_, buffer, length));
 }
 
 ssize_t H2Channel::Transmit(const char* data, size_t length) {
   if (ssl_ == nullptr) return send(fd_, data, length, MSG_NOSIGNAL);
-  ERR_clear_error();
-  const int n = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(length, INT32_MAX)));
-  if (n > 0) return n;
-  const int error = SSL_get_error(ssl_, n);
-  errno = error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE ? EAGAIN : ECONNRESET;
-  return -1;
+  return ToSocketResult(TlsWrite(ssl_, data, length));
 }
 
 H2Channel::Call* H2Channel::StartCall(std::string_view path, CallObserver* observer,

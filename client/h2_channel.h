@@ -92,7 +92,8 @@ class H2Channel {
 
  private:
   H2Channel(int fd, SSL* ssl, std::string authority, const std::string& token);
-  // The socket's bytes, through TLS if any; as recv and send (-1 with errno EAGAIN: not now).
+  // The socket's bytes, through TLS if any (net/tls_io.h); as recv and send (-1 with errno
+  // EAGAIN: not now).
   ssize_t Receive(char* buffer, size_t length);
   ssize_t Transmit(const char* data, size_t length);
 
