@@ -14,6 +14,7 @@
 
 #include "net/openssl.h"
 #include "base/log.h"
+#include "net/tls_io.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
 #include "server/tls/server_tls.h"
@@ -77,23 +78,21 @@ void Connection::MarkDirty() {
 
 bool Connection::Handshake() {
   if (ssl_ != nullptr) {
-    ERR_clear_error();
-    const int rc = SSL_do_handshake(ssl_);
-    if (rc == 1) {
+    const TlsStatus status = TlsHandshake(ssl_);
+    if (status == TlsStatus::kOk) {
       handshaking_ = false;
       tls_wants_write_ = false;
       MarkDirty();  // Our SETTINGS wait in nghttp2.
       return true;
     }
-    const int error = SSL_get_error(ssl_, rc);
-    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
-      tls_wants_write_ = error == SSL_ERROR_WANT_WRITE;
+    if (status == TlsStatus::kWantRead || status == TlsStatus::kWantWrite) {
+      tls_wants_write_ = status == TlsStatus::kWantWrite;
       UpdateInterest();
       return false;
     }
     io_.gate().CountRefused(ConnectionGate::kTlsHandshake);
     Log(LogLevel::kDebug, "refused a TLS handshake: %s",
-        error == SSL_ERROR_SYSCALL ? std::string("the client closed the connection")
+        status == TlsStatus::kLost ? std::string("the client closed the connection")
                                    : OpenSslErrors());
   }
   Close();
@@ -102,38 +101,17 @@ bool Connection::Handshake() {
 
 ssize_t Connection::Receive(char* buffer, size_t length) {
   if (ssl_ == nullptr) return recv(fd_, buffer, length, 0);
-  ERR_clear_error();
-  const int n = SSL_read(ssl_, buffer, static_cast<int>(length));
-  if (n > 0) return n;
-  switch (SSL_get_error(ssl_, n)) {
-    case SSL_ERROR_WANT_WRITE:
-      tls_wants_write_ = true;
-      [[fallthrough]];
-    case SSL_ERROR_WANT_READ:
-      errno = EAGAIN;
-      return -1;
-    case SSL_ERROR_ZERO_RETURN:  // The client's close_notify.
-      return 0;
-    default:
-      Log(LogLevel::kDebug, "closing a TLS connection: %s", OpenSslErrors());
-      errno = ECONNRESET;
-      return -1;
-  }
+  const TlsTransfer read = TlsRead(ssl_, buffer, length);  // kClosed: the client's close_notify.
+  if (read.status == TlsStatus::kWantWrite) tls_wants_write_ = true;
+  if (read.broken()) Log(LogLevel::kDebug, "closing a TLS connection: %s", OpenSslErrors());
+  return ToSocketResult(read);
 }
 
 ssize_t Connection::Transmit(const char* data, size_t length) {
   if (ssl_ == nullptr) return send(fd_, data, length, MSG_NOSIGNAL);
-  ERR_clear_error();
-  const int n = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(length, INT32_MAX)));
-  if (n > 0) return n;
-  const int error = SSL_get_error(ssl_, n);
-  if (error == SSL_ERROR_WANT_WRITE || error == SSL_ERROR_WANT_READ) {
-    errno = EAGAIN;
-    return -1;
-  }
-  Log(LogLevel::kDebug, "closing a TLS connection: %s", OpenSslErrors());
-  errno = ECONNRESET;
-  return -1;
+  const TlsTransfer written = TlsWrite(ssl_, data, length);
+  if (written.broken()) Log(LogLevel::kDebug, "closing a TLS connection: %s", OpenSslErrors());
+  return ToSocketResult(written);
 }
 
 void Connection::OnReadable() {

@@ -19,7 +19,8 @@
 // TLS (--tls-cert): the connection holds an OpenSSL session on its socket. The handshake runs
 // as the socket allows before any HTTP/2 is read or sent; a refused one (plaintext on the TLS
 // port, no client certificate under mTLS, no h2 in ALPN) is logged at debug level and the
-// socket closed. Then reads and sends go through the session; nothing else changes.
+// socket closed. Then reads and sends go through the session (net/tls_io.h says what OpenSSL's
+// answers mean); nothing else changes.
 //
 // A connection sees its loop through H2Io (server/h2/h2_io.h), and its calls see it as their
 // CallConnection (server/h2/h2_call.h).
