@@ -19,7 +19,6 @@
 #include <string_view>
 #include <vector>
 
-
 namespace ringkv {
 
 std::vector<char*> ParseCommandLineOrExit(int argc, char** argv);

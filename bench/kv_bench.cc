@@ -93,12 +93,12 @@ struct Engines {
 absl::Status CheckOptions(const KvBenchOptions& options, uint64_t max_ops) {
   const std::vector<std::string>& methods = KvBenchMethods();
   if (std::find(methods.begin(), methods.end(), options.method) == methods.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown --method '", options.method,
-                                                   "': expected one of ", absl::StrJoin(methods, ", ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown --method '", options.method, "': expected one of ", absl::StrJoin(methods, ", ")));
   }
   if (options.threads == 0 || options.threads > RingEngine::kMaxWorkers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--threads must be 1 .. ", RingEngine::kMaxWorkers, ", got ", options.threads));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--threads must be 1 .. ", RingEngine::kMaxWorkers, ", got ", options.threads));
   }
   if (options.ops == 0 || options.ops >= max_ops) {
     return absl::InvalidArgumentError(

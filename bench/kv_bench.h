@@ -27,8 +27,8 @@ struct KvBenchOptions {
   size_t burst = 32;
   size_t ring_size = 65536;
   bool rdtsc = false;
-  bool pin = true;      // Pin thread i to CPU i mod cores.
-  bool progress = true; // Progress lines on stderr for phases longer than a few seconds.
+  bool pin = true;       // Pin thread i to CPU i mod cores.
+  bool progress = true;  // Progress lines on stderr for phases longer than a few seconds.
 };
 
 // Cycle breakdown of one thread in one phase (--rdtsc, ring methods and none).

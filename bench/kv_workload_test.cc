@@ -44,8 +44,8 @@ TEST(KvSource, GetCheckCatchesWrongMissingAndStaleValues) {
     req->result = Result::kOk;
     req->out.assign(reinterpret_cast<const char*>(&v), sizeof(v));
   };
-  answer(r[0], 0);   // Its own write (thread 0, op 0): right.
-  answer(r[1], 2);   // Written for op 2, another key: wrong.
+  answer(r[0], 0);                   // Its own write (thread 0, op 0): right.
+  answer(r[1], 2);                   // Written for op 2, another key: wrong.
   r[2]->result = Result::kNotFound;  // Missing: wrong.
   answer(r[3], uint64_t{7} << 40);   // A thread that does not exist: wrong.
   for (Request* req : r) source.Complete(req);

@@ -363,9 +363,9 @@ absl::StatusOr<QueueBenchResult> RunForm(const QueueBenchOptions& options) {
   if (b == "spsc-rte-batch") {
     return Run<RteBackend<Form, RingKind::kRteSpsc, /*kBatch=*/true>, Form>(options);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown queue backend '", b,
-      "'; use mutex, boost, moody, mpsc-rte, mpsc-rts, spsc-rte or spsc-rte-batch"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown queue backend '", b,
+                   "'; use mutex, boost, moody, mpsc-rte, mpsc-rts, spsc-rte or spsc-rte-batch"));
 }
 
 }  // namespace

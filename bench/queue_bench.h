@@ -37,9 +37,9 @@ struct QueueBenchOptions {
 };
 
 struct QueueBenchResult {
-  double seconds = 0;    // From the producers' start to the consumer running the last task.
-  uint64_t tasks = 0;    // Tasks run.
-  uint64_t sleeps = 0;   // Times the consumer slept on its eventfd.
+  double seconds = 0;   // From the producers' start to the consumer running the last task.
+  uint64_t tasks = 0;   // Tasks run.
+  uint64_t sleeps = 0;  // Times the consumer slept on its eventfd.
 };
 
 // An error for bad options, or for a run in which a task was lost or ran twice.

@@ -65,8 +65,8 @@ int RunQueueCommand(const std::string& json_path) {
   }
   std::map<std::string, std::vector<Cell>> table;  // "backend/form" -> cells by column.
   std::vector<std::string> row_order;
-  std::string json = "{\"benchmark\":\"queue\",\"tasks_per_producer\":" + std::to_string(tasks) +
-                     ",\"runs\":[";
+  std::string json =
+      "{\"benchmark\":\"queue\",\"tasks_per_producer\":" + std::to_string(tasks) + ",\"runs\":[";
   bool first = true;
   // Runs are the outer loop, so a slow minute on a shared machine spreads over every row.
   for (uint32_t run = 0; run < runs; ++run) {
@@ -79,21 +79,20 @@ int RunQueueCommand(const std::string& json_path) {
         size_t column = 0;
         for (uint32_t p : producer_counts) {
           for (uint32_t r = 1; r <= rounds; ++r, ++column) {
-            auto result = RunQueueBench(
-                {.backend = backend, .form = form, .producers = p, .tasks = tasks});
+            auto result =
+                RunQueueBench({.backend = backend, .form = form, .producers = p, .tasks = tasks});
             if (!result.ok()) {
               std::fprintf(stderr, "ringkv-bench: %s\n",
                            std::string(result.status().message()).c_str());
               return result.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
             }
             cells[column].seconds.push_back(result->seconds);
-            absl::StrAppend(&json, first ? "" : ",", "{\"backend\":\"", backend,
-                            "\",\"form\":\"", form, "\",\"producers\":", p, ",\"round\":", r,
-                            ",\"run\":", run + 1, ",\"seconds\":", result->seconds,
-                            ",\"sleeps\":", result->sleeps, "}");
+            absl::StrAppend(&json, first ? "" : ",", "{\"backend\":\"", backend, "\",\"form\":\"",
+                            form, "\",\"producers\":", p, ",\"round\":", r, ",\"run\":", run + 1,
+                            ",\"seconds\":", result->seconds, ",\"sleeps\":", result->sleeps, "}");
             first = false;
-            std::fprintf(stderr, "run %u/%u %-16s %3u producers round %u: %.3f s\n", run + 1,
-                         runs, row.c_str(), p, r, result->seconds);
+            std::fprintf(stderr, "run %u/%u %-16s %3u producers round %u: %.3f s\n", run + 1, runs,
+                         row.c_str(), p, r, result->seconds);
           }
         }
       }

@@ -26,16 +26,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/command_line.h"
 #include "bench/kv_bench.h"
 #include "bench/queue_command.h"
-#include "base/command_line.h"
 
 ABSL_FLAG(uint32_t, threads, std::max(1u, std::thread::hardware_concurrency()),
           "worker threads (and shards); default: the machine's cores");
 ABSL_FLAG(std::string, method, "spsc-rte",
           "lock | mpsc-rte | spsc-rte | mpsc-moody | spsc-moody | mutex | none");
-ABSL_FLAG(uint64_t, ops, 25'000'000, "PUTs (then GETs) per thread; keys file.mdtest.<a>.<b>, "
-                                     "a and b uniform in [1, ops]");
+ABSL_FLAG(uint64_t, ops, 25'000'000,
+          "PUTs (then GETs) per thread; keys file.mdtest.<a>.<b>, "
+          "a and b uniform in [1, ops]");
 ABSL_FLAG(uint32_t, burst, 32, "requests per poll and per ring dequeue (1 .. 256)");
 ABSL_FLAG(uint32_t, ring_size, 65536, "pointers per ring");
 ABSL_FLAG(bool, all, false, "run every method, each in its own process, and print one table");
@@ -85,10 +86,10 @@ std::string PhaseJson(const PhaseResult& phase) {
         c.hash_cycles, c.hash_ops, c.map_cycles, c.map_ops, c.ring_cycles, c.ring_ops,
         c.total_cycles, c.requests));
   }
-  return absl::StrFormat("{\"mops\": %.6f, \"per_thread_mops\": %.6f, \"seconds\": %.6f, "
-                         "\"cycles\": [%s]}",
-                         phase.total_mops, phase.per_thread_mops, phase.seconds,
-                         absl::StrJoin(threads, ", "));
+  return absl::StrFormat(
+      "{\"mops\": %.6f, \"per_thread_mops\": %.6f, \"seconds\": %.6f, "
+      "\"cycles\": [%s]}",
+      phase.total_mops, phase.per_thread_mops, phase.seconds, absl::StrJoin(threads, ", "));
 }
 
 std::string ResultJson(const KvBenchOptions& o, const KvBenchResult& r) {

@@ -55,9 +55,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "base/command_line.h"
 #include "bench/latency_histogram.h"
 #include "client/client.h"
-#include "base/command_line.h"
 #include "client/h2_channel.h"
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address");
@@ -104,14 +104,14 @@ struct Config {
   std::string value;
   double get_fraction;
   bool preload;
-  int64_t ttl_ms;  // Every PUT's TTL; 0: none.
+  int64_t ttl_ms;             // Every PUT's TTL; 0: none.
   std::string authorization;  // "Bearer TOKEN" (--token-file), or empty.
 };
 
 // Per-thread results, merged at the end.
 struct Tally {
   LatencyHistogram latency;
-  uint64_t ops = 0;          // Key operations completed (a batch counts its keys).
+  uint64_t ops = 0;  // Key operations completed (a batch counts its keys).
   // A copy of `ops` for the control thread's progress line: stored by the tally's own thread,
   // read relaxed by the control thread, which only wants a recent figure.
   std::atomic<uint64_t> progress{0};
@@ -340,7 +340,12 @@ class GrpcSlot {
 
  private:
   enum class Phase {
-    kCall, kStreamStarting, kStreamWriting, kStreamReading, kStreamClosing, kStreamFinishing
+    kCall,
+    kStreamStarting,
+    kStreamWriting,
+    kStreamReading,
+    kStreamClosing,
+    kStreamFinishing
   };
 
   std::unique_ptr<grpc::ClientContext> NewContext() const {
@@ -727,14 +732,13 @@ bool Connect(const char* argv0, const Plan& plan, Connections* out) {
     grpc::ChannelArguments args = Client::ChannelArgs();
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt("ringkv.channel", static_cast<int>(i));  // Distinct args: distinct channels.
-    out->channels.push_back(grpc::CreateCustomChannel(
-        plan.addr, Client::ChannelCredentials(plan.credentials), args));
+    out->channels.push_back(
+        grpc::CreateCustomChannel(plan.addr, Client::ChannelCredentials(plan.credentials), args));
     out->stubs.push_back(pb::KV::NewStub(out->channels.back()));
   }
   for (auto& channel : out->channels) {
     if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5))) {
-      std::fprintf(stderr, "ringkv-loadgen: cannot reach ringkv-server at %s\n",
-                   plan.addr.c_str());
+      std::fprintf(stderr, "ringkv-loadgen: cannot reach ringkv-server at %s\n", plan.addr.c_str());
       return false;
     }
   }
@@ -790,8 +794,8 @@ void RunLoad(const Plan& plan, const Connections& connections, Measured* out) {
   for (uint32_t t = 0; t < plan.threads; ++t) {
     workers.emplace_back([&, t] {
       if (plan.h2) {
-        RunH2Thread(connections.h2_channels, plan.config, t, plan.threads, plan.concurrency,
-                    stop, &tallies[t]);
+        RunH2Thread(connections.h2_channels, plan.config, t, plan.threads, plan.concurrency, stop,
+                    &tallies[t]);
       } else {
         RunGrpcThread(connections.stubs, plan.config, t, plan.threads, plan.concurrency, stop,
                       &tallies[t]);
@@ -851,12 +855,13 @@ int Report(const Plan& plan, const Measured& m) {
       mode.c_str(), client.c_str(), config.mode == Mode::kUnary ? 1 : config.batch,
       plan.concurrency, plan.connections, absl::GetFlag(FLAGS_ratio).c_str(),
       absl::GetFlag(FLAGS_value_size), static_cast<unsigned long long>(config.keys), m.seconds);
-  std::printf("ops/s %.0f, MB/s %.2f, latency per call p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, "
-              "max %.3f ms, client CPU %.2f us/op, errors %llu%s%s%s\n",
-              ops_per_s, mb_per_s, ms(all.latency.Percentile(50)),
-              ms(all.latency.Percentile(99)), ms(all.latency.Percentile(99.9)),
-              ms(all.latency.max()), client_us_per_op, static_cast<unsigned long long>(error_count),
-              errors.empty() ? "" : " (", errors.c_str(), errors.empty() ? "" : ")");
+  std::printf(
+      "ops/s %.0f, MB/s %.2f, latency per call p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, "
+      "max %.3f ms, client CPU %.2f us/op, errors %llu%s%s%s\n",
+      ops_per_s, mb_per_s, ms(all.latency.Percentile(50)), ms(all.latency.Percentile(99)),
+      ms(all.latency.Percentile(99.9)), ms(all.latency.max()), client_us_per_op,
+      static_cast<unsigned long long>(error_count), errors.empty() ? "" : " (", errors.c_str(),
+      errors.empty() ? "" : ")");
   const double hit_rate =
       all.gets == 0 ? 0 : static_cast<double>(all.get_hits) / static_cast<double>(all.gets);
   if (!config.preload && all.gets > 0) {
@@ -872,11 +877,11 @@ int Report(const Plan& plan, const Measured& m) {
         "\"ops_per_s\":%.1f,\"mb_per_s\":%.3f,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"p999_ms\":%.4f,"
         "\"max_ms\":%.4f,\"client_cpu_s\":%.4f,\"client_cpu_us_per_op\":%.3f,\"errors\":%d,"
         "\"gets\":%d,\"get_hits\":%d,\"ttl_ms\":%d}\n",
-        mode, client, config.batch, plan.concurrency, plan.connections,
-        absl::GetFlag(FLAGS_ratio), absl::GetFlag(FLAGS_value_size), config.keys, m.seconds,
-        all.ops, ops_per_s, mb_per_s, ms(all.latency.Percentile(50)),
-        ms(all.latency.Percentile(99)), ms(all.latency.Percentile(99.9)), ms(all.latency.max()),
-        m.client_cpu, client_us_per_op, error_count, all.gets, all.get_hits, config.ttl_ms);
+        mode, client, config.batch, plan.concurrency, plan.connections, absl::GetFlag(FLAGS_ratio),
+        absl::GetFlag(FLAGS_value_size), config.keys, m.seconds, all.ops, ops_per_s, mb_per_s,
+        ms(all.latency.Percentile(50)), ms(all.latency.Percentile(99)),
+        ms(all.latency.Percentile(99.9)), ms(all.latency.max()), m.client_cpu, client_us_per_op,
+        error_count, all.gets, all.get_hits, config.ttl_ms);
   }
   return error_count == 0 ? 0 : 1;
 }

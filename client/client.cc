@@ -73,8 +73,7 @@ Client::Client(std::string address, absl::Duration timeout, ClientCredentials cr
     : address_(std::move(address)),
       timeout_(timeout),
       authorization_(credentials.token.empty() ? "" : "Bearer " + credentials.token),
-      channel_(grpc::CreateCustomChannel(address_, ChannelCredentials(credentials),
-                                         ChannelArgs())),
+      channel_(grpc::CreateCustomChannel(address_, ChannelCredentials(credentials), ChannelArgs())),
       stub_(pb::KV::NewStub(channel_)) {}
 
 std::unique_ptr<grpc::ClientContext> Client::NewContext() const {
@@ -93,8 +92,8 @@ absl::Status Client::ToStatus(const grpc::Status& status) const {
         absl::StrCat("cannot reach ringkv-server at ", address_, ": ", status.error_message()));
   }
   if (code == absl::StatusCode::kDeadlineExceeded) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "no answer from ", address_, " within ", absl::FormatDuration(timeout_)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("no answer from ", address_, " within ", absl::FormatDuration(timeout_)));
   }
   return absl::Status(code, status.error_message());
 }

@@ -61,8 +61,8 @@ struct PutOptions {
 // How a client reaches the server: TLS or plaintext, and what it shows: a bearer token (the
 // server's --auth-token-file), a client certificate (--tls-client-ca).
 struct ClientCredentials {
-  std::string token;  // Sent as `authorization: Bearer TOKEN` with every call; empty: none.
-  bool tls = false;   // TLS; the server's certificate is checked against ca_pem.
+  std::string token;     // Sent as `authorization: Bearer TOKEN` with every call; empty: none.
+  bool tls = false;      // TLS; the server's certificate is checked against ca_pem.
   std::string ca_pem;    // PEM CAs to trust; empty: the system's.
   std::string cert_pem;  // PEM client certificate chain and its key, for mTLS; empty: none.
   std::string key_pem;

@@ -157,8 +157,7 @@ H2Channel::Call* H2Channel::StartCall(std::string_view path, CallObserver* obser
   nghttp2_data_provider provider;
   provider.source.ptr = call;
   provider.read_callback = ReadRequest;
-  call->stream_id =
-      nghttp2_submit_request(session_, nullptr, headers, count, &provider, call);
+  call->stream_id = nghttp2_submit_request(session_, nullptr, headers, count, &provider, call);
   if (call->stream_id < 0) {
     delete call;
     return nullptr;

@@ -49,9 +49,9 @@ class CallObserver {
 };
 
 struct H2ChannelOptions {
-  int timeout_ms = 5000;            // To connect (and handshake).
-  const ClientTls* tls = nullptr;   // TLS; null: h2c. Must outlive the channel's Connect only.
-  std::string token;                // Sent as `authorization: Bearer TOKEN`; empty: none.
+  int timeout_ms = 5000;           // To connect (and handshake).
+  const ClientTls* tls = nullptr;  // TLS; null: h2c. Must outlive the channel's Connect only.
+  std::string token;               // Sent as `authorization: Bearer TOKEN`; empty: none.
 };
 
 class H2Channel {

@@ -43,8 +43,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "client/client.h"
 #include "base/command_line.h"
+#include "client/client.h"
 #include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address, HOST:PORT");
@@ -382,15 +382,17 @@ int Stats(Invocation& in) {
     std::printf("persistence: none (in memory only)\n");
   } else {
     const auto& p = stats->persistence();
-    std::printf("persistence: %s, fsync %s, log %.1f MiB in %lu syncs this run, restored %lu "
-                "keys in %.3f s\n",
-                p.data_dir().c_str(), p.fsync().c_str(), p.log_bytes() / 1048576.0,
-                p.log_syncs(), p.restored_keys(), p.restore_seconds());
+    std::printf(
+        "persistence: %s, fsync %s, log %.1f MiB in %lu syncs this run, restored %lu "
+        "keys in %.3f s\n",
+        p.data_dir().c_str(), p.fsync().c_str(), p.log_bytes() / 1048576.0, p.log_syncs(),
+        p.restored_keys(), p.restore_seconds());
     if (p.snapshot_unix_ms() == 0) {
       std::printf("last snapshot: none\n");
     } else {
-      const std::string taken = absl::FormatTime(
-          "%Y-%m-%d %H:%M:%S %Z", absl::FromUnixMillis(p.snapshot_unix_ms()), absl::LocalTimeZone());
+      const std::string taken =
+          absl::FormatTime("%Y-%m-%d %H:%M:%S %Z", absl::FromUnixMillis(p.snapshot_unix_ms()),
+                           absl::LocalTimeZone());
       std::printf("last snapshot: %s, %lu keys, %.1f MiB\n", taken.c_str(), p.snapshot_keys(),
                   p.snapshot_bytes() / 1048576.0);
     }
@@ -417,10 +419,11 @@ int Snapshot(Invocation& in) {
   // FAILED_PRECONDITION here is the server's state (no --data-dir), not a write's condition.
   if (!snapshot.ok()) return Fail(kServerError, std::string(snapshot.status().message()));
   if (in.json) {
-    std::printf("{\"generation\":%lu,\"keys\":%lu,\"bytes\":%lu,\"unix_ms\":%ld,"
-                "\"seconds\":%.3f}\n",
-                snapshot->generation(), snapshot->keys(), snapshot->bytes(), snapshot->unix_ms(),
-                snapshot->seconds());
+    std::printf(
+        "{\"generation\":%lu,\"keys\":%lu,\"bytes\":%lu,\"unix_ms\":%ld,"
+        "\"seconds\":%.3f}\n",
+        snapshot->generation(), snapshot->keys(), snapshot->bytes(), snapshot->unix_ms(),
+        snapshot->seconds());
     return kOk;
   }
   std::printf("snapshot %lu: %lu keys, %.1f MiB, durable in %.3f s\n", snapshot->generation(),

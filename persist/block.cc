@@ -85,7 +85,7 @@ bool BlockReader::Next(std::string_view* payload) {
     const std::string_view after = rest.substr(kBlockHeaderBytes + length);
     const size_t zeros = std::min<size_t>(length, kUnwrittenZeros);
     end_ = AllZero(after) && zeros > 0 && AllZero(body.substr(length - zeros)) ? End::kTorn
-                                                                                : End::kDamaged;
+                                                                               : End::kDamaged;
     return false;
   }
   offset_ += kBlockHeaderBytes + length;

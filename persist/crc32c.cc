@@ -50,7 +50,8 @@ bool CpuHasSse42() { return __builtin_cpu_supports("sse4.2"); }
 
 uint32_t Crc32cExtend(uint32_t crc, std::string_view data) {
   static const bool kHardware = internal::CpuHasSse42();
-  return kHardware ? internal::Crc32cExtendSse42(crc, data) : internal::Crc32cExtendTable(crc, data);
+  return kHardware ? internal::Crc32cExtendSse42(crc, data)
+                   : internal::Crc32cExtendTable(crc, data);
 }
 
 }  // namespace ringkv::persist

@@ -16,10 +16,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "persist/block.h"
 #include "persist/file.h"
 #include "persist/snapshot_file.h"
-#include "base/log.h"
 
 namespace ringkv::persist {
 namespace {
@@ -81,8 +81,7 @@ absl::StatusOr<Source> OpenSource(const std::string& dir, const std::string& nam
   std::string_view payload;
   if (!reader.Next(&payload)) {
     if (reader.end() == BlockReader::End::kDamaged) {
-      return absl::DataLossError(
-          absl::StrCat(source.path, " is damaged at offset 0 (its header)"));
+      return absl::DataLossError(absl::StrCat(source.path, " is damaged at offset 0 (its header)"));
     }
     source.file.reset();
     return source;
@@ -205,8 +204,7 @@ class RestorePlan {
 
   // `names`: the directory's, sorted; `manifest`: null if there is none; `damaged`: there is
   // one, but it does not decode.
-  absl::Status Make(const std::vector<std::string>& names, const Manifest* manifest,
-                    bool damaged) {
+  absl::Status Make(const std::vector<std::string>& names, const Manifest* manifest, bool damaged) {
     Survey(names);
     if (absl::Status s = ChooseStart(manifest, damaged); !s.ok()) return s;
     if (absl::Status s = OpenSnapshot(names); !s.ok()) return s;
@@ -288,9 +286,8 @@ class RestorePlan {
                            ? static_cast<uint32_t>(snapshot_names_[snapshot_generation_].size())
                            : 0;
     Log(LogLevel::kWarning, "--load-intact: starting from %s and the logs after it",
-        snapshot_generation_ > 0
-            ? absl::StrCat("the snapshot of generation ", snapshot_generation_)
-            : std::string("no snapshot"));
+        snapshot_generation_ > 0 ? absl::StrCat("the snapshot of generation ", snapshot_generation_)
+                                 : std::string("no snapshot"));
     return absl::OkStatus();
   }
 
@@ -320,8 +317,10 @@ class RestorePlan {
         if (whole) shards = source->header.shards;
       }
       if (whole && shards == names.size()) return generation;
-      Log(LogLevel::kWarning, "--load-intact: the snapshot of generation %d is not whole; "
-          "trying an older one", generation);
+      Log(LogLevel::kWarning,
+          "--load-intact: the snapshot of generation %d is not whole; "
+          "trying an older one",
+          generation);
     }
     return 0;
   }
@@ -343,10 +342,10 @@ class RestorePlan {
       const std::string name = SnapshotName(snapshot_generation_, i);
       const std::string path = absl::StrCat(dir_, "/", name);
       if (!std::binary_search(names.begin(), names.end(), name)) {
-        absl::Status s = Refuse(
-            absl::StrCat(path, " is missing; the MANIFEST names a snapshot of ",
-                         snapshot_shards_, " files (generation ", snapshot_generation_, ")"),
-            kWayOutWithoutFile);
+        absl::Status s =
+            Refuse(absl::StrCat(path, " is missing; the MANIFEST names a snapshot of ",
+                                snapshot_shards_, " files (generation ", snapshot_generation_, ")"),
+                   kWayOutWithoutFile);
         if (!s.ok()) return s;
         continue;
       }
@@ -369,8 +368,8 @@ class RestorePlan {
       const std::string name = LogName(entry.generation, entry.worker);
       const std::string path = absl::StrCat(dir_, "/", name);
       if (!log_names_.contains({entry.generation, entry.worker})) {
-        absl::Status s = Refuse(absl::StrCat(path, " is missing; the MANIFEST lists it"),
-                                kWayOutWithoutFile);
+        absl::Status s =
+            Refuse(absl::StrCat(path, " is missing; the MANIFEST lists it"), kWayOutWithoutFile);
         if (!s.ok()) return s;
         continue;
       }
@@ -381,12 +380,12 @@ class RestorePlan {
       // A listed log had its header synced before the MANIFEST named it, and nothing shortens
       // a log: a file without them was cut or replaced.
       if (source.headerless() || source.file_bytes < entry.intact_bytes) {
-        const std::string what = absl::StrCat(
-            path, " is ", source.file_bytes, " bytes, without ",
-            source.headerless() ? "its header" : "the blocks it had",
-            "; the MANIFEST lists it with ",
-            entry.intact_bytes > 0 ? absl::StrCat(entry.intact_bytes, " bytes intact")
-                                   : std::string("its header"));
+        const std::string what =
+            absl::StrCat(path, " is ", source.file_bytes, " bytes, without ",
+                         source.headerless() ? "its header" : "the blocks it had",
+                         "; the MANIFEST lists it with ",
+                         entry.intact_bytes > 0 ? absl::StrCat(entry.intact_bytes, " bytes intact")
+                                                : std::string("its header"));
         absl::Status s = Refuse(what, source.headerless() ? kWayOutWithoutFile : kWayOutShort);
         if (!s.ok()) return s;
         if (source.headerless()) continue;
@@ -413,15 +412,17 @@ class RestorePlan {
         if (inventory_) {
           leftovers_.push_back(source.path);
         } else if (source.headerless()) {
-          Log(LogLevel::kWarning, "%s: a log that a crash cut short as it was created; it "
-              "holds nothing", source.path);
+          Log(LogLevel::kWarning,
+              "%s: a log that a crash cut short as it was created; it "
+              "holds nothing",
+              source.path);
         }
         continue;
       }
       if (inventory_) {
-        absl::Status s = Refuse(
-            absl::StrCat(source.path, " holds records, but the MANIFEST does not list it"),
-            kWayOutUnlisted);
+        absl::Status s =
+            Refuse(absl::StrCat(source.path, " holds records, but the MANIFEST does not list it"),
+                   kWayOutUnlisted);
         if (!s.ok()) return s;
       }
       logs_[generation].push_back(std::move(source));
@@ -433,7 +434,7 @@ class RestorePlan {
   const bool load_intact_;
   bool repair_ = false;
   // The directory's data files.
-  std::map<uint64_t, std::vector<std::string>> snapshot_names_;    // By generation, in order.
+  std::map<uint64_t, std::vector<std::string>> snapshot_names_;     // By generation, in order.
   std::map<std::pair<uint64_t, uint32_t>, std::string> log_names_;  // By generation, worker.
   uint64_t newest_ = 0;
   // The plan.
@@ -555,15 +556,15 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
           source.path, o.offset, source.file_bytes);
       continue;
     }
-    const std::string what = absl::StrCat(source.path, " is damaged at offset ", o.offset,
-                                          " (of ", source.file_bytes, " bytes)");
+    const std::string what = absl::StrCat(source.path, " is damaged at offset ", o.offset, " (of ",
+                                          source.file_bytes, " bytes)");
     if (absl::Status s = plan.Refuse(what, kWayOutDamage); !s.ok()) return s;
   }
   for (Shard* shard : shards) revision = std::max(revision, shard->revision());
   for (Shard* shard : shards) shard->RaiseRevision(revision);
   for (Shard* shard : shards) restored_keys_ += shard->size();
-  restore_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
-                         .count();
+  restore_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   // This run's logs: a generation no log has yet, and none below the snapshot's. A repair
   // writes a snapshot of that generation first.
   generation_ = plan.repair() ? plan.newest() + 1
@@ -607,8 +608,10 @@ absl::Status DataDir::Repair(const std::vector<Shard*>& shards, int64_t now_ms) 
   }
   if (absl::Status s = SyncDirectory(aside); !s.ok()) return s;
   if (absl::Status s = SyncDirectory(path_); !s.ok()) return s;
-  Log(LogLevel::kWarning, "--load-intact: started from what was intact (%d keys), now snapshot "
-      "%d; the files it replaces are in %s", written->keys, generation_, aside);
+  Log(LogLevel::kWarning,
+      "--load-intact: started from what was intact (%d keys), now snapshot "
+      "%d; the files it replaces are in %s",
+      written->keys, generation_, aside);
   return absl::OkStatus();
 }
 
@@ -631,8 +634,7 @@ absl::Status DataDir::RemoveStale(uint64_t keep_from, uint64_t snapshot_generati
   return removed ? SyncDirectory(path_) : absl::OkStatus();
 }
 
-absl::Status DataDir::OpenLogs(uint32_t workers,
-                               const std::function<void(uint16_t)>& on_progress) {
+absl::Status DataDir::OpenLogs(uint32_t workers, const std::function<void(uint16_t)>& on_progress) {
   if (generation_ == 0) generation_ = std::max<uint64_t>(manifest_.generation, 1);
   on_progress_ = on_progress;
   const int64_t now_ms = WallClockMs();
@@ -666,8 +668,7 @@ Manifest DataDir::CurrentManifest() const {
 }
 
 absl::Status DataDir::WriteManifest(const Manifest& manifest) {
-  if (absl::Status s = WriteFileAtomically(path_, "MANIFEST", EncodeManifest(manifest));
-      !s.ok()) {
+  if (absl::Status s = WriteFileAtomically(path_, "MANIFEST", EncodeManifest(manifest)); !s.ok()) {
     return s;
   }
   std::lock_guard<std::mutex> lock(manifest_mu_);
@@ -700,8 +701,9 @@ void DataDir::RequestSnapshot(SnapshotDone done) {
       return;
     }
   }
-  done(absl::UnavailableError("the server is stopping; it takes a snapshot at exit unless "
-                              "--no-snapshot-on-exit"));
+  done(
+      absl::UnavailableError("the server is stopping; it takes a snapshot at exit unless "
+                             "--no-snapshot-on-exit"));
 }
 
 void DataDir::StopSnapshotter() {
@@ -745,8 +747,9 @@ void DataDir::RunSnapshotter(absl::Duration every) {
   requests.swap(snapshot_requests_);
   lock.unlock();
   for (SnapshotDone& done : requests) {
-    done(absl::UnavailableError("the server is stopping; it takes a snapshot at exit unless "
-                                "--no-snapshot-on-exit"));
+    done(
+        absl::UnavailableError("the server is stopping; it takes a snapshot at exit unless "
+                               "--no-snapshot-on-exit"));
   }
 }
 
@@ -775,8 +778,8 @@ absl::StatusOr<SnapshotInfo> DataDir::TakeLiveSnapshot() {
   SnapshotInfo info{.generation = generation_ + 1, .unix_ms = WallClockMs()};
   const uint32_t n = static_cast<uint32_t>(logs_.size());
   auto failed = [](const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat("the snapshot failed (", s.message(),
-                                               "); the logs keep the data"));
+    return absl::Status(
+        s.code(), absl::StrCat("the snapshot failed (", s.message(), "); the logs keep the data"));
   };
   // Its files first: then the log segments, which the workers must take once given.
   auto created = CreateSnapshotFiles(info, n, /*wake_workers=*/true);
@@ -827,8 +830,7 @@ absl::StatusOr<SnapshotInfo> DataDir::TakeLiveSnapshot() {
   }
   if (!status.ok()) return failed(status);
   if (status = CommitSnapshot(info, n); !status.ok()) return failed(status);
-  info.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return info;
 }
 
@@ -868,12 +870,12 @@ absl::StatusOr<SnapshotInfo> DataDir::WriteSnapshot(const std::vector<const Shar
   for (uint32_t i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       SnapshotFile& file = *files[i];
-      shards[i]->ForEach([&](std::string_view key, std::string_view value, uint64_t version,
-                             int64_t deadline_ms) {
-        if (deadline_ms > 0 && deadline_ms <= now_ms) return;  // Expired: not worth keeping.
-        if (file.backlogged()) file.WaitForRoom();
-        file.Add(key, value, version, deadline_ms);
-      });
+      shards[i]->ForEach(
+          [&](std::string_view key, std::string_view value, uint64_t version, int64_t deadline_ms) {
+            if (deadline_ms > 0 && deadline_ms <= now_ms) return;  // Expired: not worth keeping.
+            if (file.backlogged()) file.WaitForRoom();
+            file.Add(key, value, version, deadline_ms);
+          });
       file.Finish(shards[i]->revision());
     });
   }
@@ -888,8 +890,7 @@ absl::StatusOr<SnapshotInfo> DataDir::WriteSnapshot(const std::vector<const Shar
   return info;
 }
 
-absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards,
-                                       int64_t now_ms) {
+absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards, int64_t now_ms) {
   StopSnapshotter();
   const absl::Status log_status = CloseLogs();
   const uint32_t n = static_cast<uint32_t>(shards.size());

@@ -48,15 +48,14 @@
 #define RINGKV_PERSIST_DATA_DIR_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
-#include <vector>
-
-#include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"

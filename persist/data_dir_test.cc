@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "base/testing/temp_dir.h"
 #include "persist/block.h"
 #include "persist/file.h"
 #include "persist/testing/fault_env.h"
-#include "base/log.h"
 
 namespace ringkv::persist {
 namespace {
@@ -206,9 +206,7 @@ TEST_F(DataDirTest, EveryTruncationOfALogLoadsTheBlocksBeforeIt) {
   size_t last_blocks = 0;
   const size_t header = kBlockHeaderBytes + EncodeHeader({}).size();
   for (size_t length = 0; length <= whole.size(); ++length) {
-    {
-      std::ofstream(path, std::ios::binary | std::ios::trunc) << whole.substr(0, length);
-    }
+    { std::ofstream(path, std::ios::binary | std::ios::trunc) << whole.substr(0, length); }
     const absl::Status s = Restore(dir_, 1, false, &shards);
     if (length < header) {  // The MANIFEST lists the log: it had its header once.
       EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << length << ": " << s;
@@ -294,8 +292,8 @@ TEST_F(DataDirTest, EveryDamageToASnapshotIsRefused) {
       if (truncate && at == whole.size()) continue;
       { std::ofstream(path, std::ios::binary | std::ios::trunc) << bad; }
       const absl::Status s = Restore(dir_, 1, false, &shards);
-      ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << (truncate ? "cut at " : "flip at ")
-                                                       << at << ": " << s;
+      ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss)
+          << (truncate ? "cut at " : "flip at ") << at << ": " << s;
       EXPECT_NE(s.message().find(path), std::string::npos) << s;
       if (at % 5 != 0) continue;  // Each --load-intact rewrites the directory: a sample.
       ASSERT_TRUE(Restore(dir_, 1, true, &shards).ok()) << at;
@@ -339,9 +337,8 @@ TEST_F(DataDirTest, ADeadlineIsJudgedOnTheKeysFinalStateAfterReplay) {
   }
   std::vector<std::unique_ptr<Shard>> shards;
   ASSERT_TRUE(Restore(dir_, 1, false, &shards).ok());
-  EXPECT_EQ(StateOf(shards), (State{{"persisted", {"v", 1}},
-                                    {"extended", {"v", 1}},
-                                    {"rewritten", {"new", 3}}}));
+  EXPECT_EQ(StateOf(shards),
+            (State{{"persisted", {"v", 1}}, {"extended", {"v", 1}}, {"rewritten", {"new", 3}}}));
   EXPECT_EQ(shards[0]->ttl_keys(), 1u);
   EXPECT_EQ(shards[0]->expired(), 0u);  // Dropped at the restore, not reclaimed later.
 }
@@ -386,9 +383,15 @@ TEST_F(DataDirTest, AVersionNeverComesBackAfterADeleteASnapshotAndARestart) {
 // A log of `generation` for worker 0 of 1, made outside any MANIFEST, holding `keys`.
 void WriteStrayLog(const std::string& dir, uint64_t generation, uint32_t format,
                    const std::vector<std::string>& keys) {
-  const FileHeader header{.kind = FileKind::kLog, .format = format, .generation = generation,
-                          .shard = 0, .shards = 1, .created_ms = kNow};
-  auto log = LogWriter::Create(dir, header, SyncMode::kAlways, [] {}, nullptr).value();
+  const FileHeader header{.kind = FileKind::kLog,
+                          .format = format,
+                          .generation = generation,
+                          .shard = 0,
+                          .shards = 1,
+                          .created_ms = kNow};
+  auto log = LogWriter::Create(
+                 dir, header, SyncMode::kAlways, [] {}, nullptr)
+                 .value();
   for (const std::string& key : keys) log->Set(key, "v", 1, 0);
   ASSERT_TRUE(log->Close().ok());
 }

@@ -13,8 +13,8 @@
 // It outlives the DataDir and logs that use it.
 //
 //   int fd;
-//   if (int error = env.OpenLog(path, &fd); error != 0) return IoError("cannot create", path, error);
-//   if (int error = env.Append(fd, bytes); error != 0) ...
+//   if (int error = env.OpenLog(path, &fd); error != 0) return IoError("cannot create", path,
+//   error); if (int error = env.Append(fd, bytes); error != 0) ...
 #ifndef RINGKV_PERSIST_ENV_H_
 #define RINGKV_PERSIST_ENV_H_
 

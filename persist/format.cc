@@ -155,9 +155,7 @@ void AppendDeadline(std::string* out, std::string_view key, int64_t deadline_ms)
   PutVarint(out, static_cast<uint64_t>(deadline_ms));
 }
 
-void AppendDelete(std::string* out, std::string_view key) {
-  PutKey(out, RecordKind::kDelete, key);
-}
+void AppendDelete(std::string* out, std::string_view key) { PutKey(out, RecordKind::kDelete, key); }
 
 size_t MaxSetBytes(size_t key_bytes, size_t value_bytes) {
   return 1 + 10 + key_bytes + 10 + 10 + 10 + value_bytes;

@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "persist/block.h"
 #include "persist/file.h"
-#include "base/log.h"
 
 namespace ringkv::persist {
 namespace {
@@ -70,12 +70,9 @@ absl::StatusOr<LogWriter::Segment> LogWriter::OpenSegment(const std::string& dir
   return segment;
 }
 
-absl::StatusOr<std::unique_ptr<LogWriter>> LogWriter::Create(const std::string& dir,
-                                                             const FileHeader& header,
-                                                             SyncMode mode,
-                                                             std::function<void()> on_progress,
-                                                             std::atomic<bool>* group_failed,
-                                                             Env* env) {
+absl::StatusOr<std::unique_ptr<LogWriter>> LogWriter::Create(
+    const std::string& dir, const FileHeader& header, SyncMode mode,
+    std::function<void()> on_progress, std::atomic<bool>* group_failed, Env* env) {
   if (env == nullptr) env = DefaultEnv();
   absl::StatusOr<Segment> segment = OpenSegment(dir, header, *env);
   if (!segment.ok()) return segment.status();

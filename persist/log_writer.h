@@ -75,8 +75,7 @@ class LogWriter final : public Journal {
   // server: a failure of any of them fails them all, so that every worker refuses writes.
   // `env` (null: DefaultEnv()) does the files' I/O and outlives the log.
   static absl::StatusOr<std::unique_ptr<LogWriter>> Create(const std::string& dir,
-                                                           const FileHeader& header,
-                                                           SyncMode mode,
+                                                           const FileHeader& header, SyncMode mode,
                                                            std::function<void()> on_progress,
                                                            std::atomic<bool>* group_failed,
                                                            Env* env = nullptr);
@@ -155,10 +154,10 @@ class LogWriter final : public Journal {
   std::atomic<bool>* const group_failed_;
 
   // Worker thread only.
-  std::string pending_;               // Blocks, their headers not filled in yet.
+  std::string pending_;                 // Blocks, their headers not filled in yet.
   std::vector<size_t> pending_blocks_;  // Where each of pending_'s blocks starts.
   uint64_t appended_ = 0;
-  uint64_t appended_at_commit_ = 0;  // appended_ at the last Commit.
+  uint64_t appended_at_commit_ = 0;                      // appended_ at the last Commit.
   std::chrono::steady_clock::time_point pending_since_;  // When pending_ got its first record.
   // After Cut(): the segment pending_blocks_[cut_at_..] go to (null: no cut pending).
   std::unique_ptr<Segment> cut_segment_;
@@ -199,7 +198,6 @@ class LogWriter final : public Journal {
 
   std::thread syncer_;
 };
-
 
 }  // namespace ringkv::persist
 

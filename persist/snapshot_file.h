@@ -64,8 +64,8 @@ class SnapshotFile final : public SnapshotJob {
   uint64_t bytes() const { return file_->bytes(); }  // After Wait.
 
  private:
-  SnapshotFile(std::unique_ptr<AtomicFileWriter> file, uint32_t seed,
-               std::function<void()> wake, std::function<void()> crash_when_written);
+  SnapshotFile(std::unique_ptr<AtomicFileWriter> file, uint32_t seed, std::function<void()> wake,
+               std::function<void()> crash_when_written);
   // Seals block_ (unless empty) and queues it.
   void Seal();
   void Queue(std::string block);
@@ -82,12 +82,12 @@ class SnapshotFile final : public SnapshotJob {
   SnapshotFooter footer_;
 
   std::mutex mu_;
-  std::condition_variable cv_;        // The writer waits for blocks, WaitForRoom for room.
-  std::deque<std::string> queue_;     // Guarded by mu_.
-  bool finished_ = false;             // Guarded by mu_: no more blocks come.
-  bool commit_ = false;               // Guarded by mu_: Finish() was called.
-  bool done_ = false;                 // Guarded by mu_.
-  absl::Status status_;               // Guarded by mu_.
+  std::condition_variable cv_;     // The writer waits for blocks, WaitForRoom for room.
+  std::deque<std::string> queue_;  // Guarded by mu_.
+  bool finished_ = false;          // Guarded by mu_: no more blocks come.
+  bool commit_ = false;            // Guarded by mu_: Finish() was called.
+  bool done_ = false;              // Guarded by mu_.
+  absl::Status status_;            // Guarded by mu_.
   std::atomic<size_t> queued_bytes_{0};
   std::thread writer_;
 };

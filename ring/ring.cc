@@ -37,9 +37,9 @@ absl::StatusOr<RingKind> ParseRingKind(std::string_view name) {
   for (RingKind kind : kAllRingKinds) {
     if (RingKindName(kind) == name) return kind;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown ring kind '", absl::string_view(name.data(), name.size()),
-      "': expected spsc-rte, mpsc-rte, mpsc-rts, spsc-moody, mpsc-moody or mutex"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown ring kind '", absl::string_view(name.data(), name.size()),
+                   "': expected spsc-rte, mpsc-rte, mpsc-rts, spsc-moody, mpsc-moody or mutex"));
 }
 
 bool IsMultiProducer(RingKind kind) {

@@ -28,8 +28,8 @@
 namespace ringkv {
 
 enum class RingKind {
-  kRteSpsc,    // DPDK rte_ring, single producer, single consumer.
-  kRteMpsc,    // DPDK rte_ring, multi producer, single consumer.
+  kRteSpsc,  // DPDK rte_ring, single producer, single consumer.
+  kRteMpsc,  // DPDK rte_ring, multi producer, single consumer.
   // DPDK rte_ring, multi producer in RTS (relaxed tail sync) mode, single consumer. A classic
   // MP producer that reserved slots waits for the ones before it to publish theirs; if one of
   // them is preempted, every later producer spins until it runs again. With more threads than
@@ -42,7 +42,7 @@ enum class RingKind {
 };
 
 // Every kind, in the order tables list them.
-inline constexpr RingKind kAllRingKinds[] = {RingKind::kRteSpsc,   RingKind::kRteMpsc,
+inline constexpr RingKind kAllRingKinds[] = {RingKind::kRteSpsc,    RingKind::kRteMpsc,
                                              RingKind::kRteMpscRts, RingKind::kMoodySpsc,
                                              RingKind::kMoodyMpsc,  RingKind::kMutex};
 

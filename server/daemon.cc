@@ -40,8 +40,9 @@ ABSL_FLAG(uint32_t, max_concurrent_streams, 100,
 ABSL_FLAG(uint32_t, threads, std::max(1u, std::thread::hardware_concurrency() / 2),
           "worker threads, each owning one shard and one completion queue (default: half the "
           "cores, at least 1)");
-ABSL_FLAG(std::string, ring, "spsc", "ring between workers: spsc (one per pair) or mpsc (one per "
-                                     "worker)");
+ABSL_FLAG(std::string, ring, "spsc",
+          "ring between workers: spsc (one per pair) or mpsc (one per "
+          "worker)");
 ABSL_FLAG(std::string, engine, "ring", "ring (shards joined by rings) or lock (the lock baseline)");
 ABSL_FLAG(uint64_t, ring_size, 16384, "capacity of each ring, in requests");
 ABSL_FLAG(uint64_t, max_key_bytes, 4096, "longest key accepted");
@@ -120,11 +121,16 @@ namespace {
 constexpr uint64_t kMinMemoryPerShard = uint64_t{1} << 20;
 
 bool ParseLogLevel(std::string_view text, LogLevel* level) {
-  if (text == "error") *level = LogLevel::kError;
-  else if (text == "warning") *level = LogLevel::kWarning;
-  else if (text == "info") *level = LogLevel::kInfo;
-  else if (text == "debug") *level = LogLevel::kDebug;
-  else return false;
+  if (text == "error")
+    *level = LogLevel::kError;
+  else if (text == "warning")
+    *level = LogLevel::kWarning;
+  else if (text == "info")
+    *level = LogLevel::kInfo;
+  else if (text == "debug")
+    *level = LogLevel::kDebug;
+  else
+    return false;
   return true;
 }
 
@@ -144,8 +150,8 @@ uint64_t RaiseOpenFilesLimit() {
     const rlim_t before = limit.rlim_cur;
     limit.rlim_cur = limit.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
-      Log(LogLevel::kDebug, "open-files limit raised from %d to %d",
-          static_cast<uint64_t>(before), static_cast<uint64_t>(limit.rlim_cur));
+      Log(LogLevel::kDebug, "open-files limit raised from %d to %d", static_cast<uint64_t>(before),
+          static_cast<uint64_t>(limit.rlim_cur));
     } else {
       limit.rlim_cur = before;
     }
@@ -202,8 +208,9 @@ void ParseNetworkFlags(const char* argv0, ServerOptions* options) {
   options->max_connections = absl::GetFlag(FLAGS_max_connections);
   if (options->max_connections == 0) ExitUsageError(argv0, "--max-connections must be >= 1");
   if (options->transport == TransportKind::kGrpc && Changed(FLAGS_max_connections)) {
-    ExitUsageError(argv0, "--max-connections is enforced by --transport=h2 only; grpc++ "
-                          "has no bound on connections");
+    ExitUsageError(argv0,
+                   "--max-connections is enforced by --transport=h2 only; grpc++ "
+                   "has no bound on connections");
   }
   options->max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   if (options->max_concurrent_streams == 0 || options->max_concurrent_streams > 65536) {
@@ -295,8 +302,10 @@ void ParsePersistenceFlags(const char* argv0, ServerOptions* options) {
   const std::string every = absl::GetFlag(FLAGS_snapshot_every);
   if (every != "0" && (!absl::ParseDuration(every, &options->snapshot_every) ||
                        options->snapshot_every < absl::Seconds(1))) {
-    ExitUsageError(argv0, "--snapshot-every must be 0 (none) or a duration of at least 1s "
-                          "(90s, 30m, 1h), got '" + every + "'");
+    ExitUsageError(argv0,
+                   "--snapshot-every must be 0 (none) or a duration of at least 1s "
+                   "(90s, 30m, 1h), got '" +
+                       every + "'");
   }
   if (every != "0" && options->data_dir.empty()) {
     ExitUsageError(argv0, "--snapshot-every needs --data-dir");
@@ -321,24 +330,26 @@ void ParseSecurityFlags(const char* argv0, ServerOptions* options) {
 // Refuses (false, with the reason on stderr) an address others can reach with neither TLS nor
 // tokens, unless --insecure; warns of the half-protected ones.
 bool CheckExposureOf(const ServerOptions& options) {
-  if (absl::Status exposed = CheckExposure(
-          options.listen, {.tls = !options.tls.cert.empty(),
-                           .tokens = !options.auth_token_file.empty(),
-                           .insecure = absl::GetFlag(FLAGS_insecure)});
+  if (absl::Status exposed =
+          CheckExposure(options.listen, {.tls = !options.tls.cert.empty(),
+                                         .tokens = !options.auth_token_file.empty(),
+                                         .insecure = absl::GetFlag(FLAGS_insecure)});
       !exposed.ok()) {
     std::fprintf(stderr, "ringkv-server: %s\n", std::string(exposed.message()).c_str());
     return false;
   }
   if (IsLoopbackListen(options.listen)) return true;
   if (options.tls.cert.empty() && !options.auth_token_file.empty()) {
-    Log(LogLevel::kWarning, "tokens go in the clear without TLS: anyone who can read the "
-                            "traffic to %s can take them (--tls-cert, --tls-key)",
+    Log(LogLevel::kWarning,
+        "tokens go in the clear without TLS: anyone who can read the "
+        "traffic to %s can take them (--tls-cert, --tls-key)",
         options.listen);
   } else if (!options.tls.cert.empty() && options.tls.client_ca.empty() &&
              options.auth_token_file.empty()) {
-    Log(LogLevel::kWarning, "TLS without tokens or client certificates: anyone who can reach "
-                            "%s may read and write every key (--auth-token-file, "
-                            "--tls-client-ca)",
+    Log(LogLevel::kWarning,
+        "TLS without tokens or client certificates: anyone who can reach "
+        "%s may read and write every key (--auth-token-file, "
+        "--tls-client-ca)",
         options.listen);
   }
   return true;
@@ -365,16 +376,15 @@ void LogStarted(const Server& server, const ServerOptions& options) {
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   const int64_t spin_us = absl::ToInt64Microseconds(options.spin);
   Log(LogLevel::kInfo, "listening on %s:%d (%s transport, %u worker%s, %s engine%s, %s, %s, %s)",
-      host, server.port(), options.transport == TransportKind::kH2 ? "h2" : "grpc",
-      options.threads, options.threads == 1 ? "" : "s", options.lock_engine ? "lock" : "ring",
-      options.lock_engine ? ""
-                          : absl::StrCat(", ", IsMultiProducer(options.ring) ? "mpsc" : "spsc",
-                                         " rings"),
+      host, server.port(), options.transport == TransportKind::kH2 ? "h2" : "grpc", options.threads,
+      options.threads == 1 ? "" : "s", options.lock_engine ? "lock" : "ring",
+      options.lock_engine
+          ? ""
+          : absl::StrCat(", ", IsMultiProducer(options.ring) ? "mpsc" : "spsc", " rings"),
       options.poll_mode ? "poll mode" : absl::StrCat("spin ", spin_us, " us, then park"),
-      options.memory.bytes == 0
-          ? std::string("no memory limit")
-          : absl::StrCat("--max-memory=", options.memory.bytes, " bytes, ",
-                         std::string(EvictionName(options.memory.eviction))),
+      options.memory.bytes == 0 ? std::string("no memory limit")
+                                : absl::StrCat("--max-memory=", options.memory.bytes, " bytes, ",
+                                               std::string(EvictionName(options.memory.eviction))),
       options.data_dir.empty() ? std::string("in memory only (no --data-dir)")
                                : absl::StrCat("data in ", options.data_dir));
   if (server.metrics_port() != 0) {

@@ -4,4 +4,6 @@
 // damaged or busy --data-dir, a snapshot at exit that failed). server/daemon.h has the steps.
 #include "server/daemon.h"
 
-int main(int argc, char** argv) { return ringkv::RunDaemon(ringkv::ParseServerFlags(argc, argv), {}); }
+int main(int argc, char** argv) {
+  return ringkv::RunDaemon(ringkv::ParseServerFlags(argc, argv), {});
+}

@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/testing/temp_dir.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
-#include "base/testing/temp_dir.h"
 #include "server/testing/server_process.h"
 #include "shard/router.h"
 
@@ -235,8 +235,7 @@ TEST_F(PersistTest, KillNineUnderLoadLosesNoAcknowledgedWriteWithAlwaysOrEveryse
   int missing = 0;
   CheckAcked(*client_, acked, true, &missing);
   EXPECT_GT(acked.acks.load(), 100u);
-  EXPECT_GE(client_->Stats().value().persistence().restored_keys(),
-            kStillKeys + acked.last.size());
+  EXPECT_GE(client_->Stats().value().persistence().restored_keys(), kStillKeys + acked.last.size());
 }
 
 // A snapshot taken while one client writes (one call at a time, so the order of the writes is
@@ -463,8 +462,7 @@ TEST_F(PersistTest, DamageRefusesTheStartUnlessLoadIntact) {
   ServerProcess refused({"--listen=127.0.0.1:0", "--data-dir=" + dir_});
   EXPECT_FALSE(refused.Start());
   EXPECT_EQ(refused.Wait(10), 1);
-  EXPECT_NE(refused.log().find(log + " is damaged at offset"), std::string::npos)
-      << refused.log();
+  EXPECT_NE(refused.log().find(log + " is damaged at offset"), std::string::npos) << refused.log();
   EXPECT_NE(refused.log().find("--load-intact"), std::string::npos) << refused.log();
 
   Start({"--load-intact"});
@@ -519,10 +517,9 @@ TEST_F(PersistTest, AVersionNeverComesBackAfterADeleteAndARestart) {
     Start({"--threads=2"});
     const uint64_t again = client_->Put("x", "second").value();
     EXPECT_GT(again, held) << (clean ? "clean stop" : "snapshot and kill -9");
-    EXPECT_EQ(client_->Put("x", "stale", {.condition = WriteCondition::Version(held)})
-                  .status()
-                  .code(),
-              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(
+        client_->Put("x", "stale", {.condition = WriteCondition::Version(held)}).status().code(),
+        absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ(client_->Get("x").value(), "second");
     EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
   }
@@ -696,8 +693,7 @@ TEST_F(PersistTest, SnapshotEveryTakesSnapshotsOnItsOwnAndTheRpcNeedsADataDir) {
   Client client(memory_only.address(), absl::Seconds(10));
   const auto snapshot = client.Snapshot();
   EXPECT_EQ(snapshot.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(snapshot.status().message().find("--data-dir"), std::string::npos)
-      << snapshot.status();
+  EXPECT_NE(snapshot.status().message().find("--data-dir"), std::string::npos) << snapshot.status();
 }
 
 TEST_F(PersistTest, ASecondServerOnTheSameDirectoryIsRefused) {

@@ -24,17 +24,15 @@ struct RequestLimits {
   absl::Status CheckKey(std::string_view key) const {
     if (key.empty()) return absl::InvalidArgumentError("key is empty; keys are 1 or more bytes");
     if (key.size() > max_key_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("key is ", key.size(),
-                                                     " bytes; the limit is --max-key-bytes=",
-                                                     max_key_bytes));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key is ", key.size(), " bytes; the limit is --max-key-bytes=", max_key_bytes));
     }
     return absl::OkStatus();
   }
   absl::Status CheckValue(std::string_view value) const {
     if (value.size() > max_value_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("value is ", value.size(),
-                                                     " bytes; the limit is --max-value-bytes=",
-                                                     max_value_bytes));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "value is ", value.size(), " bytes; the limit is --max-value-bytes=", max_value_bytes));
     }
     return absl::OkStatus();
   }

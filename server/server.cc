@@ -7,10 +7,10 @@
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "ringkv/v1/kv.pb.h"
 #include "server/grpc/grpc_transport.h"
 #include "server/h2/h2_transport.h"
-#include "base/log.h"
 
 namespace ringkv {
 namespace {
@@ -37,9 +37,8 @@ Server::Server(const ServerOptions& options) : options_(options), started_(absl:
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (options.threads == 0 || options.threads > RingEngine::kMaxWorkers) {
-    return absl::InvalidArgumentError(absl::StrCat("--threads must be 1 .. ",
-                                                   RingEngine::kMaxWorkers, ", got ",
-                                                   options.threads));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--threads must be 1 .. ", RingEngine::kMaxWorkers, ", got ", options.threads));
   }
   if (options.limits.max_key_bytes == 0 || options.limits.max_key_bytes > (size_t{1} << 20)) {
     return absl::InvalidArgumentError("--max-key-bytes must be 1 .. 1048576");
@@ -105,9 +104,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     }
     server->metrics_server_ = std::move(*metrics);
   }
-  absl::StatusOr<std::unique_ptr<Transport>> transport =
-      options.transport == TransportKind::kH2 ? H2Transport::Start(*server)
-                                              : GrpcTransport::Start(*server);
+  absl::StatusOr<std::unique_ptr<Transport>> transport = options.transport == TransportKind::kH2
+                                                             ? H2Transport::Start(*server)
+                                                             : GrpcTransport::Start(*server);
   if (!transport.ok()) {
     server->stopped_ = true;  // Nothing listens and no loop runs.
     return transport.status();
@@ -136,11 +135,11 @@ absl::Status Server::ReloadTokens() {
 
 absl::Status Server::OpenDataDir() {
   if (options_.lock_engine) {
-    return absl::InvalidArgumentError("--data-dir works with --engine=ring only (the lock "
-                                      "engine is a baseline for benchmarks)");
+    return absl::InvalidArgumentError(
+        "--data-dir works with --engine=ring only (the lock "
+        "engine is a baseline for benchmarks)");
   }
-  absl::StatusOr<std::unique_ptr<persist::DataDir>> dir =
-      persist::DataDir::Open(
+  absl::StatusOr<std::unique_ptr<persist::DataDir>> dir = persist::DataDir::Open(
       options_.data_dir,
       {.fsync = options_.fsync, .load_intact = options_.load_intact, .env = options_.env});
   if (!dir.ok()) return dir.status();
@@ -156,8 +155,8 @@ absl::Status Server::OpenDataDir() {
   const persist::PersistenceStats restored = data_dir_->Stats();
   Log(LogLevel::kInfo, "data directory %s: %d keys restored in %.3f s; --fsync=%s",
       options_.data_dir, restored.restored_keys, restored.restore_seconds, restored.fsync);
-  if (absl::Status s = data_dir_->OpenLogs(ring_engine_->workers(),
-                                           [this](uint16_t worker) { Wake(worker); });
+  if (absl::Status s =
+          data_dir_->OpenLogs(ring_engine_->workers(), [this](uint16_t worker) { Wake(worker); });
       !s.ok()) {
     return s;
   }

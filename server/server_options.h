@@ -26,11 +26,11 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:50051";
   uint32_t threads = 1;
   TransportKind transport = TransportKind::kH2;
-  bool lock_engine = false;          // --engine=lock: the lock baseline instead of rings.
+  bool lock_engine = false;  // --engine=lock: the lock baseline instead of rings.
   RingKind ring = RingKind::kRteSpsc;
   size_t ring_capacity = 1 << 14;
   RequestLimits limits;
-  bool poll_mode = false;            // Busy-poll, never park.
+  bool poll_mode = false;  // Busy-poll, never park.
   // How long a worker keeps polling after its last work before it parks (ShardLoop::Run).
   absl::Duration spin = absl::ZeroDuration();
   absl::Duration shutdown_grace = absl::Seconds(4);

@@ -7,9 +7,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <random>
 #include <string>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -27,8 +27,7 @@ namespace health = ::grpc::health::v1;
 using testing::ServerProcess;
 
 std::unique_ptr<health::Health::Stub> HealthStub(const std::string& address) {
-  return health::Health::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  return health::Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
 }
 
 // Every server variant runs the same functional body.
@@ -134,7 +133,7 @@ TEST_P(ServerTest, StreamAnswersEveryTaggedOp) {
       }
       ASSERT_TRUE(stream->Write(request));
     }
-    pb::StreamRequest bad;  // One bad op among good ones: answered alone, the rest run.
+    pb::StreamRequest bad;        // One bad op among good ones: answered alone, the rest run.
     bad.add_ops()->set_id(kOps);  // Type unset.
     pb::StreamOp* get = bad.add_ops();
     get->set_id(kOps + 1);
@@ -474,8 +473,8 @@ TEST_P(ServerTest, BadInputIsRefusedAndNothingIsStored) {
   ASSERT_TRUE(client_->Put("max", std::string(4 << 20, 'm')).ok());  // At the limit: fine.
   EXPECT_EQ(client_->Get("max")->size(), size_t{4} << 20);
 
-  auto mixed = client_->MultiPut({{"good-1", "a"}, {"", "b"}, {"good-2", "c"},
-                                  {"too-big", std::string((4 << 20) + 1, 'x')}});
+  auto mixed = client_->MultiPut(
+      {{"good-1", "a"}, {"", "b"}, {"good-2", "c"}, {"too-big", std::string((4 << 20) + 1, 'x')}});
   ASSERT_TRUE(mixed.ok()) << mixed.status();
   ASSERT_EQ(mixed->size(), 4u);
   EXPECT_TRUE((*mixed)[0].status.ok());

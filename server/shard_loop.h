@@ -4,12 +4,12 @@
 //
 // Request path: the LoopIo takes a call's bytes off the network and drives its Handler
 // (server/handlers/handler.h), which checks the input, fills in engine Requests and Submit()s
-// them here (the loop is the handlers' HandlerHost). The engine turn polls them (this is the engine's RequestSource), runs those its
-// own shard owns and sends the others through an rte_ring to their owner, which runs them and
-// sends them back; Complete() then hands each finished Request to its handler, which answers
-// through its CallSink once all of its Requests are back; the LoopIo sends the answers at the
-// end of the turn. A call, its handler and its Requests live and die on this thread; only
-// Request pointers cross rings.
+// them here (the loop is the handlers' HandlerHost). The engine turn polls them (this is the
+// engine's RequestSource), runs those its own shard owns and sends the others through an rte_ring
+// to their owner, which runs them and sends them back; Complete() then hands each finished Request
+// to its handler, which answers through its CallSink once all of its Requests are back; the LoopIo
+// sends the answers at the end of the turn. A call, its handler and its Requests live and die on
+// this thread; only Request pointers cross rings.
 //
 // One turn: io.Poll(), an engine turn, the handlers' flushes, io.EndTurn(). With the lock
 // engine, every kLockExpireEvery-th turn, and every park, also reclaims a few expired keys of

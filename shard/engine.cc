@@ -5,9 +5,7 @@
 namespace ringkv {
 
 RingEngine::RingEngine(const EngineOptions& options)
-    : options_(options),
-      router_(options.workers),
-      counters_(new WorkerCounters[options.workers]) {}
+    : options_(options), router_(options.workers), counters_(new WorkerCounters[options.workers]) {}
 
 absl::StatusOr<std::unique_ptr<RingEngine>> RingEngine::Create(const EngineOptions& options) {
   if (options.workers == 0 || options.workers > kMaxWorkers) {
@@ -55,11 +53,11 @@ absl::StatusOr<std::unique_ptr<RingEngine>> RingEngine::Create(const EngineOptio
       // With one ring per worker, every sender's ring to us is the same one: poll it once.
       if (per_pair || inbound.empty()) inbound.push_back(in);
     }
-    engine->workers_.push_back(std::make_unique<Worker>(
-        static_cast<uint16_t>(id), options, engine->router_,
-        Worker::Links{.outbound = std::move(outbound),
-                      .inbound = std::move(inbound),
-                      .counters = &engine->counters_[id]}));
+    engine->workers_.push_back(
+        std::make_unique<Worker>(static_cast<uint16_t>(id), options, engine->router_,
+                                 Worker::Links{.outbound = std::move(outbound),
+                                               .inbound = std::move(inbound),
+                                               .counters = &engine->counters_[id]}));
   }
   return engine;
 }

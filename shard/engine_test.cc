@@ -6,14 +6,14 @@
 
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_cat.h"
-
 #include <map>
 #include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace ringkv {
 namespace {
@@ -102,8 +102,8 @@ class EngineTest : public ::testing::TestWithParam<Case> {};
 TEST_P(EngineTest, RandomOpsMatchTheModel) {
   const Case c = GetParam();
   constexpr int kOps = 20'000;
-  auto engine = RingEngine::Create(
-      {.workers = c.workers, .ring = c.ring, .ring_capacity = 16, .burst = 8});
+  auto engine =
+      RingEngine::Create({.workers = c.workers, .ring = c.ring, .ring_capacity = 16, .burst = 8});
   ASSERT_TRUE(engine.ok()) << engine.status();
   std::vector<std::unique_ptr<ModelSource>> sources;
   for (uint32_t i = 0; i < c.workers; ++i) {
@@ -112,9 +112,8 @@ TEST_P(EngineTest, RandomOpsMatchTheModel) {
   std::atomic<uint32_t> finished{0};
   std::vector<std::thread> threads;
   for (uint32_t i = 0; i < c.workers; ++i) {
-    threads.emplace_back([&, i] {
-      (*engine)->worker(i).RunToCompletion(*sources[i], finished, c.workers);
-    });
+    threads.emplace_back(
+        [&, i] { (*engine)->worker(i).RunToCompletion(*sources[i], finished, c.workers); });
   }
   for (auto& t : threads) t.join();
 
@@ -144,8 +143,10 @@ TEST_P(EngineTest, RandomOpsMatchTheModel) {
     for (const auto& [key, value] : source->model_) {
       const uint64_t h = Router::Hash(key);
       std::string got;
-      ASSERT_TRUE((*engine)->worker((*engine)->router().ShardOf(h)).shard().Peek(
-          {key, h}, SystemClockMs(), &got))
+      ASSERT_TRUE((*engine)
+                      ->worker((*engine)->router().ShardOf(h))
+                      .shard()
+                      .Peek({key, h}, SystemClockMs(), &got))
           << key;
       EXPECT_EQ(got, value);
     }

@@ -2,11 +2,11 @@
 
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_cat.h"
-
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace ringkv {
 namespace {

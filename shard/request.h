@@ -57,7 +57,7 @@ struct Request {
   Condition condition = Condition::kNone;
   uint16_t target = 0;  // SCAN only: the shard to run on.
   std::string_view key;
-  std::string_view value;  // PUT only.
+  std::string_view value;   // PUT only.
   int64_t deadline_ms = 0;  // PUT, EXPIRE: wall-clock milliseconds since the Unix epoch.
   void* tag = nullptr;      // The origin's own, untouched by the engine.
 

@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_cat.h"
-
 #include <string>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace ringkv {
 namespace {

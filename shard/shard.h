@@ -87,8 +87,7 @@ class Shard {
   // recorded, even one that has passed: a later record may clear or move it (Persist, Expire),
   // so whether the key lives is judged on its final state, by FinishLoad. Versions given later
   // stay above every version loaded. Bypasses the memory limit.
-  void LoadSet(const HashedKey& key, std::string_view value, uint64_t version,
-               int64_t deadline_ms);
+  void LoadSet(const HashedKey& key, std::string_view value, uint64_t version, int64_t deadline_ms);
   void LoadDeadline(const HashedKey& key, int64_t deadline_ms);
   void LoadDelete(const HashedKey& key);
   // The end of a restore: removes the keys whose deadline is at or before `now_ms` (not

@@ -103,8 +103,7 @@ TEST(Shard, ConditionsHoldOrFailWithTheCurrentVersion) {
   EXPECT_EQ(stale.version, created.version);
   const Request cas = run.Put("k", "w", 0, Condition::kVersion, created.version);
   ASSERT_EQ(cas.result, Result::kOk);
-  EXPECT_EQ(run.Delete("k", Condition::kVersion, created.version).result,
-            Result::kConditionFailed);
+  EXPECT_EQ(run.Delete("k", Condition::kVersion, created.version).result, Result::kConditionFailed);
   EXPECT_EQ(run.Delete("k", Condition::kVersion, cas.version).result, Result::kOk);
   // Version 0 means "absent".
   EXPECT_EQ(run.Put("k", "x", 0, Condition::kVersion, 0).result, Result::kOk);
@@ -120,7 +119,7 @@ TEST(Shard, ExpiredKeysAreNeverReturnedAndAreReclaimedInDeadlineOrder) {
   EXPECT_EQ(run.Get("soon").deadline_ms, run.now + 100);
   run.now += 100;
   EXPECT_EQ(run.Get("soon").result, Result::kNotFound);  // Due at its deadline.
-  EXPECT_EQ(shard.size(), 3u);                            // Still held, until reclaimed.
+  EXPECT_EQ(shard.size(), 3u);                           // Still held, until reclaimed.
   EXPECT_EQ(shard.ExpireDue(run.now, 10), 1u);
   EXPECT_EQ(shard.size(), 2u);
   EXPECT_EQ(shard.expired(), 1u);
@@ -265,8 +264,8 @@ TEST(Shard, MatchesAReferenceModel) {
         Item* item = live(key);
         const bool versioned = rng() % 2;
         const uint64_t expect = item && rng() % 2 ? item->version : rng() % 5;
-        const Request r = run.Delete(key, versioned ? Condition::kVersion : Condition::kNone,
-                                     expect);
+        const Request r =
+            run.Delete(key, versioned ? Condition::kVersion : Condition::kNone, expect);
         if (!item) {
           ASSERT_EQ(r.result, Result::kNotFound) << step;
         } else if (versioned && expect != item->version) {
@@ -446,7 +445,7 @@ TEST(ShardMemory, NoEvictionRefusesWritesThatNeedMemoryOnly) {
   EXPECT_EQ(r.result, Result::kNoMemory);
   EXPECT_GT(stored, 400);
   EXPECT_EQ(r.no_memory.limit_bytes, shard.memory_limit().bytes);  // For the message.
-  EXPECT_GT(r.no_memory.needed_bytes, 0u);                          // What the write needed.
+  EXPECT_GT(r.no_memory.needed_bytes, 0u);                         // What the write needed.
   EXPECT_EQ(shard.size(), static_cast<size_t>(stored));
   EXPECT_EQ(shard.evicted(), 0u);
   // Nothing stored is lost; reads, overwrites that take no more, and deletes go on.
@@ -567,8 +566,8 @@ struct CopySink : SnapshotSink {
   size_t duplicates = 0;
   void Add(std::string_view key, std::string_view value, uint64_t version,
            int64_t deadline_ms) override {
-    if (!copy.emplace(std::string(key), std::make_tuple(std::string(value), version,
-                                                         deadline_ms)).second) {
+    if (!copy.emplace(std::string(key), std::make_tuple(std::string(value), version, deadline_ms))
+             .second) {
       ++duplicates;
     }
   }
@@ -591,9 +590,9 @@ Copy LiveCopy(const Shard& shard, int64_t now_ms) {
 // shows the walk left no mark behind.
 TEST(ShardSnapshot, IsThePointInTimeStateWhateverChangesMeanwhile) {
   for (const uint64_t limit : {uint64_t{0}, uint64_t{1} << 20}) {
-    Shard shard(/*reserve=*/0, {.bytes = limit, .eviction = limit == 0
-                                                               ? Eviction::kNoEviction
-                                                               : Eviction::kAllKeysRandom});
+    Shard shard(/*reserve=*/0,
+                {.bytes = limit,
+                 .eviction = limit == 0 ? Eviction::kNoEviction : Eviction::kAllKeysRandom});
     Driver run{shard};
     std::mt19937_64 random(limit + 7);
     auto key = [&](uint64_t range) { return absl::StrCat("key", random() % range); };

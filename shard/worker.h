@@ -26,12 +26,12 @@
 // called on the worker's thread once every key is handed over.
 // With a journal that holds acknowledgements (the daemon's logs, in every --fsync mode), a
 // write's answer does not go back (to the source, or through a ring to its origin) when the
-// write is run but once the journal says its record is durable (shard/journal.h); the worker keeps running turns meanwhile. Once the journal fails,
-// every write is refused (Result::kUnavailable) and so are the held ones that it had not made
-// durable; reads go on.
-// Nothing blocks and nothing is dropped: a full ring is back-pressure on the source (step 1 is
-// skipped while the outboxes hold more than kMaxBacklog requests), and the worker keeps draining
-// its inbound rings meanwhile, so two workers full towards each other cannot deadlock.
+// write is run but once the journal says its record is durable (shard/journal.h); the worker keeps
+// running turns meanwhile. Once the journal fails, every write is refused (Result::kUnavailable)
+// and so are the held ones that it had not made durable; reads go on. Nothing blocks and nothing is
+// dropped: a full ring is back-pressure on the source (step 1 is skipped while the outboxes hold
+// more than kMaxBacklog requests), and the worker keeps draining its inbound rings meanwhile, so
+// two workers full towards each other cannot deadlock.
 //
 // Threads: every method is for the worker's own thread, except counters(), which any thread may
 // read. Constructed by RingEngine.
@@ -81,12 +81,12 @@ struct EngineOptions {
   uint32_t workers = 1;
   RingKind ring = RingKind::kRteSpsc;
   size_t ring_capacity = 1 << 16;
-  size_t burst = 32;              // Requests per Poll and per ring dequeue (1 .. 256).
-  size_t reserve_per_shard = 0;   // Keys each shard's map is sized for up front.
-  bool profile = false;           // RDTSCP cycle accounting in WorkerCounters.
-  WorkerWaker* waker = nullptr;   // Wakes parked workers (the daemon); outlives the engine.
-  Clock clock = SystemClockMs;    // What TTL deadlines are compared with.
-  MemoryLimit memory = {};        // Each shard's.
+  size_t burst = 32;             // Requests per Poll and per ring dequeue (1 .. 256).
+  size_t reserve_per_shard = 0;  // Keys each shard's map is sized for up front.
+  bool profile = false;          // RDTSCP cycle accounting in WorkerCounters.
+  WorkerWaker* waker = nullptr;  // Wakes parked workers (the daemon); outlives the engine.
+  Clock clock = SystemClockMs;   // What TTL deadlines are compared with.
+  MemoryLimit memory = {};       // Each shard's.
 };
 
 // A snapshot of one shard as its worker takes it: where the keys go (SnapshotSink), whether
@@ -110,8 +110,8 @@ struct alignas(64) WorkerCounters {
   std::atomic<uint64_t> full_waits{0};  // Outbox flushes that a full ring cut short.
   std::atomic<uint64_t> keys{0};        // The shard's size and payload after the last batch.
   std::atomic<uint64_t> payload_bytes{0};
-  std::atomic<uint64_t> ttl_keys{0};    // Keys with a TTL, after the last batch.
-  std::atomic<uint64_t> expired{0};     // Keys reclaimed because their TTL passed.
+  std::atomic<uint64_t> ttl_keys{0};      // Keys with a TTL, after the last batch.
+  std::atomic<uint64_t> expired{0};       // Keys reclaimed because their TTL passed.
   std::atomic<uint64_t> memory_bytes{0};  // The shard's data memory (Shard::memory_bytes).
   std::atomic<uint64_t> evicted{0};       // Keys evicted to make room.
   std::atomic<uint64_t> table_bytes{0};   // Of memory_bytes, the table's slots.
@@ -236,7 +236,7 @@ class Worker {
   size_t backlog_ = 0;  // Requests waiting in outboxes_, all destinations.
   size_t expire_budget_ = kMinExpireBudget;
   Journal* journal_ = nullptr;
-  std::deque<Request*> held_;  // Answers waiting for the journal, in log_seq order.
+  std::deque<Request*> held_;        // Answers waiting for the journal, in log_seq order.
   SnapshotJob* snapshot_ = nullptr;  // Under way.
 
   // Shared: set by StartSnapshot, taken (exchanged for null) at the cut.

@@ -55,8 +55,8 @@ class FaultEnv final : public Env {
   };
 
   const Faults faults_;
-  std::mutex mu_;  // Never released once PowerLoss holds it.
-  std::map<int, File> open_;                 // By descriptor.
+  std::mutex mu_;                           // Never released once PowerLoss holds it.
+  std::map<int, File> open_;                // By descriptor.
   std::map<std::string, uint64_t> closed_;  // Closed files' synced length, by path.
 };
 

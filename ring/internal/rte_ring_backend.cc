@@ -33,8 +33,8 @@ absl::StatusOr<std::unique_ptr<Ring>> RteRing<kProducers>::Create(size_t capacit
   // rte_ring_get_memsize is a multiple of the cache line, as aligned_alloc requires.
   auto* ring = static_cast<rte_ring*>(std::aligned_alloc(kCacheLine, static_cast<size_t>(bytes)));
   if (ring == nullptr) return absl::ResourceExhaustedError("out of memory for an rte_ring");
-  const int rc = rte_ring_init(ring, "ringkv", static_cast<unsigned>(capacity),
-                               RingFlags(kProducers));
+  const int rc =
+      rte_ring_init(ring, "ringkv", static_cast<unsigned>(capacity), RingFlags(kProducers));
   if (rc != 0) {
     std::free(ring);
     return absl::InternalError(absl::StrCat("rte_ring_init failed: ", rc));

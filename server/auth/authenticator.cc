@@ -7,8 +7,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "server/handlers/methods.h"
 #include "base/log.h"
+#include "server/handlers/methods.h"
 
 namespace ringkv {
 

@@ -61,7 +61,7 @@ class Authenticator {
   // A std::shared_mutex, not absl::Mutex: Debian's Abseil is built without TSan, which then
   // cannot see the lock and reports every reload as a race with the readers.
   mutable std::shared_mutex mu_;
-  TokenSet set_;  // Guarded by mu_.
+  TokenSet set_;                         // Guarded by mu_.
   std::atomic<uint64_t> generation_{1};  // Written under mu_.
 };
 

@@ -1,9 +1,9 @@
 #include "server/grpc/grpc_calls.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/async_stream.h>
 #include <grpcpp/support/async_unary_call.h>
-#include <grpcpp/impl/codegen/proto_utils.h>
 
 #include <memory>
 

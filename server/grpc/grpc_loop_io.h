@@ -41,8 +41,7 @@ class GrpcLoopIo : public LoopIo {
  public:
   // Arms `per_method` calls of every method on `io`'s queue.
   using ArmCalls = void (*)(GrpcLoopIo& io, int per_method);
-  GrpcLoopIo(GrpcServices& services, ShardLoop& loop, grpc::ServerCompletionQueue* cq,
-             ArmCalls arm)
+  GrpcLoopIo(GrpcServices& services, ShardLoop& loop, grpc::ServerCompletionQueue* cq, ArmCalls arm)
       : services_(services), loop_(loop), cq_(cq), arm_(arm) {}
   ~GrpcLoopIo() override;
 

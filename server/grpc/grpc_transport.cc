@@ -71,8 +71,7 @@ GrpcTransport::~GrpcTransport() {
 }
 
 std::unique_ptr<LoopIo> GrpcTransport::MakeLoopIo(ShardLoop& loop) {
-  auto io =
-      std::make_unique<GrpcLoopIo>(services_, loop, queues_[loop.id()].get(), &ArmGrpcCalls);
+  auto io = std::make_unique<GrpcLoopIo>(services_, loop, queues_[loop.id()].get(), &ArmGrpcCalls);
   ios_.push_back(io.get());
   return io;
 }

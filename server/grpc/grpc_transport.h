@@ -1,7 +1,7 @@
 // GrpcTransport: --transport=grpc, the grpc++ async server with one completion queue per loop
 // (GrpcLoopIo), serving the method table's handlers through one async service built from the
-// table (GrpcServices) and call adapters (server/grpc/grpc_calls.h). The reference implementation of the gRPC protocol and the
-// fallback, as --engine=lock is for the engine.
+// table (GrpcServices) and call adapters (server/grpc/grpc_calls.h). The reference implementation
+// of the gRPC protocol and the fallback, as --engine=lock is for the engine.
 //
 // Stop(): gRPC's own Shutdown cancels the calls left and closes the connections; each loop's
 // completion queue is then shut down (no wake-up alarm may be set on it after), and the loops

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "net/openssl.h"
 #include "base/log.h"
+#include "net/openssl.h"
 #include "net/tls_io.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"

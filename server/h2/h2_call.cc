@@ -95,9 +95,8 @@ void H2Call::Start() {
   const RequestHeaders& h = headers_;
   if (io_.loop().call_metrics() != nullptr) start_ns_ = LoopIo::NowNs();
   if (h.bytes > kMaxHeaderListBytes) {
-    return SendTrailersOnly(absl::ResourceExhaustedError(
-        absl::StrCat("the request's headers are ", h.bytes, " bytes; the limit is ",
-                     kMaxHeaderListBytes)));
+    return SendTrailersOnly(absl::ResourceExhaustedError(absl::StrCat(
+        "the request's headers are ", h.bytes, " bytes; the limit is ", kMaxHeaderListBytes)));
   }
   if (!h.post) {
     return SendTrailersOnly(absl::InternalError("gRPC calls are POST requests"), "405");

@@ -118,7 +118,7 @@ class H2Call final : public CallSink {
     bool identity = true;  // grpc-encoding absent or identity.
     std::optional<int64_t> timeout_ns;
     bool bad_timeout = false;
-    size_t bytes = 0;  // As HTTP/2 counts a header list (name + value + 32).
+    size_t bytes = 0;           // As HTTP/2 counts a header list (name + value + 32).
     bool sent_token = false;    // An authorization header came.
     Role caller = Role::kNone;  // The role its token grants (with --auth-token-file).
   };

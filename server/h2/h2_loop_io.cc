@@ -16,9 +16,9 @@
 
 #include "absl/base/internal/raw_logging.h"
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "server/h2/connection.h"
 #include "server/h2/h2_call.h"
-#include "base/log.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
 
@@ -186,8 +186,7 @@ size_t H2LoopIo::HandleEvents(int timeout_ms) {
 void H2LoopIo::Accept() {
   if (!listening_) return;
   for (int i = 0; i < kAcceptsPerEvent; ++i) {
-    const int fd =
-        accept4(gate_.listener().fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd = accept4(gate_.listener().fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       switch (errno) {
         case EAGAIN:

@@ -60,8 +60,7 @@ class CallSink {
 
 class Handler {
  public:
-  Handler(HandlerHost& host, CallSink& sink)
-      : host_(host), context_(host.context()), sink_(sink) {}
+  Handler(HandlerHost& host, CallSink& sink) : host_(host), context_(host.context()), sink_(sink) {}
   virtual ~Handler() = default;
   Handler(const Handler&) = delete;
   Handler& operator=(const Handler&) = delete;

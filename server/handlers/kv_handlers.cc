@@ -117,8 +117,8 @@ class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
   using SingleKeyHandler::SingleKeyHandler;
   absl::Status Prepare(Request* op) override {
     return PreparePut(context_.limits(), context_.NowMs(), request_.key(), request_.value(),
-                      request_.ttl_ms(),
-                      request_.has_condition() ? &request_.condition() : nullptr, op);
+                      request_.ttl_ms(), request_.has_condition() ? &request_.condition() : nullptr,
+                      op);
   }
   void Take(Request& r) override { response_.set_version(r.version); }
 };
@@ -136,7 +136,8 @@ class ExpireHandler : public SingleKeyHandler<pb::ExpireRequest, pb::ExpireRespo
  public:
   using SingleKeyHandler::SingleKeyHandler;
   absl::Status Prepare(Request* op) override {
-    return PrepareExpire(context_.limits(), context_.NowMs(), request_.key(), request_.ttl_ms(), op);
+    return PrepareExpire(context_.limits(), context_.NowMs(), request_.key(), request_.ttl_ms(),
+                         op);
   }
 };
 
@@ -201,9 +202,8 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
  public:
   using BatchHandler::BatchHandler;
   void Start() override {
-    Run(request_.keys_size(), [&](int i, Request* op) {
-      return PrepareGet(context_.limits(), request_.keys(i), op);
-    });
+    Run(request_.keys_size(),
+        [&](int i, Request* op) { return PrepareGet(context_.limits(), request_.keys(i), op); });
   }
 };
 

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
       {.fail_log_after_bytes = absl::GetFlag(FLAGS_fault_log_fail_after_bytes),
        .crash_at_step = absl::GetFlag(FLAGS_fault_crash_in_snapshot)});
   ringkv::DaemonHooks hooks{.env = env};
-  if (absl::GetFlag(FLAGS_fault_power_loss_on_sigusr1)) hooks.on_sigusr1 = [env] { env->PowerLoss(); };
+  if (absl::GetFlag(FLAGS_fault_power_loss_on_sigusr1))
+    hooks.on_sigusr1 = [env] { env->PowerLoss(); };
   return ringkv::RunDaemon(std::move(options), hooks);
 }

@@ -55,9 +55,9 @@ class ServerProcess {
   int port_ = 0;
   int exit_status_ = -1;
   int stderr_fd_ = -1;
-  std::thread reader_;             // Appends the daemon's stderr to log_ after start-up.
+  std::thread reader_;  // Appends the daemon's stderr to log_ after start-up.
   mutable std::mutex mu_;
-  std::string log_;                // Guarded by mu_.
+  std::string log_;  // Guarded by mu_.
 };
 
 }  // namespace ringkv::testing

@@ -4,14 +4,12 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 
-
 #include "absl/strings/str_cat.h"
 #include "base/flag_file.h"
 #include "net/openssl.h"
 
 namespace ringkv {
 namespace {
-
 
 // Picks h2 if the client offers it; a client that offers ALPN without h2 is refused (HTTP/2
 // over TLS is negotiated with ALPN, RFC 9113 section 3.2). One that offers none goes on.

@@ -35,7 +35,8 @@ inline void* AllocateHuge(size_t bytes) {
   const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
   if (aligned > start) munmap(raw, aligned - start);
   const uintptr_t end = start + length + kHugePage;
-  if (end > aligned + length) munmap(reinterpret_cast<void*>(aligned + length), end - aligned - length);
+  if (end > aligned + length)
+    munmap(reinterpret_cast<void*>(aligned + length), end - aligned - length);
   void* block = reinterpret_cast<void*>(aligned);
   madvise(block, length, MADV_HUGEPAGE);  // Advice: failure is fine.
   if (madvise(block, length, MADV_POPULATE_WRITE) != 0) {
