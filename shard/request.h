@@ -64,6 +64,8 @@ struct Request {
   // Set by the engine when the origin hands it in.
   uint16_t origin = 0;
   uint16_t owner = 0;
+  // Set by the owning shard (here, in the padding after owner).
+  Result result = Result::kPending;
   uint64_t hash = 0;
 
   // Both ways: the expected version in (Condition::kVersion), the key's version out (after a
@@ -72,18 +74,19 @@ struct Request {
   int64_t number = 0;
 
   // Set by the owning shard.
-  Result result = Result::kPending;
-  // Result::kNoMemory only: the bytes the write needed, the shard's memory in use, and the
-  // limit --max-memory gives the shard.
+  std::string out;  // GET's value; SCAN's records. Reused across uses of a pooled request.
+  // Set by the owning worker: the journal record (shard/journal.h) that must be durable before
+  // the answer goes back; 0 if none.
+  uint64_t log_seq = 0;
+
+  // Set by the owning shard, Result::kNoMemory only (last: the hot fields keep the first two
+  // cache lines): the bytes the write needed, the shard's memory in use, and the limit
+  // --max-memory gives the shard.
   struct NoMemory {
     uint64_t needed_bytes = 0;
     uint64_t used_bytes = 0;
     uint64_t limit_bytes = 0;
   } no_memory;
-  std::string out;  // GET's value; SCAN's records. Reused across uses of a pooled request.
-  // Set by the owning worker: the journal record (shard/journal.h) that must be durable before
-  // the answer goes back; 0 if none.
-  uint64_t log_seq = 0;
 };
 
 }  // namespace ringkv
