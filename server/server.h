@@ -2,8 +2,8 @@
 // shard engine (ring or lock), one ShardLoop thread per worker, and the transport that feeds
 // them calls (server/transport.h: HTTP/2 on nghttp2, or grpc++). server/shard_loop.h tells the
 // request path. The loops, transports and handlers see the Server only as a ServerContext
-// (server/server_context.h), and the /metrics endpoint as a MetricsSource; only main.cc and the
-// tests include this header.
+// (server/server_context.h), and the /metrics endpoint as a MetricsSource; only the program's
+// steps (server/daemon.cc) include this header.
 //
 // Persistence (ServerOptions::data_dir, persist/data_dir.h): Start restores the data before it
 // listens, so the server never reports SERVING over a partial data set, gives each worker its

@@ -1,4 +1,4 @@
-// ServerOptions: everything ringkv-server is told at start, as plain data (server/main.cc fills
+// ServerOptions: everything ringkv-server is told at start, as plain data (server/daemon.cc fills
 // it from the flags; tests fill it directly). Server::Start checks the ranges it depends on and
 // refuses a start with INVALID_ARGUMENT naming the flag. Constant once the server runs; any
 // thread may read it then.
