@@ -550,9 +550,10 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
     if (Whole(o)) continue;
     if (log && !o.malformed && o.end == BlockReader::End::kTorn && source.limit == 0) {
       Log(LogLevel::kWarning,
-          "%s: its last block (from offset %d of %d bytes) is incomplete, a write that a crash "
-          "cut short; the log is read up to it (with --fsync=always that write was never "
-          "acknowledged: a write is answered once it is on disk whole)",
+          "%s: its last block (from offset %d of %d bytes) is incomplete; the log is read up to "
+          "it and the rest is left out. A crash in the middle of a write leaves such a block, "
+          "and so does a file cut short; with --fsync=always a crash cannot tear a block that "
+          "held an acknowledged write (a write is answered once its block is synced whole)",
           source.path, o.offset, source.file_bytes);
       continue;
     }
@@ -646,7 +647,7 @@ absl::Status DataDir::OpenLogs(uint32_t workers, const std::function<void(uint16
                       .created_ms = now_ms};
     absl::StatusOr<std::unique_ptr<LogWriter>> log = LogWriter::Create(
         path_, header, mode_, [on_progress, i] { on_progress(static_cast<uint16_t>(i)); },
-        &any_log_failed_, &env_);
+        &log_group_, &env_);
     if (!log.ok()) return log.status();
     logs_.push_back(std::move(*log));
   }
@@ -908,6 +909,11 @@ absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards, 
         log_status.message());
   }
   return absl::OkStatus();
+}
+
+void DataDir::StopRetrying() {
+  if (!logs_open_.load(std::memory_order_acquire)) return;
+  for (const auto& log : logs_) log->StopRetrying();
 }
 
 PersistenceStats DataDir::Stats() const {

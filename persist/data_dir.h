@@ -77,7 +77,9 @@ struct PersistenceStats {
   uint64_t snapshot_keys = 0;
   uint64_t restored_keys = 0;
   double restore_seconds = 0;
-  std::string error;  // Why writes are refused; empty while the logs are healthy.
+  // Why writes are refused (a log failed, or is stalled for want of space); empty while the
+  // logs are healthy.
+  std::string error;
 };
 
 // A committed snapshot.
@@ -131,6 +133,11 @@ class DataDir {
   absl::Status CloseAndSnapshot(const std::vector<const Shard*>& shards, int64_t now_ms);
   // Closes the logs (written and synced) without a snapshot; the first error.
   absl::Status CloseLogs();
+  // A stop: every log stalled for want of space makes a last try, and fails if it is still
+  // stalled, so that its worker answers what it holds (LogWriter::StopRetrying). Any thread.
+  void StopRetrying();
+  // Whether a log failed for good (not merely stalled): writes are refused until a restart.
+  bool logs_failed() const { return log_group_.failed.load(std::memory_order_acquire); }
 
   const std::string& path() const { return path_; }
   PersistenceStats Stats() const;
@@ -191,7 +198,7 @@ class DataDir {
   uint64_t restored_keys_ = 0;
   double restore_seconds_ = 0;
   std::atomic<bool> logs_open_{false};
-  std::atomic<bool> any_log_failed_{false};  // Shared by the logs (LogWriter::Create).
+  LogGroup log_group_;  // Shared by the logs (LogWriter::Create).
 };
 
 }  // namespace ringkv::persist

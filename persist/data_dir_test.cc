@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -441,29 +443,108 @@ TEST_F(DataDirTest, Format1LogsWithoutAManifestStillLoad) {
   EXPECT_NE(s.message().find("no MANIFEST"), std::string::npos) << s;
 }
 
-TEST_F(DataDirTest, AFailedWriteFailsTheLogAndIsNeverCalledDurable) {
+// Commits until `done` holds (with everysec and no, a turn that adds nothing writes what the
+// last ones coalesced); false after 10 s.
+template <typename Done>
+bool CommitUntil(LogWriter& log, Done done) {
+  for (int i = 0; i < 100000; ++i) {
+    if (done()) return true;
+    log.Commit();
+    usleep(100);
+  }
+  return done();
+}
+
+// A full disk stalls the log: nothing it had written is lost, the torn write is cut off, and
+// once there is room the retried write makes the waiting record durable, in every mode.
+TEST_F(DataDirTest, AFullDiskStallsTheLogUntilThereIsRoomAndLosesNothing) {
+  for (const SyncMode mode : {SyncMode::kAlways, SyncMode::kEverySec, SyncMode::kNo}) {
+    SCOPED_TRACE(SyncModeName(mode));
+    fs::remove_all(dir_);
+    FaultEnv env({.fail_log_after_bytes = 200});
+    auto dir = DataDir::Open(dir_, {.fsync = mode, .env = &env}).value();
+    ASSERT_TRUE(dir->Restore({}, Router(1), kNow).ok());
+    ASSERT_TRUE(dir->OpenLogs(1, [](uint16_t) {}).ok());
+    LogWriter& log = dir->log(0);
+    log.Set("small", "v", 1, 0);
+    ASSERT_TRUE(CommitUntil(log, [&] { return log.durable() == 1 || log.failed(); }));
+    ASSERT_FALSE(log.failed());
+    log.Set("big", std::string(500, 'x'), 2, 0);
+    ASSERT_TRUE(CommitUntil(log, [&] { return log.stalled() || log.failed(); }));
+    EXPECT_FALSE(log.failed());
+    EXPECT_EQ(log.durable(), 1u);
+    EXPECT_NE(log.error().find("No space left on device"), std::string::npos) << log.error();
+    EXPECT_NE(log.error().find(log.path()), std::string::npos) << log.error();
+    EXPECT_NE(dir->Stats().error, "");
+    // Retries fail while the disk is full, and the part of the write that fit is cut off.
+    usleep(300'000);
+    EXPECT_TRUE(log.stalled());
+    EXPECT_EQ(fs::file_size(log.path()), log.bytes());
+    env.set_fail_log_after_bytes(0);
+    ASSERT_TRUE(CommitUntil(log, [&] { return log.durable() == 2 || log.failed(); }));
+    EXPECT_FALSE(log.stalled());
+    EXPECT_FALSE(log.failed());
+    EXPECT_EQ(log.error(), "");
+    EXPECT_EQ(dir->Stats().error, "");
+    log.Set("after", "w", 3, 0);
+    ASSERT_TRUE(CommitUntil(log, [&] { return log.durable() == 3 || log.failed(); }));
+    EXPECT_TRUE(dir->CloseLogs().ok());
+    dir.reset();
+    std::vector<std::unique_ptr<Shard>> shards;
+    ASSERT_TRUE(Restore(dir_, 1, false, &shards).ok());
+    EXPECT_EQ(
+        StateOf(shards),
+        (State{{"small", {"v", 1}}, {"big", {std::string(500, 'x'), 2}}, {"after", {"w", 3}}}));
+  }
+}
+
+// A stop while the disk is still full (StopRetrying) fails the log: what waited is never called
+// durable, and the file holds what was written before.
+TEST_F(DataDirTest, AStopWhileTheDiskIsFullFailsTheLogAndNeverCallsItDurable) {
   FaultEnv env({.fail_log_after_bytes = 200});
   auto dir = DataDir::Open(dir_, {.fsync = SyncMode::kAlways, .env = &env}).value();
   ASSERT_TRUE(dir->Restore({}, Router(1), kNow).ok());
   ASSERT_TRUE(dir->OpenLogs(1, [](uint16_t) {}).ok());
   LogWriter& log = dir->log(0);
   log.Set("small", "v", 1, 0);
-  log.Commit();
-  while (log.durable() != 1 && !log.failed()) usleep(100);
-  ASSERT_FALSE(log.failed());
+  ASSERT_TRUE(CommitUntil(log, [&] { return log.durable() == 1 || log.failed(); }));
   log.Set("big", std::string(500, 'x'), 2, 0);
-  log.Commit();
-  while (!log.failed()) usleep(100);
+  ASSERT_TRUE(CommitUntil(log, [&] { return log.stalled() || log.failed(); }));
+  ASSERT_FALSE(log.failed());
+  dir->StopRetrying();
+  ASSERT_TRUE(CommitUntil(log, [&] { return log.failed(); }));
+  EXPECT_FALSE(log.stalled());
   EXPECT_EQ(log.durable(), 1u);
   EXPECT_NE(log.error().find("No space left on device"), std::string::npos) << log.error();
-  EXPECT_NE(log.error().find(log.path()), std::string::npos) << log.error();
-  EXPECT_NE(dir->Stats().error, "");
   EXPECT_FALSE(dir->CloseLogs().ok());
   dir.reset();
-  // The torn block the failed write left is cut: the durable record is there, the other not.
   std::vector<std::unique_ptr<Shard>> shards;
   ASSERT_TRUE(Restore(dir_, 1, false, &shards).ok());
   EXPECT_EQ(StateOf(shards), (State{{"small", {"v", 1}}}));
+}
+
+// Any other write error fails the log for good at once.
+TEST_F(DataDirTest, AWriteErrorOtherThanSpaceFailsTheLogForGood) {
+  class BrokenDisk final : public Env {
+   public:
+    int Append(int fd, std::string_view data) override {
+      return broken_.load() ? EIO : Env::Append(fd, data);
+    }
+    std::atomic<bool> broken_{false};
+  } env;
+  auto dir = DataDir::Open(dir_, {.fsync = SyncMode::kEverySec, .env = &env}).value();
+  ASSERT_TRUE(dir->Restore({}, Router(1), kNow).ok());
+  ASSERT_TRUE(dir->OpenLogs(1, [](uint16_t) {}).ok());
+  LogWriter& log = dir->log(0);
+  env.broken_ = true;
+  log.Set("k", "v", 1, 0);
+  ASSERT_TRUE(CommitUntil(log, [&] { return log.failed() || log.stalled(); }));
+  EXPECT_TRUE(log.failed());
+  EXPECT_FALSE(log.stalled());
+  EXPECT_EQ(log.durable(), 0u);
+  EXPECT_NE(log.error().find("Input/output error"), std::string::npos) << log.error();
+  env.broken_ = false;
+  EXPECT_FALSE(dir->CloseLogs().ok());
 }
 
 // The power loss of FaultEnv, in a child process (a death test forks it; "fast" so that it

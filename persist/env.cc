@@ -18,6 +18,10 @@ int Env::Append(int fd, std::string_view data) { return WriteAll(fd, data); }
 
 int Env::SyncData(int fd) { return fdatasync(fd) == 0 ? 0 : errno; }
 
+int Env::Truncate(int fd, uint64_t size) {
+  return ftruncate(fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
+}
+
 void Env::CloseLog(int fd) { close(fd); }
 
 void Env::AtSnapshotStep(std::string_view) {}

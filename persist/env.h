@@ -18,6 +18,7 @@
 #ifndef RINGKV_PERSIST_ENV_H_
 #define RINGKV_PERSIST_ENV_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,8 @@ class Env {
   virtual int Append(int fd, std::string_view data);
   // fdatasync; 0 or the errno. Never retried after a failure (persist/file.h says why).
   virtual int SyncData(int fd);
+  // Cuts the file back to `size` bytes (after a write that failed part way); 0 or the errno.
+  virtual int Truncate(int fd, uint64_t size);
   virtual void CloseLog(int fd);
   // A snapshot commit reached `step`: "writing" (shard 0's temporary file written, not
   // committed), "renamed" (every snapshot file in place, no MANIFEST yet), "manifest" (the

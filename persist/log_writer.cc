@@ -1,5 +1,6 @@
 #include "persist/log_writer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -15,6 +16,10 @@ namespace {
 
 // everysec's syncer syncs this often when there is anything to sync.
 constexpr auto kEverySecInterval = std::chrono::seconds(1);
+// A stalled log's retries: the first this long after the failure, then twice as long each time
+// up to the last.
+constexpr std::chrono::milliseconds kFirstRetry{50};
+constexpr std::chrono::milliseconds kLastRetry{2000};
 
 }  // namespace
 
@@ -38,11 +43,11 @@ const char* SyncModeName(SyncMode mode) {
 }
 
 LogWriter::LogWriter(Segment segment, SyncMode mode, std::function<void()> on_progress,
-                     std::atomic<bool>* group_failed, Env& env)
+                     LogGroup* group, Env& env)
     : mode_(mode),
       on_progress_(std::move(on_progress)),
       env_(env),
-      group_failed_(group_failed),
+      group_(group),
       current_(std::move(segment)) {
   file_bytes_.store(current_.bytes);
   synced_bytes_.store(current_.synced);
@@ -70,9 +75,11 @@ absl::StatusOr<LogWriter::Segment> LogWriter::OpenSegment(const std::string& dir
   return segment;
 }
 
-absl::StatusOr<std::unique_ptr<LogWriter>> LogWriter::Create(
-    const std::string& dir, const FileHeader& header, SyncMode mode,
-    std::function<void()> on_progress, std::atomic<bool>* group_failed, Env* env) {
+absl::StatusOr<std::unique_ptr<LogWriter>> LogWriter::Create(const std::string& dir,
+                                                             const FileHeader& header,
+                                                             SyncMode mode,
+                                                             std::function<void()> on_progress,
+                                                             LogGroup* group, Env* env) {
   if (env == nullptr) env = DefaultEnv();
   absl::StatusOr<Segment> segment = OpenSegment(dir, header, *env);
   if (!segment.ok()) return segment.status();
@@ -81,7 +88,7 @@ absl::StatusOr<std::unique_ptr<LogWriter>> LogWriter::Create(
     return s;
   }
   std::unique_ptr<LogWriter> log(
-      new LogWriter(std::move(*segment), mode, std::move(on_progress), group_failed, *env));
+      new LogWriter(std::move(*segment), mode, std::move(on_progress), group, *env));
   log->syncer_ = std::thread([log = log.get()] { log->Run(); });
   return log;
 }
@@ -94,9 +101,9 @@ void LogWriter::PrepareCut(Segment next) {
 void LogWriter::Cut() {
   {
     std::lock_guard<std::mutex> io(io_mu_);
-    cut_segment_ = std::move(next_);
+    pending_.next = std::move(next_);
   }
-  cut_at_ = pending_blocks_.size();
+  pending_.cut = pending_.blocks.size();
   block_closed_ = true;
 }
 
@@ -109,51 +116,57 @@ LogWriter::~LogWriter() {
   if (!closed_) (void)Close();
 }
 
+void LogWriter::Batch::Clear() {
+  data.clear();
+  blocks.clear();
+  cut = 0;
+  next.reset();
+  seq = 0;
+}
+
 void LogWriter::Reserve(size_t record_bytes) {
-  if (pending_.empty() && mode_ != SyncMode::kAlways) {
+  if (pending_.data.empty() && mode_ != SyncMode::kAlways) {
     pending_since_ = std::chrono::steady_clock::now();
   }
-  if (!pending_blocks_.empty() && !block_closed_) {
-    const size_t used = pending_.size() - pending_blocks_.back() - kBlockHeaderBytes;
+  if (!pending_.blocks.empty() && !block_closed_) {
+    const size_t used = pending_.data.size() - pending_.blocks.back() - kBlockHeaderBytes;
     if (used == 0 || used + record_bytes <= kBlockTarget) return;
   }
   block_closed_ = false;
-  pending_blocks_.push_back(pending_.size());
-  pending_.append(kBlockHeaderBytes, '\0');
+  pending_.blocks.push_back(pending_.data.size());
+  pending_.data.append(kBlockHeaderBytes, '\0');
 }
 
 void LogWriter::Set(std::string_view key, std::string_view value, uint64_t version,
                     int64_t deadline_ms) {
   Reserve(MaxSetBytes(key.size(), value.size()));
-  AppendSet(&pending_, key, value, version, deadline_ms);
+  AppendSet(&pending_.data, key, value, version, deadline_ms);
   ++appended_;
 }
 
 void LogWriter::SetDeadline(std::string_view key, int64_t deadline_ms) {
   Reserve(MaxSetBytes(key.size(), 0));
-  AppendDeadline(&pending_, key, deadline_ms);
+  AppendDeadline(&pending_.data, key, deadline_ms);
   ++appended_;
 }
 
 void LogWriter::Delete(std::string_view key) {
   Reserve(MaxSetBytes(key.size(), 0));
-  AppendDelete(&pending_, key);
+  AppendDelete(&pending_.data, key);
   ++appended_;
 }
 
 void LogWriter::Commit() {
-  const bool cut = cut_segment_ != nullptr;
-  if ((pending_.empty() && !cut) || in_flight_.load(std::memory_order_acquire)) return;
+  // While a batch is with the syncer (always: being written; any mode: stalled) the records
+  // wait here for the next hand-off or write.
+  if (pending_.empty() || in_flight_.load(std::memory_order_acquire)) return;
   if (self_failed()) {  // Nothing more goes to the file; the worker refuses the writes.
-    pending_.clear();
-    pending_blocks_.clear();
-    if (cut) {
-      env_.CloseLog(cut_segment_->fd);
-      cut_segment_.reset();
-    }
+    if (pending_.next != nullptr) env_.CloseLog(pending_.next->fd);
+    pending_.Clear();
     return;
   }
-  const size_t cut_at = cut ? cut_at_ : pending_blocks_.size();
+  if (pending_.next == nullptr) pending_.cut = pending_.blocks.size();
+  pending_.seq = appended_;
   if (mode_ != SyncMode::kAlways) {
     // Nobody waits for a sync: the worker writes the blocks itself (into the page cache), which
     // costs less than waking the syncer for them, and coalesces the turns of a busy stretch
@@ -161,22 +174,19 @@ void LogWriter::Commit() {
     // written at once, so that the old segment is done with.
     const bool idle = appended_ == appended_at_commit_;
     appended_at_commit_ = appended_;
-    if (!idle && !cut && pending_.size() < kCoalesceBytes &&
+    if (!idle && pending_.next == nullptr && pending_.data.size() < kCoalesceBytes &&
         std::chrono::steady_clock::now() - pending_since_ < kCoalesceTime) {
       return;
     }
-    if (WriteBlocks(pending_, pending_blocks_, cut_at, std::move(cut_segment_))) {
-      durable_.store(appended_, std::memory_order_release);
+    if (int error = WriteBatch(pending_); error != 0) {
+      WriteFailed(error, pending_);
+    } else {
+      durable_.store(pending_.seq, std::memory_order_release);
     }
-    pending_.clear();
-    pending_blocks_.clear();
+    pending_.Clear();
     return;
   }
-  handoff_.swap(pending_);
-  handoff_blocks_.swap(pending_blocks_);
-  handoff_seq_ = appended_;
-  handoff_cut_ = cut_at;
-  handoff_segment_ = std::move(cut_segment_);
+  std::swap(handoff_, pending_);
   in_flight_.store(true, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -193,7 +203,7 @@ void LogWriter::Fail(std::string_view step, const std::string& path, int error) 
     error_ = std::move(message);
   }
   failed_.store(true, std::memory_order_release);
-  if (group_failed_ != nullptr) group_failed_->store(true, std::memory_order_release);
+  if (group_ != nullptr) group_->failed.store(true, std::memory_order_release);
 }
 
 std::string LogWriter::error() const {
@@ -201,33 +211,34 @@ std::string LogWriter::error() const {
   return error_;
 }
 
-bool LogWriter::WriteLocked(std::string_view bytes) {
-  if (bytes.empty()) return true;
+int LogWriter::WriteLocked(std::string_view bytes) {
+  if (bytes.empty()) return 0;
   const uint64_t before = file_bytes_.load(std::memory_order_relaxed);
   const int error = env_.Append(current_.fd, bytes);
-  if (error == 0) file_bytes_.store(before + bytes.size(), std::memory_order_relaxed);
-  if (error != 0) {
-    Fail("cannot write the log", current_.path, error);
-    return false;
+  if (error == 0) {
+    file_bytes_.store(before + bytes.size(), std::memory_order_relaxed);
+    return 0;
   }
-  return true;
+  // A failed write may have written part of `bytes`: cut it off, so that the file ends with
+  // a whole block and a retry appends where this write began.
+  if (int cut = env_.Truncate(current_.fd, before); cut != 0) return cut;
+  return error;
 }
 
-bool LogWriter::WriteBlocks(std::string& data, const std::vector<size_t>& blocks, size_t cut,
-                            std::unique_ptr<Segment> next) {
+int LogWriter::WriteBatch(Batch& batch) {
   std::lock_guard<std::mutex> io(io_mu_);
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const size_t end = i + 1 < blocks.size() ? blocks[i + 1] : data.size();
-    const uint32_t seed = i >= cut && next != nullptr ? next->seed : current_.seed;
-    SealBlock(data.data() + blocks[i], end - blocks[i] - kBlockHeaderBytes, seed);
+  const bool switches = batch.next != nullptr;
+  // Sealing is idempotent: a retried batch seals its blocks again to the same bytes.
+  for (size_t i = 0; i < batch.blocks.size(); ++i) {
+    const size_t end = i + 1 < batch.blocks.size() ? batch.blocks[i + 1] : batch.data.size();
+    const uint32_t seed = switches && i >= batch.cut ? batch.next->seed : current_.seed;
+    SealBlock(batch.data.data() + batch.blocks[i], end - batch.blocks[i] - kBlockHeaderBytes, seed);
   }
-  const size_t split = cut < blocks.size() ? blocks[cut] : data.size();
-  const std::string_view bytes = data;
-  if (!WriteLocked(bytes.substr(0, split))) {
-    if (next != nullptr) env_.CloseLog(next->fd);
-    return false;
-  }
-  if (next == nullptr) return true;
+  const size_t split =
+      switches && batch.cut < batch.blocks.size() ? batch.blocks[batch.cut] : batch.data.size();
+  const std::string_view bytes = batch.data;
+  if (int error = WriteLocked(bytes.substr(0, split)); error != 0) return error;
+  if (!switches) return 0;
   current_.bytes = file_bytes_.load(std::memory_order_relaxed);
   current_.synced = synced_bytes_.load(std::memory_order_relaxed);
   if (mode_ == SyncMode::kNo) {
@@ -235,11 +246,84 @@ bool LogWriter::WriteBlocks(std::string& data, const std::vector<size_t>& blocks
   } else {
     retired_.push_back(std::move(current_));
   }
-  current_ = std::move(*next);
+  current_ = std::move(*batch.next);
+  batch.next.reset();
   ++segment_number_;
   file_bytes_.store(current_.bytes, std::memory_order_relaxed);
   synced_bytes_.store(current_.synced, std::memory_order_relaxed);
-  return WriteLocked(bytes.substr(split));
+  if (int error = WriteLocked(bytes.substr(split)); error != 0) {
+    // The part before the cut is in the old segment: what is left all goes to the new one.
+    batch.data.erase(0, split);
+    batch.blocks.erase(batch.blocks.begin(), batch.blocks.begin() + batch.cut);
+    for (size_t& start : batch.blocks) start -= split;
+    batch.cut = batch.blocks.size();
+    return error;
+  }
+  return 0;
+}
+
+void LogWriter::WriteFailed(int error, Batch& batch) {
+  const std::string path = this->path();
+  if (error != ENOSPC && error != EDQUOT) {
+    Fail("cannot write the log", path, error);
+    if (batch.next != nullptr) env_.CloseLog(batch.next->fd);
+    return;
+  }
+  std::string message = absl::StrCat("cannot write the log ", path, ": ", std::strerror(error),
+                                     "; writes are refused until a retried write succeeds");
+  Log(LogLevel::kError, "%s (retried every 2 s at most; reads go on)", message);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::move(message);
+    stalled_since_ = std::chrono::steady_clock::now();
+    if (&batch != &handoff_) std::swap(handoff_, batch);
+    ready_ = true;
+  }
+  in_flight_.store(true, std::memory_order_relaxed);
+  stalled_.store(true, std::memory_order_release);
+  if (group_ != nullptr) group_->stalled.fetch_add(1, std::memory_order_acq_rel);
+  cv_.notify_one();
+}
+
+bool LogWriter::Retry() {
+  const bool giving_up = stop_retrying_.load(std::memory_order_acquire);
+  const int error = WriteBatch(handoff_);
+  if (error == ENOSPC || error == EDQUOT) {
+    if (!giving_up) return false;
+    Fail("cannot write the log at the stop", path(), error);
+  } else if (error != 0) {
+    Fail("cannot write the log", path(), error);
+  } else if (Sync()) {
+    durable_.store(handoff_.seq, std::memory_order_release);
+    double seconds;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_.clear();
+      seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - stalled_since_).count();
+    }
+    Log(LogLevel::kWarning, "the log %s is written again, after %.1f s; writes are taken again",
+        path(), seconds);
+  }
+  if (handoff_.next != nullptr) env_.CloseLog(handoff_.next->fd);  // Only if the log failed.
+  stalled_.store(false, std::memory_order_release);
+  if (group_ != nullptr) group_->stalled.fetch_sub(1, std::memory_order_acq_rel);
+  FinishHandoff();
+  return true;
+}
+
+void LogWriter::FinishHandoff() {
+  handoff_.Clear();
+  in_flight_.store(false, std::memory_order_release);
+  // The worker holds answers for durable_, may have records piled up meanwhile, or writes to
+  // refuse now that the log failed.
+  on_progress_();
+}
+
+void LogWriter::StopRetrying() {
+  stop_retrying_.store(true, std::memory_order_release);
+  { std::lock_guard<std::mutex> lock(mu_); }  // The syncer is waiting, or sees the flag.
+  cv_.notify_one();
 }
 
 bool LogWriter::Sync() {
@@ -282,34 +366,38 @@ bool LogWriter::Sync() {
 void LogWriter::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
+    if (self_stalled()) {
+      RetryUntilWritten(lock);
+      ready_ = false;
+      if (stop_) return;  // Close makes the last try if it is still stalled.
+      continue;
+    }
     switch (mode_) {
       case SyncMode::kAlways:
+      case SyncMode::kNo:
         cv_.wait(lock, [this] { return ready_ || stop_; });
         break;
       case SyncMode::kEverySec:
-        cv_.wait_for(lock, kEverySecInterval, [this] { return stop_; });
-        break;
-      case SyncMode::kNo:
-        cv_.wait(lock, [this] { return stop_; });
+        cv_.wait_for(lock, kEverySecInterval, [this] { return ready_ || stop_; });
         break;
     }
     const bool have = ready_;
     const bool stop = stop_;
     ready_ = false;
     lock.unlock();
-    if (have) {
-      if (!self_failed() &&
-          WriteBlocks(handoff_, handoff_blocks_, handoff_cut_, std::move(handoff_segment_)) &&
-          Sync()) {
-        durable_.store(handoff_seq_, std::memory_order_release);
+    // With always, a hand-off to write; with everysec and no, `have` only says that the
+    // worker's write stalled, which the next pass retries.
+    if (have && !self_stalled()) {
+      if (self_failed()) {
+        if (handoff_.next != nullptr) env_.CloseLog(handoff_.next->fd);
+        FinishHandoff();
+      } else if (int error = WriteBatch(handoff_); error != 0) {
+        WriteFailed(error, handoff_);  // Stalled (the batch stays for a retry), or failed.
+        if (!self_stalled()) FinishHandoff();
+      } else {
+        if (Sync()) durable_.store(handoff_.seq, std::memory_order_release);
+        FinishHandoff();
       }
-      handoff_segment_.reset();
-      handoff_.clear();
-      handoff_blocks_.clear();
-      in_flight_.store(false, std::memory_order_release);
-      // The worker holds answers for durable_, may have records piled up meanwhile, or writes
-      // to refuse now that the log failed.
-      on_progress_();
     }
     bool unsynced;
     {
@@ -317,9 +405,23 @@ void LogWriter::Run() {
       unsynced = !retired_.empty() || file_bytes_.load(std::memory_order_relaxed) >
                                           synced_bytes_.load(std::memory_order_relaxed);
     }
-    if (mode_ == SyncMode::kEverySec && !self_failed() && unsynced) Sync();
+    if (mode_ == SyncMode::kEverySec && !self_failed() && !self_stalled() && unsynced) Sync();
     lock.lock();
-    if (stop && !ready_) return;
+    if (stop && !ready_ && !self_stalled()) return;
+  }
+}
+
+void LogWriter::RetryUntilWritten(std::unique_lock<std::mutex>& lock) {
+  auto backoff = kFirstRetry;
+  for (;;) {
+    cv_.wait_for(lock, backoff,
+                 [this] { return stop_ || stop_retrying_.load(std::memory_order_acquire); });
+    if (stop_) return;
+    lock.unlock();
+    const bool done = Retry();
+    lock.lock();
+    if (done) return;
+    backoff = std::min(backoff * 2, kLastRetry);
   }
 }
 
@@ -332,20 +434,26 @@ absl::Status LogWriter::Close() {
   }
   cv_.notify_one();
   if (syncer_.joinable()) syncer_.join();
+  // A stalled batch gets its last try.
+  if (self_stalled()) {
+    stop_retrying_.store(true, std::memory_order_release);
+    Retry();
+  }
   // What the worker recorded and had not handed over (always: the syncer was busy) or written
   // (everysec, no: it was still coalescing).
-  if (!self_failed() && (!pending_.empty() || cut_segment_ != nullptr)) {
-    const size_t cut_at = cut_segment_ != nullptr ? cut_at_ : pending_blocks_.size();
-    WriteBlocks(pending_, pending_blocks_, cut_at, std::move(cut_segment_));
-    pending_.clear();
-    pending_blocks_.clear();
+  if (!self_failed() && !pending_.empty()) {
+    if (pending_.next == nullptr) pending_.cut = pending_.blocks.size();
+    if (int error = WriteBatch(pending_); error != 0) {
+      Fail("cannot write the log at the stop", path(), error);
+    }
   }
+  if (pending_.next != nullptr && self_failed()) env_.CloseLog(pending_.next->fd);
+  pending_.Clear();
   if (!self_failed() && Sync()) durable_.store(appended_, std::memory_order_release);
   std::lock_guard<std::mutex> io(io_mu_);
   for (const Segment& old : retired_) env_.CloseLog(old.fd);  // Left by a failure.
   retired_.clear();
   env_.CloseLog(current_.fd);
-  if (cut_segment_ != nullptr) env_.CloseLog(cut_segment_->fd);
   if (next_ != nullptr) env_.CloseLog(next_->fd);  // Prepared for a cut the worker never made.
   if (self_failed()) return absl::UnavailableError(error());
   return absl::OkStatus();

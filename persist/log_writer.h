@@ -16,8 +16,18 @@
 //             machine loses about the last second;
 //   no        as everysec, but nothing is synced until Close; the kernel writes the pages back
 //             when it likes.
-// Failures: a write or fdatasync that fails marks the log failed for good (never retried: see
-// persist/file.h), and the worker refuses writes from then on (shard/journal.h).
+// Failures:
+//   - a write that fails for want of space (ENOSPC, EDQUOT) stalls the log: nothing it had
+//     written is lost, so the file is cut back to the end of its last whole write and the
+//     blocks that did not fit wait, in order, for the syncer, which tries them again after
+//     50 ms, then twice as long each time up to 2 s. While the log is stalled the worker
+//     refuses writes (stalled()) and holds the answers of the records that wait; once a retry's
+//     write and its fdatasync both succeed, they are durable, the answers go and writes are
+//     taken again. Both transitions are logged. StopRetrying (at a stop) makes a last try and
+//     fails the log if it is still stalled;
+//   - any other failed write, a failed fdatasync, or a cut that cannot be made marks the log
+//     failed for good (a failed fdatasync is never retried: see persist/file.h), and the
+//     worker refuses writes from then on and answers the held records UNAVAILABLE.
 //
 // Segments: a log is a run of files, one per generation. A live snapshot opens the next
 // generation's file for every worker (OpenSegment, PrepareCut) before it asks the workers for
@@ -60,6 +70,14 @@ enum class SyncMode { kAlways, kEverySec, kNo };
 std::optional<SyncMode> ParseSyncMode(std::string_view text);
 const char* SyncModeName(SyncMode mode);
 
+// What the logs of one server share (the disk among them): a failure of any fails them all, and
+// while any is stalled for want of space every one refuses writes, so that no worker takes
+// writes whose records would only stall too.
+struct LogGroup {
+  std::atomic<bool> failed{false};
+  std::atomic<int> stalled{0};  // Logs stalled now.
+};
+
 class LogWriter final : public Journal {
  public:
   // A block is closed once it holds this much; a record bigger than that gets a block of its own.
@@ -71,14 +89,13 @@ class LogWriter final : public Journal {
   static constexpr std::chrono::microseconds kCoalesceTime{1000};
 
   // Creates DIR/LogName(header) (which must not exist yet), writes its header, and syncs it and
-  // the directory. `group_failed` (may be null; outlives the log) is shared by the logs of one
-  // server: a failure of any of them fails them all, so that every worker refuses writes.
+  // the directory. `group` (may be null; outlives the log) is shared by the logs of one
+  // server (LogGroup).
   // `env` (null: DefaultEnv()) does the files' I/O and outlives the log.
   static absl::StatusOr<std::unique_ptr<LogWriter>> Create(const std::string& dir,
                                                            const FileHeader& header, SyncMode mode,
                                                            std::function<void()> on_progress,
-                                                           std::atomic<bool>* group_failed,
-                                                           Env* env = nullptr);
+                                                           LogGroup* group, Env* env = nullptr);
 
   // One file of a log: created, its header written and synced (the directory is not).
   struct Segment {
@@ -108,15 +125,24 @@ class LogWriter final : public Journal {
   void Commit() override;
   bool failed() const override {
     return failed_.load(std::memory_order_acquire) ||
-           (group_failed_ != nullptr && group_failed_->load(std::memory_order_acquire));
+           (group_ != nullptr && group_->failed.load(std::memory_order_acquire));
   }
-  bool backlogged() const override { return pending_.size() > kMaxPending; }
+  // This log, or another of its group, is stalled for want of space.
+  bool stalled() const override {
+    return self_stalled() ||
+           (group_ != nullptr && group_->stalled.load(std::memory_order_acquire) > 0);
+  }
+  bool backlogged() const override { return pending_.data.size() > kMaxPending; }
   // Records from now on go to the segment PrepareCut gave (which must have been called).
   void Cut() override;
 
   // Writes and syncs whatever is left (in every mode), stops the syncer and closes the file;
-  // the log's error if it failed. Once only.
+  // the log's error if it failed (a log still stalled fails). Once only.
   absl::Status Close();
+  // Any thread (a stop, once the calls have had their grace period): a stalled log makes one
+  // more try and, if it is still stalled, fails for good, so that the worker answers the
+  // records it holds (UNAVAILABLE) and can stop. A log that is not stalled is untouched.
+  void StopRetrying();
 
   // The file records go to now.
   std::string path() const;
@@ -124,62 +150,88 @@ class LogWriter final : public Journal {
   uint64_t bytes() const { return file_bytes_.load(std::memory_order_relaxed); }
   // fdatasyncs done (with always, one per group commit).
   uint64_t syncs() const { return syncs_.load(std::memory_order_relaxed); }
-  // Why the log failed; empty while it has not (also when another of its group did).
+  // Why the log failed or is stalled; empty while it is healthy (also when another of its
+  // group failed).
   std::string error() const;
 
  private:
-  LogWriter(Segment segment, SyncMode mode, std::function<void()> on_progress,
-            std::atomic<bool>* group_failed, Env& env);
+  // Records on their way to the file: blocks, the segment switch of a cut, and what durable_
+  // becomes once they are written (and, with always, synced).
+  struct Batch {
+    std::string data;            // Blocks, their headers filled in (sealed) when written.
+    std::vector<size_t> blocks;  // Where each block of `data` starts.
+    // With `next`: blocks [0, cut) go to the current segment, then the log switches to `next`
+    // and the rest go there. Without, `cut` is unused.
+    size_t cut = 0;
+    std::unique_ptr<Segment> next;
+    uint64_t seq = 0;
+    bool empty() const { return data.empty() && next == nullptr; }
+    void Clear();
+  };
+
+  LogWriter(Segment segment, SyncMode mode, std::function<void()> on_progress, LogGroup* group,
+            Env& env);
   // This log's own failure (failed() also counts the group's).
   bool self_failed() const { return failed_.load(std::memory_order_acquire); }
+  bool self_stalled() const { return stalled_.load(std::memory_order_acquire); }
   void Run();
   // Starts a new block unless the open one has room for `record_bytes` more.
   void Reserve(size_t record_bytes);
-  // Seals the blocks of `data` (starting at `blocks`) and writes them; with `next`, blocks
-  // [0, cut) to the current segment and the rest to `next`, which becomes the current one.
-  // False if it failed.
-  bool WriteBlocks(std::string& data, const std::vector<size_t>& blocks, size_t cut,
-                   std::unique_ptr<Segment> next);
-  // Writes `bytes` to the current segment; io_mu_ held. False if it failed.
-  bool WriteLocked(std::string_view bytes);
+  // Seals `batch`'s blocks and writes them, switching segments at its cut; 0, or the errno of
+  // the write that failed, after which `batch` holds what is left to write (its part before
+  // the cut gone if that was written) and the file is as it was before that write.
+  int WriteBatch(Batch& batch);
+  // Writes `bytes` to the current segment, cutting the file back to where it was if the write
+  // fails; io_mu_ held. 0 or the errno.
+  int WriteLocked(std::string_view bytes);
+  // What a failed WriteBatch leaves: stalls the log, `batch` moved to handoff_ for the syncer
+  // to retry, if `error` is a want of space; fails it otherwise. Worker or syncer thread.
+  void WriteFailed(int error, Batch& batch);
+  // Syncer thread, stalled: writes and syncs handoff_ again; false if it is still stalled.
+  bool Retry();
+  // Syncer thread, `lock` (on mu_) held: retries, with backoff, until the log is written again
+  // or fails, or a stop begins.
+  void RetryUntilWritten(std::unique_lock<std::mutex>& lock);
   // Syncs and closes the retired segments, then syncs the current one. Syncer thread (or
   // Close, once the syncer has stopped).
   bool Sync();
   void Fail(std::string_view step, const std::string& path, int error);
+  // The handoff's batch is done with (written or given up): empties it and lets the worker
+  // hand over the next one, waking its loop.
+  void FinishHandoff();
 
   // Constant after construction.
   const SyncMode mode_;
   const std::function<void()> on_progress_;
   Env& env_;
-  std::atomic<bool>* const group_failed_;
+  LogGroup* const group_;
 
   // Worker thread only.
-  std::string pending_;                 // Blocks, their headers not filled in yet.
-  std::vector<size_t> pending_blocks_;  // Where each of pending_'s blocks starts.
+  Batch pending_;  // Recorded, not handed over or written yet (seq unused). After Cut(), its
+                   // `next` is the segment its blocks from `cut` on go to.
   uint64_t appended_ = 0;
   uint64_t appended_at_commit_ = 0;                      // appended_ at the last Commit.
   std::chrono::steady_clock::time_point pending_since_;  // When pending_ got its first record.
-  // After Cut(): the segment pending_blocks_[cut_at_..] go to (null: no cut pending).
-  std::unique_ptr<Segment> cut_segment_;
-  size_t cut_at_ = 0;
   bool block_closed_ = false;  // The next record starts a new block (the last one precedes a cut).
 
-  // The hand-off: the worker fills handoff_* and sets in_flight_ (then ready_ under mu_); the
-  // syncer writes them, empties them and clears in_flight_ (release), after which the worker
-  // may fill them again.
-  std::string handoff_;
-  std::vector<size_t> handoff_blocks_;
-  uint64_t handoff_seq_ = 0;
-  std::unique_ptr<Segment> handoff_segment_;
-  size_t handoff_cut_ = 0;
+  // The hand-off: the worker fills handoff_ and sets in_flight_ (then ready_ under mu_); the
+  // syncer writes it, empties it and clears in_flight_ (release), after which the worker may
+  // fill it again. With everysec and no the worker hands over only a batch whose write
+  // stalled, for the syncer to retry.
+  Batch handoff_;
   std::atomic<bool> in_flight_{false};
+  // A write stalled for want of space; handoff_ waits for a retry. Set by the thread whose
+  // write failed, cleared by the syncer.
+  std::atomic<bool> stalled_{false};
+  std::atomic<bool> stop_retrying_{false};  // StopRetrying was called.
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool ready_ = false;   // Guarded by mu_.
-  bool stop_ = false;    // Guarded by mu_.
-  std::string error_;    // Guarded by mu_.
-  bool closed_ = false;  // Control thread.
+  bool ready_ = false;  // Guarded by mu_: handoff_ waits (a commit, or a stall to retry).
+  bool stop_ = false;   // Guarded by mu_.
+  std::string error_;   // Guarded by mu_.
+  std::chrono::steady_clock::time_point stalled_since_;  // Guarded by mu_.
+  bool closed_ = false;                                  // Control thread.
 
   // Held around each write(), to read file_bytes_ before an fdatasync and to publish
   // synced_bytes_ after it (not over the fdatasync itself).

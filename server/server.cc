@@ -152,6 +152,11 @@ absl::Status Server::OpenDataDir() {
       !s.ok()) {
     return s;
   }
+  // `ringkv stats` and /metrics read the workers' counters: the restored shards show at once,
+  // not at their first write.
+  for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
+    ring_engine_->worker(i).PublishShardCounters();
+  }
   const persist::PersistenceStats restored = data_dir_->Stats();
   Log(LogLevel::kInfo, "data directory %s: %d keys restored in %.3f s; --fsync=%s",
       options_.data_dir, restored.restored_keys, restored.restore_seconds, restored.fsync);
@@ -167,7 +172,17 @@ absl::Status Server::OpenDataDir() {
       "not stored: the log in ", options_.data_dir,
       " could not be written, so writes are refused until the server is restarted (reads go "
       "on; the server's log and `ringkv stats` give the cause)");
+  journal_stalled_ = absl::StrCat(
+      "not stored: the log in ", options_.data_dir,
+      " is out of space, so writes are refused until space is freed; they are taken again by "
+      "themselves within seconds of that (reads go on; the server's log and `ringkv stats` give "
+      "the cause)");
   return absl::OkStatus();
+}
+
+const std::string& Server::journal_failure_message() const {
+  if (data_dir_ != nullptr && !data_dir_->logs_failed()) return journal_stalled_;
+  return journal_failure_;
 }
 
 absl::Status Server::Shutdown() {
@@ -189,8 +204,13 @@ absl::Status Server::Shutdown() {
          absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(2));
   }
-  // A snapshot under way needs the workers: it ends before they stop.
-  if (data_dir_ != nullptr) data_dir_->StopSnapshotter();
+  // A snapshot under way needs the workers: it ends before they stop. A log stalled for want of
+  // space has had the grace period to recover; answers it still holds fail now, or the loops
+  // would never drain.
+  if (data_dir_ != nullptr) {
+    data_dir_->StopSnapshotter();
+    data_dir_->StopRetrying();
+  }
   Log(LogLevel::kDebug, "%d calls still in flight; stopping the transport",
       active_calls_.load(std::memory_order_acquire));
   // Ends whatever is left and closes the connections.

@@ -84,7 +84,7 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   void CallEnded() override { active_calls_.fetch_sub(1, std::memory_order_release); }
   void FillStats(ringkv::v1::StatsResponse* stats) const override;
   absl::Status RequestSnapshot(persist::DataDir::SnapshotDone done) override;
-  const std::string& journal_failure_message() const override { return journal_failure_; }
+  const std::string& journal_failure_message() const override;
 
   // MetricsSource, for the /metrics scrape.
   const ServerContext& context() const override { return *this; }
@@ -113,6 +113,7 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   std::unique_ptr<MetricsServer> metrics_server_;  // Its thread only reads through ServerMetrics.
   // Set before the loops start (OpenDataDir).
   std::string journal_failure_ = "the write could not be made durable; writes are refused";
+  std::string journal_stalled_ = journal_failure_;  // While no log has failed for good.
   std::unique_ptr<FinishLine> finish_line_;
 
   // Control thread only.

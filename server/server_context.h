@@ -56,8 +56,8 @@ class ServerContext {
   // is durable or has failed. FAILED_PRECONDITION (and `done` never runs) without --data-dir.
   virtual absl::Status RequestSnapshot(persist::DataDir::SnapshotDone done) = 0;
 
-  // The UNAVAILABLE message of a write refused because the data directory's log failed
-  // (Result::kUnavailable).
+  // The UNAVAILABLE message of a write refused because the data directory's log failed, or is
+  // stalled for want of space (Result::kUnavailable).
   virtual const std::string& journal_failure_message() const = 0;
 
  protected:

@@ -39,8 +39,12 @@ class Journal {
   virtual bool holds_acks() const = 0;
   // End of a turn: hands what was recorded to the disk (one write and one sync cover it).
   virtual void Commit() = 0;
-  // Whether the journal takes no more records (the medium failed): writes must be refused.
+  // Whether the journal takes no more records, for good (the medium failed): writes must be
+  // refused, and records not durable() yet never will be.
   virtual bool failed() const = 0;
+  // Whether the medium is out of space for now: writes must be refused, but the records taken
+  // already wait to be made durable (their answers held) until the journal recovers or fails.
+  virtual bool stalled() const { return false; }
   // Whether so much is waiting for the disk that the worker should admit no new requests.
   virtual bool backlogged() const = 0;
   // A snapshot's cut (Worker::StartSnapshot): the records from now on go after it, to the

@@ -217,7 +217,7 @@ void Worker::Execute(Request** batch, size_t n) {
 }
 
 void Worker::ExecuteJournaled(Request** batch, size_t n, int64_t now_ms) {
-  const bool refuse_writes = journal_->failed();
+  const bool refuse_writes = journal_->failed() || journal_->stalled();
   const bool hold = journal_->holds_acks();
   for (size_t i = 0; i < n; ++i) {
     Request& r = *batch[i];

@@ -183,6 +183,10 @@ class Worker {
   }
   // The shard, to restore it before the worker runs.
   Shard& mutable_shard() { return shard_; }
+  // Copies the shard's figures (keys, bytes, ...) to the counters others read. The worker does
+  // it after each batch; the control thread once a restore has filled the shard, before the
+  // worker runs.
+  void PublishShardCounters();
 
   // Any thread: the worker takes a snapshot of its shard into `job`, which outlives it, making
   // the cut at the start of its next turn (the caller wakes its loop). One at a time: not again
@@ -215,7 +219,6 @@ class Worker {
   void CutSnapshot();
   // Step 6 of the turn, for `slice`; returns how many steps it walked.
   size_t WalkSnapshot(std::chrono::microseconds slice);
-  void PublishShardCounters();
   void Push(uint16_t to, Request* request);
   void Flush();
 

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "persist/file.h"
@@ -22,7 +23,7 @@ int FaultEnv::Append(int fd, std::string_view data) {
   std::lock_guard<std::mutex> lock(mu_);
   File& file = open_[fd];
   int error = 0;
-  const uint64_t limit = faults_.fail_log_after_bytes;
+  const uint64_t limit = fail_log_after_bytes_;
   if (limit != 0 && file.written + data.size() > limit) {
     data = data.substr(0, limit > file.written ? limit - file.written : 0);
     error = ENOSPC;
@@ -44,6 +45,20 @@ int FaultEnv::SyncData(int fd) {
   File& file = open_[fd];
   if (covered > file.synced) file.synced = covered;
   return 0;
+}
+
+int FaultEnv::Truncate(int fd, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (int error = Env::Truncate(fd, size); error != 0) return error;
+  File& file = open_[fd];
+  file.written = std::min(file.written, size);
+  file.synced = std::min(file.synced, size);
+  return 0;
+}
+
+void FaultEnv::set_fail_log_after_bytes(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail_log_after_bytes_ = bytes;
 }
 
 void FaultEnv::CloseLog(int fd) {

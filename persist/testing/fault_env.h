@@ -1,7 +1,8 @@
 // FaultEnv: a persist::Env (persist/env.h) for crash and disk-fault tests. On top of the
 // system's behaviour it can
 //   - fail log writes as a full disk does: a write that would take a log file past
-//     `fail_log_after_bytes` writes the part that fits, then fails with ENOSPC;
+//     `fail_log_after_bytes` writes the part that fits, then fails with ENOSPC; a truncation
+//     gives the space back, and set_fail_log_after_bytes frees more (or fills the disk);
 //   - kill the process (SIGKILL) when a snapshot commit reaches `crash_at_step`;
 //   - simulate a power loss (PowerLoss): every log file written through it is cut back to what
 //     its last successful fdatasync covered, the page cache's unsynced bytes gone, and the
@@ -36,13 +37,18 @@ class FaultEnv final : public Env {
     uint64_t fail_log_after_bytes = 0;  // 0: never.
     std::string crash_at_step = "";     // Empty: never.
   };
-  explicit FaultEnv(Faults faults) : faults_(std::move(faults)) {}
+  explicit FaultEnv(Faults faults)
+      : faults_(std::move(faults)), fail_log_after_bytes_(faults_.fail_log_after_bytes) {}
 
   int OpenLog(const std::string& path, int* fd) override;
   int Append(int fd, std::string_view data) override;
   int SyncData(int fd) override;
+  int Truncate(int fd, uint64_t size) override;
   void CloseLog(int fd) override;
   void AtSnapshotStep(std::string_view step) override;
+
+  // From now on, a log file takes `bytes` (0: any size). Any thread.
+  void set_fail_log_after_bytes(uint64_t bytes);
 
   // Cuts every log file back to its last sync and SIGKILLs the process. Any thread.
   [[noreturn]] void PowerLoss();
@@ -56,6 +62,7 @@ class FaultEnv final : public Env {
 
   const Faults faults_;
   std::mutex mu_;                           // Never released once PowerLoss holds it.
+  uint64_t fail_log_after_bytes_;           // Guarded by mu_.
   std::map<int, File> open_;                // By descriptor.
   std::map<std::string, uint64_t> closed_;  // Closed files' synced length, by path.
 };

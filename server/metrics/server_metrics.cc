@@ -165,9 +165,11 @@ void AddPersistence(const ringkv::v1::PersistenceStats& p, std::vector<MetricFam
                         MetricType::Gauge, static_cast<double>(p.snapshot_keys())));
   out->push_back(Single("persistence_last_snapshot_bytes", "Bytes of that snapshot.",
                         MetricType::Gauge, static_cast<double>(p.snapshot_bytes())));
-  out->push_back(Single("persistence_failed",
-                        "1 once a log write or sync has failed: writes are refused, reads go on.",
-                        MetricType::Gauge, p.error().empty() ? 0 : 1));
+  out->push_back(
+      Single("persistence_failed",
+             "1 while writes are refused because a log write or sync failed (out of space: until a "
+             "retried write succeeds; otherwise until a restart); reads go on.",
+             MetricType::Gauge, p.error().empty() ? 0 : 1));
 }
 
 }  // namespace
