@@ -638,29 +638,98 @@ absl::Status DataDir::RemoveStale(uint64_t keep_from, uint64_t snapshot_generati
 absl::Status DataDir::OpenLogs(uint32_t workers, const std::function<void(uint16_t)>& on_progress) {
   if (generation_ == 0) generation_ = std::max<uint64_t>(manifest_.generation, 1);
   on_progress_ = on_progress;
-  const int64_t now_ms = WallClockMs();
+  std::vector<LogWriter::Segment> segments;
+  const absl::Status opened = OpenLogFiles(workers, &segments);
+  if (!opened.ok() && !IsOutOfSpace(opened)) return opened;
   for (uint32_t i = 0; i < workers; ++i) {
-    FileHeader header{.kind = FileKind::kLog,
-                      .generation = generation_,
-                      .shard = i,
-                      .shards = workers,
-                      .created_ms = now_ms};
-    absl::StatusOr<std::unique_ptr<LogWriter>> log = LogWriter::Create(
-        path_, header, mode_, [on_progress, i] { on_progress(static_cast<uint16_t>(i)); },
-        &log_group_, &env_);
-    if (!log.ok()) return log.status();
-    logs_.push_back(std::move(*log));
+    auto progress = [on_progress, i] { on_progress(static_cast<uint16_t>(i)); };
+    if (opened.ok()) {
+      logs_.push_back(LogWriter::Start(std::move(segments[i]), mode_, progress, &log_group_, env_));
+    } else {
+      logs_.push_back(LogWriter::CreateWaiting(absl::StrCat(path_, "/", LogName(generation_, i)),
+                                               mode_, progress, &log_group_, env_));
+    }
   }
-  // Listed only now that their headers are synced (LogWriter::Create), and before any takes a
-  // record: the logs this restore read, with what was intact in them, then the new ones.
+  if (!opened.ok()) {
+    Log(LogLevel::kError,
+        "%s; serving reads only: writes are refused until the logs can be created (retried "
+        "every 2 s at most)",
+        opened.message());
+    std::lock_guard<std::mutex> lock(opener_mu_);
+    logs_waiting_ = true;
+    opener_ = std::thread([this, workers] { OpenLogsWhenThereIsRoom(workers); });
+  }
+  logs_open_.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+absl::Status DataDir::OpenLogFiles(uint32_t workers, std::vector<LogWriter::Segment>* segments) {
+  const int64_t now_ms = WallClockMs();
+  auto undo = [&](const absl::Status& s) {
+    for (const LogWriter::Segment& segment : *segments) {
+      env_.CloseLog(segment.fd);
+      unlink(segment.path.c_str());
+    }
+    segments->clear();
+    return s;
+  };
+  for (uint32_t i = 0; i < workers; ++i) {
+    const FileHeader header{.kind = FileKind::kLog,
+                            .generation = generation_,
+                            .shard = i,
+                            .shards = workers,
+                            .created_ms = now_ms};
+    absl::StatusOr<LogWriter::Segment> segment = LogWriter::OpenSegment(path_, header, env_);
+    if (!segment.ok()) return undo(segment.status());
+    segments->push_back(std::move(*segment));
+  }
+  if (absl::Status s = SyncDirectory(path_); !s.ok()) return undo(s);
+  // Listed only now that their headers are synced, and before any takes a record: the logs this
+  // restore read, with what was intact in them, then the new ones.
   Manifest manifest = CurrentManifest();
   manifest.logs = read_logs_;
   for (uint32_t i = 0; i < workers; ++i) {
     manifest.logs.push_back({.generation = generation_, .worker = i, .workers = workers});
   }
-  if (absl::Status s = WriteManifest(manifest); !s.ok()) return s;
-  logs_open_.store(true, std::memory_order_release);
+  if (absl::Status s = WriteManifest(manifest); !s.ok()) return undo(s);
   return absl::OkStatus();
+}
+
+void DataDir::OpenLogsWhenThereIsRoom(uint32_t workers) {
+  auto backoff = std::chrono::milliseconds(50);
+  std::unique_lock<std::mutex> lock(opener_mu_);
+  for (;;) {
+    opener_cv_.wait_for(lock, backoff, [this] { return opener_stop_; });
+    if (opener_stop_) return;  // The logs stay stalled; StopRetrying fails them.
+    lock.unlock();
+    std::vector<LogWriter::Segment> segments;
+    const absl::Status opened = OpenLogFiles(workers, &segments);
+    lock.lock();
+    if (opened.ok()) {
+      for (uint32_t i = 0; i < workers; ++i) logs_[i]->Attach(std::move(segments[i]));
+      logs_waiting_ = false;
+      Log(LogLevel::kWarning,
+          "the logs of %s are created; writes are taken again once each has "
+          "synced",
+          path_);
+      return;
+    }
+    if (!IsOutOfSpace(opened)) {
+      Log(LogLevel::kError, "%s; writes are refused until a restart", opened.message());
+      for (const auto& log : logs_) log->StopRetrying();
+      return;
+    }
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  }
+}
+
+void DataDir::StopOpener() {
+  {
+    std::lock_guard<std::mutex> lock(opener_mu_);
+    opener_stop_ = true;
+  }
+  opener_cv_.notify_one();
+  if (opener_.joinable()) opener_.join();
 }
 
 Manifest DataDir::CurrentManifest() const {
@@ -678,6 +747,7 @@ absl::Status DataDir::WriteManifest(const Manifest& manifest) {
 }
 
 absl::Status DataDir::CloseLogs() {
+  StopOpener();
   absl::Status status;
   for (auto& log : logs_) {
     if (absl::Status s = log->Close(); !s.ok() && status.ok()) status = s;
@@ -775,6 +845,14 @@ absl::StatusOr<std::vector<std::unique_ptr<SnapshotFile>>> DataDir::CreateSnapsh
 }
 
 absl::StatusOr<SnapshotInfo> DataDir::TakeLiveSnapshot() {
+  {
+    std::lock_guard<std::mutex> lock(opener_mu_);
+    if (logs_waiting_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the snapshot was not taken: the logs of ", path_,
+                       " are not created yet (the disk is full); the data is as it was loaded"));
+    }
+  }
   const auto started = std::chrono::steady_clock::now();
   SnapshotInfo info{.generation = generation_ + 1, .unix_ms = WallClockMs()};
   const uint32_t n = static_cast<uint32_t>(logs_.size());
@@ -913,6 +991,7 @@ absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards, 
 
 void DataDir::StopRetrying() {
   if (!logs_open_.load(std::memory_order_acquire)) return;
+  StopOpener();
   for (const auto& log : logs_) log->StopRetrying();
 }
 

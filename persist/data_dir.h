@@ -114,7 +114,11 @@ class DataDir {
 
   // Loads the data into `shards` (shard i is worker i's; `router` routes keys among them).
   absl::Status Restore(const std::vector<Shard*>& shards, const Router& router, int64_t now_ms);
-  // One new log per worker; `on_progress(i)` is called from log i's syncer (LogWriter).
+  // One new log per worker, listed in the MANIFEST; `on_progress(i)` is called from log i's
+  // syncer (LogWriter). If the disk has no room for them (or the MANIFEST), the logs start
+  // stalled (LogWriter::CreateWaiting: reads are served, writes refused) and a thread of the
+  // DataDir tries again, 50 ms later then twice as long each time up to every 2 s, until they
+  // can be made.
   absl::Status OpenLogs(uint32_t workers, const std::function<void(uint16_t)>& on_progress);
   LogWriter& log(uint32_t worker) { return *logs_[worker]; }
 
@@ -154,6 +158,12 @@ class DataDir {
   absl::StatusOr<SnapshotInfo> WriteSnapshot(const std::vector<const Shard*>& shards,
                                              SnapshotInfo info, int64_t now_ms);
   Manifest CurrentManifest() const;
+  // Creates the files of this run's logs (generation_), syncs the directory and lists them in
+  // the MANIFEST; on failure removes what it made.
+  absl::Status OpenLogFiles(uint32_t workers, std::vector<LogWriter::Segment>* segments);
+  // The opener thread: OpenLogFiles until it works, then gives each log its file.
+  void OpenLogsWhenThereIsRoom(uint32_t workers);
+  void StopOpener();
   // Replaces the MANIFEST (atomically, synced) and manifest_.
   absl::Status WriteManifest(const Manifest& manifest);
   // WriteManifest naming the snapshot `info` (its files committed) and `logs`, with the crash
@@ -199,6 +209,12 @@ class DataDir {
   double restore_seconds_ = 0;
   std::atomic<bool> logs_open_{false};
   LogGroup log_group_;  // Shared by the logs (LogWriter::Create).
+  // The opener (OpenLogs on a full disk).
+  std::thread opener_;
+  std::mutex opener_mu_;
+  std::condition_variable opener_cv_;
+  bool opener_stop_ = false;   // Guarded by opener_mu_.
+  bool logs_waiting_ = false;  // Guarded by opener_mu_: the logs have no files yet.
 };
 
 }  // namespace ringkv::persist

@@ -19,8 +19,9 @@ constexpr size_t kWriteBuffer = size_t{1} << 20;
 }  // namespace
 
 absl::Status IoError(std::string_view step, const std::string& path, int error) {
-  return absl::InternalError(
-      absl::StrCat(std::string(step), " ", path, ": ", std::strerror(error)));
+  std::string message = absl::StrCat(std::string(step), " ", path, ": ", std::strerror(error));
+  if (error == ENOSPC || error == EDQUOT) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
 }
 
 int WriteAll(int fd, std::string_view data) {

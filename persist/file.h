@@ -77,8 +77,13 @@ class MappedFile {
 int WriteAll(int fd, std::string_view data);
 // fsyncs directory `dir`, so that the names created or removed in it are durable.
 absl::Status SyncDirectory(const std::string& dir);
-// An error naming the step, the path and errno's text.
+// An error naming the step, the path and errno's text: RESOURCE_EXHAUSTED for a want of space
+// (ENOSPC, EDQUOT), INTERNAL for anything else.
 absl::Status IoError(std::string_view step, const std::string& path, int error);
+// Whether `status` is IoError's want of space.
+inline bool IsOutOfSpace(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted;
+}
 
 }  // namespace ringkv::persist
 

@@ -87,10 +87,38 @@ absl::StatusOr<std::unique_ptr<LogWriter>> LogWriter::Create(const std::string& 
     env->CloseLog(segment->fd);
     return s;
   }
+  return Start(std::move(*segment), mode, std::move(on_progress), group, *env);
+}
+
+std::unique_ptr<LogWriter> LogWriter::Start(Segment segment, SyncMode mode,
+                                            std::function<void()> on_progress, LogGroup* group,
+                                            Env& env) {
   std::unique_ptr<LogWriter> log(
-      new LogWriter(std::move(*segment), mode, std::move(on_progress), group, *env));
+      new LogWriter(std::move(segment), mode, std::move(on_progress), group, env));
   log->syncer_ = std::thread([log = log.get()] { log->Run(); });
   return log;
+}
+
+std::unique_ptr<LogWriter> LogWriter::CreateWaiting(const std::string& path, SyncMode mode,
+                                                    std::function<void()> on_progress,
+                                                    LogGroup* group, Env& env) {
+  std::unique_ptr<LogWriter> log(
+      new LogWriter(Segment{.path = path}, mode, std::move(on_progress), group, env));
+  log->error_ = absl::StrCat("cannot create the log ", path, ": ", std::strerror(ENOSPC),
+                             "; writes are refused until it can be created");
+  log->stalled_since_ = std::chrono::steady_clock::now();
+  log->in_flight_.store(true, std::memory_order_relaxed);
+  log->stalled_.store(true, std::memory_order_relaxed);
+  if (group != nullptr) group->stalled.fetch_add(1, std::memory_order_acq_rel);
+  log->syncer_ = std::thread([log = log.get()] { log->Run(); });
+  return log;
+}
+
+void LogWriter::Attach(Segment segment) {
+  std::lock_guard<std::mutex> io(io_mu_);
+  current_ = std::move(segment);
+  file_bytes_.store(current_.bytes, std::memory_order_relaxed);
+  synced_bytes_.store(current_.synced, std::memory_order_relaxed);
 }
 
 void LogWriter::PrepareCut(Segment next) {
@@ -287,10 +315,16 @@ void LogWriter::WriteFailed(int error, Batch& batch) {
 
 bool LogWriter::Retry() {
   const bool giving_up = stop_retrying_.load(std::memory_order_acquire);
-  const int error = WriteBatch(handoff_);
+  bool has_file;
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    has_file = current_.fd >= 0;
+  }
+  const int error = has_file ? WriteBatch(handoff_) : ENOSPC;  // CreateWaiting's: no file yet.
   if (error == ENOSPC || error == EDQUOT) {
     if (!giving_up) return false;
-    Fail("cannot write the log at the stop", path(), error);
+    Fail(has_file ? "cannot write the log at the stop" : "cannot create the log by the stop",
+         path(), error);
   } else if (error != 0) {
     Fail("cannot write the log", path(), error);
   } else if (Sync()) {
@@ -453,7 +487,7 @@ absl::Status LogWriter::Close() {
   std::lock_guard<std::mutex> io(io_mu_);
   for (const Segment& old : retired_) env_.CloseLog(old.fd);  // Left by a failure.
   retired_.clear();
-  env_.CloseLog(current_.fd);
+  if (current_.fd >= 0) env_.CloseLog(current_.fd);
   if (next_ != nullptr) env_.CloseLog(next_->fd);  // Prepared for a cut the worker never made.
   if (self_failed()) return absl::UnavailableError(error());
   return absl::OkStatus();

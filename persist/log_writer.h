@@ -88,15 +88,6 @@ class LogWriter final : public Journal {
   static constexpr size_t kCoalesceBytes = size_t{64} << 10;
   static constexpr std::chrono::microseconds kCoalesceTime{1000};
 
-  // Creates DIR/LogName(header) (which must not exist yet), writes its header, and syncs it and
-  // the directory. `group` (may be null; outlives the log) is shared by the logs of one
-  // server (LogGroup).
-  // `env` (null: DefaultEnv()) does the files' I/O and outlives the log.
-  static absl::StatusOr<std::unique_ptr<LogWriter>> Create(const std::string& dir,
-                                                           const FileHeader& header, SyncMode mode,
-                                                           std::function<void()> on_progress,
-                                                           LogGroup* group, Env* env = nullptr);
-
   // One file of a log: created, its header written and synced (the directory is not).
   struct Segment {
     std::string path;
@@ -105,11 +96,34 @@ class LogWriter final : public Journal {
     uint64_t bytes = 0;   // Written.
     uint64_t synced = 0;  // Covered by an fdatasync.
   };
+
+  // Creates DIR/LogName(header) (which must not exist yet), writes its header, and syncs it and
+  // the directory. `group` (may be null; outlives the log) is shared by the logs of one
+  // server (LogGroup).
+  // `env` (null: DefaultEnv()) does the files' I/O and outlives the log.
+  static absl::StatusOr<std::unique_ptr<LogWriter>> Create(const std::string& dir,
+                                                           const FileHeader& header, SyncMode mode,
+                                                           std::function<void()> on_progress,
+                                                           LogGroup* group, Env* env = nullptr);
+  // A log on `segment` (OpenSegment's, its directory synced), as Create's.
+  static std::unique_ptr<LogWriter> Start(Segment segment, SyncMode mode,
+                                          std::function<void()> on_progress, LogGroup* group,
+                                          Env& env);
+  // A log whose file the disk had no room for (at start): stalled until Attach gives it its
+  // file (made with OpenSegment, listed in the MANIFEST), then as Create's. `path` is the file
+  // it will have, for messages.
+  static std::unique_ptr<LogWriter> CreateWaiting(const std::string& path, SyncMode mode,
+                                                  std::function<void()> on_progress,
+                                                  LogGroup* group, Env& env);
+
   static absl::StatusOr<Segment> OpenSegment(const std::string& dir, const FileHeader& header,
                                              Env& env);
   // Any thread: `next` is the file the records after the next Cut() go to. One at a time: the
   // log takes it at Cut(), before which it may not be called again.
   void PrepareCut(Segment next);
+  // Any thread, once: the file of a log made by CreateWaiting. Its next retry (within 2 s)
+  // syncs it and ends the stall.
+  void Attach(Segment segment);
   ~LogWriter() override;
   LogWriter(const LogWriter&) = delete;
   LogWriter& operator=(const LogWriter&) = delete;

@@ -510,6 +510,39 @@ TEST_F(PersistTest, AFullDiskRecoversWithoutARestartOnceSpaceIsFreed) {
   EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
 }
 
+// A start on a full disk (a real tmpfs) loads the data and serves reads, refusing writes; once
+// space is freed the logs are made and writes are taken, with no restart.
+TEST_F(PersistTest, AStartOnAFullDiskServesReadsAndTakesWritesOnceSpaceIsFreed) {
+  SmallDisk disk(temp_.Path("small-disk"), 8);
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs (needs root): " << disk.error();
+  data_dir_ = temp_.Path("small-disk/data");
+  Start({"--threads=2"});
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(client_->Put(absl::StrCat("k", i), "v").ok());
+  ASSERT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+  const std::string ballast = temp_.Path("small-disk/ballast");
+  ASSERT_GT(disk.Fill(ballast), 0u);
+  Start({"--threads=2"});
+  EXPECT_NE(server_->log().find("serving reads only"), std::string::npos) << server_->log();
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(client_->Get(absl::StrCat("k", i)).value(), "v");
+  const absl::Status refused = client_->Put("new", "x").status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_NE(refused.message().find("out of space"), std::string::npos) << refused;
+  fs::remove(ballast);
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  bool taken = false;
+  while (!taken && absl::Now() < deadline) {
+    taken = client_->Put("new", "x").ok() && client_->Put("new2", "y").ok();
+    if (!taken) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(taken) << server_->log();
+  ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);
+  Start({"--threads=2"});
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(client_->Get(absl::StrCat("k", i)).value(), "v");
+  EXPECT_EQ(client_->Get("new").value(), "x");
+  EXPECT_EQ(client_->Get("new2").value(), "y");
+  EXPECT_EQ(server_->Stop(SIGTERM, 20), 0) << server_->log();
+}
+
 // A snapshot (at exit, or live on the Snapshot RPC) killed at each step of its commit: the next
 // start finds every write, from the old snapshot and the logs or from the new snapshot.
 TEST_F(PersistTest, ACrashAtEachStepOfTheSnapshotCommitLosesNothing) {
