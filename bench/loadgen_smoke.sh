@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Smoke run of ringkv-loadgen (called by `meson test` with the server's and the generator's
 # paths, then server flags such as --transport=grpc): a real ringkv-server on a free loopback
-# port, each mode for a few thousand operations, every call must succeed; then the usage and
-# unreachable-server errors.
+# port: GETs on the empty store (each miss counted as an operation), then each mode for a few
+# thousand operations, every call must succeed; then the usage and unreachable-server errors.
 set -euo pipefail
 server=$1
 loadgen=$2
@@ -15,6 +15,23 @@ trap 'kill $pid 2>/dev/null || true; rm -rf "$out"' EXIT
 for _ in $(seq 100); do grep -q "listening on" "$out/server.log" && break; sleep 0.1; done
 port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$out/server.log" | grep -o "[0-9]*$") \
   || fail "no port: $(cat "$out/server.log")"
+# An empty store, GETs only: every GET misses, and each miss is an answered call, counted in
+# ops/s and latency (ops = gets, no hits, no errors).
+for client in h2 grpc; do
+  for mode in unary multi stream; do
+    run="miss-$client-$mode"
+    # Bounded: a generator that counted no misses would never reach --ops.
+    timeout 60 "$loadgen" --addr=127.0.0.1:$port --client=$client --mode=$mode --ops=2000 --keys=1000000 \
+      --ratio=1:0 --preload=false --concurrency=4 --progress=false --json="$out/$run.json" \
+      >"$out/$run.txt" || fail "$run exited $?: $(cat "$out/$run.txt")"
+    python3 - "$out/$run.json" <<'PY' || fail "$run: $(cat "$out/$run.txt")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["ops"] >= 2000 and r["ops"] == r["gets"], r
+assert r["get_hits"] == 0 and r["errors"] == 0 and r["ops_per_s"] > 0, r
+PY
+  done
+done
 for client in h2 grpc; do
   for mode in unary multi stream; do
     run="$client-$mode"

@@ -229,10 +229,16 @@ class Workload {
     }
     Record(static_cast<uint64_t>(results.size()));
   }
+  // A GET that missed was answered: it counts as an operation (in ops/s and latency), as a
+  // hit does; any other failure counts as an error only.
   void TakeFailure(int code) {
     if (is_get_) CountGet(code);
-    if (!IsMiss(code)) ++tally_->errors[code];
-    Record(0);
+    if (IsMiss(code)) {
+      Record(1);
+    } else {
+      ++tally_->errors[code];
+      Record(0);
+    }
   }
   // A stream or connection that broke: one error, nothing recorded.
   void Broken(int code) { ++tally_->errors[code]; }

@@ -2,12 +2,14 @@
 """End-to-end test of the `ringkv` CLI against a real ringkv-server on a free loopback port.
 
 Usage: cli_test.py SERVER_BINARY CLI_BINARY [SERVER_FLAG...]
-Each command's output and exit code is checked: 0 ok, 1 not found, 2 usage, 3 server error,
-4 condition failed.
+Each command's output and exit code is checked: 0 ok, 1 not found, 2 usage (nothing sent),
+3 server or connection error, 4 the server refused the operation (nothing written).
+RINGKV_SERVER_FAULTS (ringkv-server-faults) gives a server whose log fills.
 The server flags pick the transport (meson runs this once per transport).
 """
 import json
 import os
+import pty
 import socket
 import subprocess
 import sys
@@ -76,8 +78,13 @@ class CliTest(unittest.TestCase):
         self.assertIn(b"not a 64-bit integer", r.stderr)
         self.cli("put", "cli:text", "abc")
         r = self.cli("incr", "cli:text")
-        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.returncode, 4)  # Refused by the server, not a usage error.
         self.assertIn(b"not a decimal 64-bit integer", r.stderr)
+        self.cli("put", "cli:big", str(2**63 - 1))
+        r = self.cli("incr", "cli:big")
+        self.assertEqual(r.returncode, 4)
+        self.assertIn(b"would not fit in a 64-bit integer", r.stderr)
+        self.assertEqual(self.cli("get", "cli:big").stdout, str(2**63 - 1).encode())
 
         self.assertEqual(self.cli("put", "--ttl=1h", "cli:t", "v").returncode, 0)
         ttl = int(self.cli("ttl", "cli:t").stdout)
@@ -129,7 +136,7 @@ class CliTest(unittest.TestCase):
         self.assertGreater(first["version"], 0)
         self.assertIn("error", json.loads(r.stdout)[1])
         r = self.cli("mput", "ok=1", "=empty-key")
-        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.returncode, 4)
         self.assertIn(b"(error: key is empty", r.stdout)
 
     def test_stats(self):
@@ -170,12 +177,58 @@ class CliTest(unittest.TestCase):
             r = self.cli(*args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, (args, r.stderr))
+
+    def test_input_the_server_refuses_exits_4(self):
         r = self.cli("put", "", "v")
-        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.returncode, 4)
         self.assertIn(b"key is empty", r.stderr)
         r = self.cli("put", "k" * 5000, "v")
-        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.returncode, 4)
         self.assertIn(b"--max-key-bytes=4096", r.stderr)
+
+    def test_get_ends_its_line_on_a_terminal_only(self):
+        self.cli("put", "cli:tty", "on a terminal")
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execv(CLI, [CLI, f"--addr={self.addr}", "get", "cli:tty"])
+        out = b""
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO once the child has exited.
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0, out)
+        self.assertEqual(out, b"on a terminal\r\n")  # The terminal turns \n into \r\n.
+        self.assertEqual(self.cli("get", "cli:tty").stdout, b"on a terminal")  # A pipe: raw.
+
+    def test_unavailable_says_cannot_reach_only_when_it_could_not(self):
+        r = self.cli("get", "k", addr=f"127.0.0.1:{free_port()}")
+        self.assertEqual(r.returncode, 3)
+        self.assertIn(b"cannot reach ringkv-server at", r.stderr)
+        faults = os.environ.get("RINGKV_SERVER_FAULTS")
+        if not faults:
+            self.skipTest("RINGKV_SERVER_FAULTS is not set")
+        with tempfile.TemporaryDirectory() as data:
+            server = RingkvServer(faults, "--threads=1", f"--data-dir={data}", "--fsync=always",
+                                  "--fault-log-fail-after-bytes=2000", *SERVER_FLAGS)
+            self.addCleanup(server.stop)
+            refused = None
+            for i in range(100):  # Until the full log refuses a write (one waits, held).
+                r = self.cli("--timeout=1", "put", f"k{i}", "v" * 100, addr=server.address)
+                if r.returncode != 0 and b"no answer" not in r.stderr:
+                    refused = r
+                    break
+            self.assertIsNotNone(refused)
+            self.assertEqual(refused.returncode, 3, refused.stderr)
+            self.assertNotIn(b"cannot reach", refused.stderr)
+            self.assertIn(f"ringkv-server at {server.address}: not stored".encode(), refused.stderr)
+            self.assertIn(b"out of space", refused.stderr)
+            server.stop()
 
     def test_help_lists_the_flags_and_exits_0(self):
         r = subprocess.run([CLI, "--help"], capture_output=True, timeout=30)

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/flag_file.h"
@@ -84,9 +85,17 @@ std::unique_ptr<grpc::ClientContext> Client::NewContext() const {
   return context;
 }
 
-absl::Status Client::ToStatus(const grpc::Status& status) const {
+absl::Status Client::ToStatus(const grpc::Status& status,
+                              const grpc::ClientContext& context) const {
   if (status.ok()) return absl::OkStatus();
   const auto code = static_cast<absl::StatusCode>(status.error_code());
+  // An UNAVAILABLE the server itself sent (a failed log, a stop) carries its reason; grpc-core
+  // marks such a status "received from peer", and not one it made up for a failed connection.
+  if (code == absl::StatusCode::kUnavailable &&
+      absl::StrContains(context.debug_error_string(), "received from peer")) {
+    return absl::UnavailableError(
+        absl::StrCat("ringkv-server at ", address_, ": ", status.error_message()));
+  }
   if (code == absl::StatusCode::kUnavailable) {
     return absl::UnavailableError(
         absl::StrCat("cannot reach ringkv-server at ", address_, ": ", status.error_message()));
@@ -126,7 +135,7 @@ absl::StatusOr<Client::Entry> Client::GetEntry(std::string_view key) {
   pb::GetResponse response;
   auto context = NewContext();
   grpc::Status status = stub_->Get(context.get(), request, &response);
-  if (!status.ok()) return ToStatus(status);
+  if (!status.ok()) return ToStatus(status, *context);
   return Entry{std::move(*response.mutable_value()), response.version(), response.ttl_ms()};
 }
 
@@ -142,7 +151,7 @@ absl::StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view valu
   pb::PutResponse response;
   auto context = NewContext();
   grpc::Status status = stub_->Put(context.get(), request, &response);
-  if (!status.ok()) return ToStatus(status);
+  if (!status.ok()) return ToStatus(status, *context);
   return response.version();
 }
 
@@ -153,7 +162,7 @@ absl::Status Client::Delete(std::string_view key, const WriteCondition& conditio
     condition.ToProto(request.mutable_condition());
   pb::DeleteResponse response;
   auto context = NewContext();
-  return ToStatus(stub_->Delete(context.get(), request, &response));
+  return ToStatus(stub_->Delete(context.get(), request, &response), *context);
 }
 
 absl::Status Client::Expire(std::string_view key, int64_t ttl_ms) {
@@ -162,7 +171,7 @@ absl::Status Client::Expire(std::string_view key, int64_t ttl_ms) {
   request.set_ttl_ms(ttl_ms);
   pb::ExpireResponse response;
   auto context = NewContext();
-  return ToStatus(stub_->Expire(context.get(), request, &response));
+  return ToStatus(stub_->Expire(context.get(), request, &response), *context);
 }
 
 absl::Status Client::Persist(std::string_view key) {
@@ -170,7 +179,7 @@ absl::Status Client::Persist(std::string_view key) {
   request.set_key(std::string(key));
   pb::PersistResponse response;
   auto context = NewContext();
-  return ToStatus(stub_->Persist(context.get(), request, &response));
+  return ToStatus(stub_->Persist(context.get(), request, &response), *context);
 }
 
 absl::StatusOr<int64_t> Client::Increment(std::string_view key, int64_t delta) {
@@ -180,7 +189,7 @@ absl::StatusOr<int64_t> Client::Increment(std::string_view key, int64_t delta) {
   pb::IncrementResponse response;
   auto context = NewContext();
   grpc::Status status = stub_->Increment(context.get(), request, &response);
-  if (!status.ok()) return ToStatus(status);
+  if (!status.ok()) return ToStatus(status, *context);
   return response.value();
 }
 
@@ -193,7 +202,7 @@ absl::StatusOr<Client::ScanPage> Client::Scan(uint64_t cursor, std::string_view 
   pb::ScanResponse response;
   auto context = NewContext();
   grpc::Status status = stub_->Scan(context.get(), request, &response);
-  if (!status.ok()) return ToStatus(status);
+  if (!status.ok()) return ToStatus(status, *context);
   ScanPage page;
   page.cursor = response.cursor();
   for (std::string& key : *response.mutable_keys()) page.keys.push_back(std::move(key));
@@ -218,7 +227,7 @@ absl::StatusOr<std::vector<Client::Item>> Client::MultiGet(const std::vector<std
   pb::MultiGetResponse response;
   auto context = NewContext();
   grpc::Status status = stub_->MultiGet(context.get(), request, &response);
-  if (!status.ok()) return ToStatus(status);
+  if (!status.ok()) return ToStatus(status, *context);
   return ToItems(response.mutable_results());
 }
 
@@ -237,7 +246,7 @@ absl::StatusOr<std::vector<Client::Item>> Client::MultiPut(
   pb::MultiPutResponse response;
   auto context = NewContext();
   grpc::Status status = stub_->MultiPut(context.get(), request, &response);
-  if (!status.ok()) return ToStatus(status);
+  if (!status.ok()) return ToStatus(status, *context);
   return ToItems(response.mutable_results());
 }
 
@@ -246,7 +255,7 @@ absl::StatusOr<pb::StatsResponse> Client::Stats() {
   pb::StatsResponse response;
   auto context = NewContext();
   grpc::Status status = stub_->Stats(context.get(), request, &response);
-  if (!status.ok()) return ToStatus(status);
+  if (!status.ok()) return ToStatus(status, *context);
   return response;
 }
 
@@ -255,7 +264,7 @@ absl::StatusOr<pb::SnapshotResponse> Client::Snapshot() {
   pb::SnapshotResponse response;
   auto context = NewContext();
   grpc::Status status = stub_->Snapshot(context.get(), request, &response);
-  if (!status.ok()) return ToStatus(status);
+  if (!status.ok()) return ToStatus(status, *context);
   return response;
 }
 

@@ -136,7 +136,9 @@ class Client {
   // A context with the client's deadline and token.
   std::unique_ptr<grpc::ClientContext> NewContext() const;
   // A gRPC status as an absl::Status; connection failures name the address.
-  absl::Status ToStatus(const grpc::Status& status) const;
+  // `status` as the caller sees it, `context` the call's: a connection failure says "cannot
+  // reach", the server's own UNAVAILABLE gives its reason.
+  absl::Status ToStatus(const grpc::Status& status, const grpc::ClientContext& context) const;
 
   // Channel arguments every ringkv client uses: values up to the server's limit come back whole.
   static grpc::ChannelArguments ChannelArgs();

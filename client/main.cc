@@ -22,11 +22,13 @@
 // A DURATION is a whole number of seconds ("30"), or a number with a unit: "1500ms", "10s",
 // "1.5h". With --json the output is one JSON document on stdout.
 //
-// Exit status: 0 ok, 1 not found (any key, for mget), 2 usage error (or input the server
-// refused as invalid), 3 server or connection error (a full --max-memory among them, with the
-// server's message), 4 a condition failed (nothing was written); for mget and mput, that of
-// the first item that failed; 5 refused by the server's auth (no token, an unknown one, or one
-// whose role does not allow the call). Errors are one line on stderr.
+// Exit status: 0 ok, 1 not found (any key, for mget), 2 usage error (the command line is wrong:
+// nothing was sent), 3 server or connection error (a full --max-memory or a failed disk among
+// them, with the server's message), 4 the server refused the operation and nothing was
+// written (a condition failed, incr of a value that is not an integer or past 64 bits, a key,
+// value or TTL past the server's limits); for mget and mput, that of the first item that
+// failed; 5 refused by the server's auth (no token, an unknown one, or one whose role does not
+// allow the call). Errors are one line on stderr.
 #include <unistd.h>
 
 #include <cstdio>
@@ -81,7 +83,7 @@ constexpr int kOk = 0;
 constexpr int kNotFound = 1;
 constexpr int kUsage = 2;
 constexpr int kServerError = 3;
-constexpr int kConditionFailed = 4;
+constexpr int kRefusedOperation = 4;
 constexpr int kRefused = 5;
 
 // The longest TTL the server accepts: 100 years.
@@ -99,11 +101,11 @@ int ExitCodeOf(const absl::Status& status) {
       return kOk;
     case absl::StatusCode::kNotFound:
       return kNotFound;
+    // The server's answers: the CLI's own usage errors never reach here.
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
-      return kUsage;
     case absl::StatusCode::kFailedPrecondition:
-      return kConditionFailed;
+      return kRefusedOperation;
     case absl::StatusCode::kUnauthenticated:
     case absl::StatusCode::kPermissionDenied:
       return kRefused;
@@ -504,9 +506,11 @@ int Main(int argc, char** argv) {
       "  put and mput take --ttl=DURATION and --if-absent or --if-present; put and del take\n"
       "  --if-version=N; scan takes --prefix=P, --limit=N and --cursor=C. A DURATION is whole\n"
       "  seconds (30) or has a unit (1500ms, 10s, 1.5h).\n"
-      "Exit status: 0 ok, 1 not found, 2 usage error, 3 server or connection error,\n"
-      "4 a condition failed (nothing was written), 5 refused: no token, an unknown one, or\n"
-      "one whose role does not allow the call.\n"
+      "Exit status: 0 ok, 1 not found, 2 usage error (nothing was sent), 3 server or\n"
+      "connection error, 4 the server refused the operation and nothing was written (a\n"
+      "condition failed, incr of a non-integer or past 64 bits, a key or value past its\n"
+      "limits), 5 refused: no token, an unknown one, or one whose role does not allow the\n"
+      "call.\n"
       "With --auth-token-file on the server, give a token: --token-file=FILE or RINGKV_TOKEN.\n"
       "With TLS on the server: --tls-ca=PEM (or --tls for the system's CAs), and for client\n"
       "certificates --tls-cert=PEM --tls-key=PEM.");
