@@ -415,6 +415,14 @@ void LogStarted(const Server& server, const ServerOptions& options) {
         options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
     Log(LogLevel::kInfo, "metrics on http://%s:%d/metrics (and /healthz)", metrics_host,
         server.metrics_port());
+    // A warning, not a refusal as for --listen: the metrics hold no keys or values, and a scraper
+    // on another host is the usual set-up.
+    if (server.metrics_auth() == nullptr && !IsLoopbackListen(options.metrics_listen)) {
+      Log(LogLevel::kWarning,
+          "metrics on %s, which is not a loopback address, with no token: anyone who can reach "
+          "it can read /metrics (give --metrics-token-file, or listen on 127.0.0.1)",
+          options.metrics_listen);
+    }
   }
   if (const Authenticator* auth = server.auth()) {
     LogTokenFile("auth", *auth);
