@@ -106,8 +106,14 @@ ABSL_FLAG(bool, insecure, false,
           "(refused otherwise: anyone who reaches the port could read and overwrite every key)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics, and /healthz (200 while "
-          "serving, 503 once a stop has begun), on a thread of their own. Empty: off. Give a "
-          "loopback address unless the scraper is elsewhere: the endpoint has no auth");
+          "serving, 503 once a stop has begun), on a thread of their own, over plain HTTP. "
+          "Empty: off. Give a loopback address unless the scraper is elsewhere, and then "
+          "--metrics-token-file (a warning says so otherwise)");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "require a bearer token for /metrics: a file of `TOKEN ROLE` lines as for "
+          "--auth-token-file (it may be the same file; any role may read the metrics), re-read "
+          "on SIGHUP. Scrapers send `Authorization: Bearer TOKEN`; /healthz stays open for load "
+          "balancers. Empty: /metrics is open to anyone who reaches --metrics-listen");
 ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
 
 // LeakSanitizer's entry point, present only in sanitizer builds.
@@ -175,7 +181,7 @@ void SetUsage() {
       "  ringkv-server [--listen=127.0.0.1:50051] [--transport=h2|grpc] [--threads=N] "
       "[--ring=spsc|mpsc] [--engine=ring|lock]\n"
       "Flags may be written with - or _ (--max-key-bytes). Stops cleanly on SIGTERM/SIGINT; "
-      "SIGHUP re-reads --auth-token-file.\n"
+      "SIGHUP re-reads --auth-token-file and --metrics-token-file.\n"
       "Exit status: 0 after a clean stop, 2 on a usage error or an address it cannot listen "
       "on, 1 on any other failure (a damaged or busy data directory, a failed snapshot at "
       "exit).");
@@ -312,9 +318,14 @@ void ParsePersistenceFlags(const char* argv0, ServerOptions* options) {
   }
 }
 
-// --metrics-listen, --auth-token-file, --tls-cert, --tls-key, --tls-client-ca.
+// --metrics-listen, --metrics-token-file, --auth-token-file, --tls-cert, --tls-key,
+// --tls-client-ca.
 void ParseSecurityFlags(const char* argv0, ServerOptions* options) {
   options->metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options->metrics_token_file = absl::GetFlag(FLAGS_metrics_token_file);
+  if (!options->metrics_token_file.empty() && options->metrics_listen.empty()) {
+    ExitUsageError(argv0, "--metrics-token-file needs --metrics-listen");
+  }
   options->auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   options->tls = {.cert = absl::GetFlag(FLAGS_tls_cert),
                   .key = absl::GetFlag(FLAGS_tls_key),
@@ -371,7 +382,19 @@ void CheckOpenFiles(const ServerOptions& options) {
   }
 }
 
-// The start-up lines: what listens where, and the token file's state.
+// How many tokens `tokens` holds (`what`: "auth" or "metrics"), and a warning if others may
+// read its file.
+void LogTokenFile(const char* what, const Authenticator& tokens) {
+  Log(LogLevel::kInfo, "%s: %d token%s from %s; SIGHUP re-reads it", what, tokens.tokens(),
+      tokens.tokens() == 1 ? "" : "s", tokens.path());
+  struct stat file {};
+  if (stat(tokens.path().c_str(), &file) == 0 && (file.st_mode & 077) != 0) {
+    Log(LogLevel::kWarning, "token file %s can be read by other users (mode %o); chmod 600 it",
+        tokens.path(), file.st_mode & 0777);
+  }
+}
+
+// The start-up lines: what listens where, and the token files' state.
 void LogStarted(const Server& server, const ServerOptions& options) {
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   const int64_t spin_us = absl::ToInt64Microseconds(options.spin);
@@ -392,19 +415,35 @@ void LogStarted(const Server& server, const ServerOptions& options) {
         options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
     Log(LogLevel::kInfo, "metrics on http://%s:%d/metrics (and /healthz)", metrics_host,
         server.metrics_port());
+    // A warning, not a refusal as for --listen: the metrics hold no keys or values, and a scraper
+    // on another host is the usual set-up.
+    if (server.metrics_auth() == nullptr && !IsLoopbackListen(options.metrics_listen)) {
+      Log(LogLevel::kWarning,
+          "metrics on %s, which is not a loopback address, with no token: anyone who can reach "
+          "it can read /metrics (give --metrics-token-file, or listen on 127.0.0.1)",
+          options.metrics_listen);
+    }
   }
   if (const Authenticator* auth = server.auth()) {
-    Log(LogLevel::kInfo, "auth: %d token%s from %s; SIGHUP re-reads it", auth->tokens(),
-        auth->tokens() == 1 ? "" : "s", auth->path());
-    struct stat file {};
-    if (stat(auth->path().c_str(), &file) == 0 && (file.st_mode & 077) != 0) {
-      Log(LogLevel::kWarning, "token file %s can be read by other users (mode %o); chmod 600 it",
-          auth->path(), file.st_mode & 0777);
-    }
+    LogTokenFile("auth", *auth);
+  }
+  if (const Authenticator* metrics_auth = server.metrics_auth()) {
+    LogTokenFile("metrics", *metrics_auth);
   }
 }
 
-// Serves until SIGTERM or SIGINT, re-reading the tokens on SIGHUP; SIGUSR1 (when blocked in
+// Reports a SIGHUP's re-read of one token file (`what`: "" for --auth-token-file, "metrics "
+// for --metrics-token-file).
+void LogReload(const char* what, const absl::Status& reloaded, const Authenticator& tokens) {
+  if (reloaded.ok()) {
+    Log(LogLevel::kInfo, "SIGHUP: %d %stoken%s in force from %s", tokens.tokens(), what,
+        tokens.tokens() == 1 ? "" : "s", tokens.path());
+  } else {
+    Log(LogLevel::kWarning, "SIGHUP: %s; the %stokens in force stay", reloaded.message(), what);
+  }
+}
+
+// Serves until SIGTERM or SIGINT, re-reading the token files on SIGHUP; SIGUSR1 (when blocked in
 // `signals`) calls hooks.on_sigusr1. Returns the signal that ends the service.
 int WaitForStop(Server& server, const sigset_t& signals, const DaemonHooks& hooks) {
   int signal = 0;
@@ -414,16 +453,15 @@ int WaitForStop(Server& server, const sigset_t& signals, const DaemonHooks& hook
       continue;
     }
     if (signal != SIGHUP) break;
-    if (server.auth() == nullptr) {
-      Log(LogLevel::kInfo, "SIGHUP: nothing to re-read (no --auth-token-file)");
+    if (server.auth() == nullptr && server.metrics_auth() == nullptr) {
+      Log(LogLevel::kInfo,
+          "SIGHUP: nothing to re-read (no --auth-token-file or --metrics-token-file)");
       continue;
     }
-    const absl::Status reloaded = server.ReloadTokens();
-    if (reloaded.ok()) {
-      Log(LogLevel::kInfo, "SIGHUP: %d token%s in force from %s", server.auth()->tokens(),
-          server.auth()->tokens() == 1 ? "" : "s", server.auth()->path());
-    } else {
-      Log(LogLevel::kWarning, "SIGHUP: %s; the tokens in force stay", reloaded.message());
+    // Each file on its own: a bad one keeps its tokens and does not hold the other back.
+    if (server.auth() != nullptr) LogReload("", server.ReloadTokens(), *server.auth());
+    if (server.metrics_auth() != nullptr) {
+      LogReload("metrics ", server.ReloadMetricsTokens(), *server.metrics_auth());
     }
   }
   return signal;
@@ -454,7 +492,7 @@ int RunDaemon(ServerOptions options, const DaemonHooks& hooks) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);  // Re-reads --auth-token-file.
+  sigaddset(&signals, SIGHUP);  // Re-reads --auth-token-file and --metrics-token-file.
   if (hooks.on_sigusr1) sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);

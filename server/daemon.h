@@ -4,7 +4,7 @@
 //   ParseServerFlags  the command line to ServerOptions; a usage error prints one line naming
 //                     the flag and exits 2 (--help and --version exit 0);
 //   RunDaemon         refuses an exposed address (exit 2), starts the Server, serves until
-//                     SIGTERM or SIGINT (SIGHUP re-reads --auth-token-file), drains, and exits
+//                     SIGTERM or SIGINT (SIGHUP re-reads the token files), drains, and exits
 //                     the process: 0 after a clean stop, 2 if the address cannot be listened
 //                     on, 1 on any other failure. It never returns normally.
 // Call once, from main.

@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Metrics of a real ringkv-server (--metrics-listen), read by a real Prometheus.
+"""Metrics of a real ringkv-server (--metrics-listen, --metrics-token-file), read by Prometheus.
 
+- /metrics needs the bearer token: none or a wrong one gets 401 with a WWW-Authenticate
+  header; /healthz needs none.
 - /metrics after known calls through grpcio: the call counters by method and code, the latency
   histogram's count, the keys per shard, connections (h2), persistence (--data-dir); and
   `promtool check metrics` passes on it.
-- Debian's Prometheus server scrapes it every second; the test queries its HTTP API until `up`
-  is 1 and the Put counter shows the calls the test made.
+- Debian's Prometheus server scrapes it every second, with the token from a credentials_file;
+  the test queries its HTTP API until `up` is 1 and the Put counter shows the calls the test
+  made, and `up` is 0 for a second job that sends no token.
 - /healthz is 200 while serving and 503 during the drain (a Stream held open keeps the drain
   going); a client that connects and sends nothing delays nobody for long; unknown paths 404,
   other methods 405.
+- Apart, short-lived servers: a non-loopback --metrics-listen (0.0.0.0) without a token file
+  logs a warning naming the address and the flag, and none with one; SIGHUP re-reads the
+  token file (here also the --auth-token-file), and a bad file keeps the tokens in force.
 
 Usage: metrics_test.py SERVER_BINARY PROTO_DIR TOOLS_DIR [SERVER_FLAG...]
 This script re-runs itself under the venv's Python (grpcio).
@@ -39,13 +45,29 @@ SERVER_FLAGS = sys.argv[4:]
 H2 = "--transport=grpc" not in SERVER_FLAGS
 
 
-def http(url, method="GET", timeout=10):
-    request = urllib.request.Request(url, method=method)
+TOKEN = "scraper-s3cr3t-0123456789"
+
+
+def http_full(url, method="GET", token=None, timeout=10):
+    """(status, headers, body); `token` goes in an Authorization: Bearer header."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read().decode()
+            return response.status, response.headers, response.read().decode()
     except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+        return error.code, error.headers, error.read().decode()
+
+
+def http(url, method="GET", token=None, timeout=10):
+    status, _, body = http_full(url, method, token, timeout)
+    return status, body
+
+
+def write_token_file(path, *lines):
+    with open(path, "w") as f:
+        f.write("".join(line + "\n" for line in lines))
+    os.chmod(path, 0o600)
 
 
 def sample(text, name, **labels):
@@ -73,7 +95,10 @@ class MetricsTest(unittest.TestCase):
     def setUpClass(cls):
         python_stubs.generate(PROTO_DIR)
         cls.dir = tempfile.mkdtemp(prefix="ringkv-metrics-")
+        tokens = os.path.join(cls.dir, "metrics-tokens")
+        write_token_file(tokens, f"{TOKEN} read")
         cls.server = RingkvServer(SERVER, "--threads=2", "--metrics-listen=127.0.0.1:0",
+                                  f"--metrics-token-file={tokens}",
                                   f"--data-dir={os.path.join(cls.dir, 'data')}", *SERVER_FLAGS)
         cls.log = LogReader(cls.server)
         line = cls.log.wait_for(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
@@ -98,8 +123,26 @@ class MetricsTest(unittest.TestCase):
             cls.server.stop()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
+    def test_0_bearer_token(self):
+        status, headers, body = http_full(self.base + "/metrics")
+        self.assertEqual(status, 401)
+        self.assertEqual(headers["WWW-Authenticate"], 'Bearer realm="ringkv-metrics"')
+        self.assertEqual(body.count("\n"), 1, body)
+        self.assertNotIn("ringkv_", body)
+        status, headers, body = http_full(self.base + "/metrics", token="wrong-token-0123456789")
+        self.assertEqual(status, 401)
+        self.assertTrue(headers["WWW-Authenticate"].startswith('Bearer realm="ringkv-metrics"'))
+        self.assertEqual(body.count("\n"), 1, body)
+        self.assertNotIn("ringkv_", body)
+        status, body = http(self.base + "/metrics", token=TOKEN)
+        self.assertEqual(status, 200)
+        self.assertIsNotNone(sample(body, "ringkv_serving"))
+        self.assertEqual(http(self.base + "/healthz"), (200, "ok\n"))
+        for line in self.log.lines:
+            self.assertNotIn("0123456789", line)  # Neither token is ever logged.
+
     def test_1_metrics_text(self):
-        status, text = http(self.base + "/metrics")
+        status, text = http(self.base + "/metrics", token=TOKEN)
         self.assertEqual(status, 200)
         self.assertEqual(sample(text, "ringkv_calls_total", method="Put", code="OK"), 7)
         self.assertEqual(sample(text, "ringkv_calls_total", method="Get", code="OK"), 3)
@@ -130,10 +173,19 @@ class MetricsTest(unittest.TestCase):
         port = free_port()
         target = self.base.removeprefix("http://")
         config = os.path.join(self.dir, "prometheus.yml")
+        credentials = os.path.join(self.dir, "scrape-token")
+        with open(credentials, "w") as f:
+            f.write(TOKEN)
+        # The job the README shows, and one without the token, which must be refused.
         with open(config, "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-                    f"scrape_configs:\n  - job_name: ringkv\n    static_configs:\n"
-                    f"      - targets: ['{target}']\n")
+                    "scrape_configs:\n"
+                    "  - job_name: ringkv\n"
+                    "    authorization:\n      type: Bearer\n"
+                    f"      credentials_file: {credentials}\n"
+                    f"    static_configs:\n      - targets: ['{target}']\n"
+                    "  - job_name: ringkv-no-token\n"
+                    f"    static_configs:\n      - targets: ['{target}']\n")
         prometheus = subprocess.Popen(
             ["prometheus", f"--config.file={config}",
              f"--storage.tsdb.path={os.path.join(self.dir, 'tsdb')}",
@@ -151,12 +203,14 @@ class MetricsTest(unittest.TestCase):
                 return float(result[0]["value"][1]) if result else None
 
             deadline = time.time() + 40
-            up = calls = None
-            while time.time() < deadline and (up != 1 or calls != 7):
+            up = calls = refused = None
+            while time.time() < deadline and (up != 1 or calls != 7 or refused != 0):
                 up = query('up{job="ringkv"}')
                 calls = query('sum(ringkv_calls_total{job="ringkv",method="Put",code="OK"})')
+                refused = query('up{job="ringkv-no-token"}')
                 time.sleep(0.25)
             self.assertEqual((up, calls), (1, 7), "Prometheus never saw the target's calls")
+            self.assertEqual(refused, 0, "a scrape without the token was not refused")
         finally:
             prometheus.send_signal(signal.SIGTERM)
             try:
@@ -169,7 +223,7 @@ class MetricsTest(unittest.TestCase):
     def test_3_http_edges(self):
         self.assertEqual(http(self.base + "/healthz"), (200, "ok\n"))
         self.assertEqual(http(self.base + "/nope")[0], 404)
-        self.assertEqual(http(self.base + "/metrics", method="POST")[0], 405)
+        self.assertEqual(http(self.base + "/metrics", method="POST", token=TOKEN)[0], 405)
         # A client that connects and says nothing holds the endpoint 2 s at most.
         idle = socket.create_connection(("127.0.0.1", int(self.base.rsplit(":", 1)[1])))
         try:
@@ -199,11 +253,62 @@ class MetricsTest(unittest.TestCase):
             status = http(self.base + "/healthz")[0]
             time.sleep(0.05)
         self.assertEqual(status, 503)
-        self.assertEqual(sample(http(self.base + "/metrics")[1], "ringkv_serving"), 0)
+        self.assertEqual(sample(http(self.base + "/metrics", token=TOKEN)[1], "ringkv_serving"), 0)
         release.set()
         list(responses)
         channel.close()
         self.assertEqual(self.server.process.wait(timeout=20), 0)
+
+
+class ExposureTest(unittest.TestCase):
+    """--metrics-listen on 0.0.0.0 (it still gets loopback traffic only here)."""
+
+    WARNING = r"warning: metrics on 0\.0\.0\.0:0, which is not a loopback address.*--metrics-token-file"
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="ringkv-metrics-exposure-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def start(self, *flags):
+        server = RingkvServer(SERVER, "--threads=1", "--metrics-listen=0.0.0.0:0", *flags,
+                              *SERVER_FLAGS)
+        self.addCleanup(lambda: server.process.poll() is None and server.stop())
+        log = LogReader(server)
+        line = log.wait_for(r"metrics on http://0\.0\.0\.0:(\d+)/metrics")
+        return server, log, "http://127.0.0.1:" + re.search(r":(\d+)/metrics", line).group(1)
+
+    def test_warns_without_a_token_file(self):
+        _, log, base = self.start()
+        log.wait_for(self.WARNING)
+        self.assertEqual(http(base + "/metrics")[0], 200)
+
+    def test_no_warning_with_one_and_sighup_rereads_it(self):
+        # One file for both flags: nothing special is needed.
+        tokens = os.path.join(self.dir, "tokens")
+        old, new = "old-metrics-token-0123456789", "new-metrics-token-0123456789"
+        write_token_file(tokens, f"{old} read")
+        server, log, base = self.start(f"--metrics-token-file={tokens}",
+                                       f"--auth-token-file={tokens}")
+        log.wait_for(r"metrics: 1 token from ")  # Logged after where the warning would be.
+        self.assertFalse([line for line in log.lines if "not a loopback address" in line])
+        self.assertEqual(http(base + "/metrics", token=old)[0], 200)
+
+        write_token_file(tokens, f"{new} admin")
+        server.process.send_signal(signal.SIGHUP)
+        log.wait_for(r"SIGHUP: 1 metrics token in force from ")
+        log.wait_for(r"SIGHUP: 1 token in force from ")  # The same file, as --auth-token-file.
+        self.assertEqual(http(base + "/metrics", token=old)[0], 401)
+        self.assertEqual(http(base + "/metrics", token=new)[0], 200)
+
+        write_token_file(tokens, "not a token file")
+        server.process.send_signal(signal.SIGHUP)
+        log.wait_for(r"SIGHUP: .*line 1.*; the metrics tokens in force stay")
+        self.assertEqual(http(base + "/metrics", token=new)[0], 200)
+        self.assertEqual(http(base + "/healthz"), (200, "ok\n"))
+        for line in log.lines:
+            self.assertNotIn("0123456789", line)
 
 
 if __name__ == "__main__":

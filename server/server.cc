@@ -95,9 +95,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     }
   }
 
+  if (!options.metrics_token_file.empty()) {
+    absl::StatusOr<std::unique_ptr<Authenticator>> tokens =
+        Authenticator::Load(options.metrics_token_file);
+    if (!tokens.ok()) {
+      server->stopped_ = true;  // Nothing listens and no loop runs.
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metrics-token-file: ", tokens.status().message()));
+    }
+    server->metrics_auth_ = std::move(*tokens);
+  }
   if (!options.metrics_listen.empty()) {  // Bound before the gRPC port: a failure starts nothing.
     absl::StatusOr<std::unique_ptr<MetricsServer>> metrics =
-        MetricsServer::Bind(options.metrics_listen, *server);
+        MetricsServer::Bind(options.metrics_listen, *server, server->metrics_auth_.get());
     if (!metrics.ok()) {
       server->stopped_ = true;  // Nothing listens and no loop runs.
       return metrics.status();
@@ -131,6 +141,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 absl::Status Server::ReloadTokens() {
   if (auth_ == nullptr) return absl::FailedPreconditionError("no --auth-token-file to re-read");
   return auth_->Reload();
+}
+
+absl::Status Server::ReloadMetricsTokens() {
+  if (metrics_auth_ == nullptr) {
+    return absl::FailedPreconditionError("no --metrics-token-file to re-read");
+  }
+  return metrics_auth_->Reload();
 }
 
 absl::Status Server::OpenDataDir() {

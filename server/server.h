@@ -14,6 +14,8 @@
 //
 // Auth (ServerOptions::auth_token_file, server/auth/): both transports ask auth() which role
 // a call's token grants and refuse it before its handler runs; ReloadTokens swaps the set.
+// The /metrics endpoint has an Authenticator of its own (metrics_token_file), which
+// ReloadMetricsTokens swaps; the two files may be one.
 //
 // Shutdown order (Shutdown()): health goes NOT_SERVING (each loop tells its Watch streams and
 // its transport) and calls that arrive from then on are refused with UNAVAILABLE, health
@@ -26,8 +28,9 @@
 // connections to go away, so a connected but idle client would hold a stop for the whole grace
 // period.)
 //
-// Threads: Start, Shutdown, ReloadTokens and the destructor from one control thread (not a
-// loop's); ServerContext's and MetricsSource's methods from any thread while the server runs.
+// Threads: Start, Shutdown, ReloadTokens, ReloadMetricsTokens and the destructor from one control
+// thread (not a loop's); ServerContext's and MetricsSource's methods from any thread while the
+// server runs.
 //
 //   auto server = Server::Start({.listen = "127.0.0.1:0", .threads = 2}).value();
 //   std::printf("port %d\n", server->port());
@@ -74,6 +77,10 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   // Re-reads --auth-token-file (SIGHUP); on failure the tokens in force stay, and the error
   // says why. FAILED_PRECONDITION without the flag. Control thread.
   absl::Status ReloadTokens();
+  // The same for --metrics-token-file. Control thread.
+  absl::Status ReloadMetricsTokens();
+  // --metrics-token-file's tokens (null: none).
+  const Authenticator* metrics_auth() const { return metrics_auth_.get(); }
 
   // ServerContext, for the loops, transports and handlers.
   const ServerOptions& options() const override { return options_; }
@@ -110,6 +117,8 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   std::unique_ptr<persist::DataDir> data_dir_;
   std::unique_ptr<Authenticator> auth_;  // Its own lock guards the tokens it swaps.
   std::unique_ptr<ServerTls> tls_;
+  // Declared before metrics_server_, so it outlives the thread that reads it.
+  std::unique_ptr<Authenticator> metrics_auth_;    // Its own lock guards the tokens it swaps.
   std::unique_ptr<MetricsServer> metrics_server_;  // Its thread only reads through ServerMetrics.
   // Set before the loops start (OpenDataDir).
   std::string journal_failure_ = "the write could not be made durable; writes are refused";

@@ -61,6 +61,9 @@ struct ServerOptions {
   ServerTls::Files tls;
   // --metrics-listen: HOST:PORT of the /metrics and /healthz endpoint (empty: none).
   std::string metrics_listen;
+  // --metrics-token-file: /metrics needs a bearer token from it, in --auth-token-file's format
+  // (empty: /metrics is open). It may be the same file as auth_token_file.
+  std::string metrics_token_file;
 };
 
 }  // namespace ringkv

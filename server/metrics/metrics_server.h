@@ -6,14 +6,15 @@
 // Why not prometheus-cpp's own Exposer: its handlers cannot answer /healthz with 503, and it
 // brings civetweb's thread pool; a scrape a few times a minute needs one thread and one
 // connection at a time. Each connection gets one request and is closed; a client whose request
-// line is not in within 2 s, or runs past 8 KiB, is dropped, and one that has not taken the
-// answer 2 s after that is too, so a slow or hostile client delays a scrape by 4 s at most and
+// line and headers are not in within 2 s, or run past 8 KiB, is dropped, and one that has not taken
+// the answer 2 s after that is too, so a slow or hostile client delays a scrape by 4 s at most and
 // costs the workers nothing.
 //
 // Threads: Bind, Start and Stop on the control thread; the endpoint's own thread reads the server's
-// counters (ServerMetrics) while the server runs.
+// counters (ServerMetrics) while the server runs, and asks the Authenticator (which the caller
+// keeps alive until Stop, and may Reload meanwhile) for each scrape's role.
 //
-//   auto metrics = MetricsServer::Bind("127.0.0.1:9464", server).value();
+//   auto metrics = MetricsServer::Bind("127.0.0.1:9464", server, /*tokens=*/nullptr).value();
 //   metrics->Start();
 //   metrics->Stop();
 #ifndef RINGKV_SERVER_METRICS_METRICS_SERVER_H_
@@ -25,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "net/listener.h"
+#include "server/auth/authenticator.h"
 #include "server/metrics/server_metrics.h"
 
 namespace ringkv {
@@ -32,9 +34,11 @@ namespace ringkv {
 class MetricsServer {
  public:
   // Binds `address` (HOST:PORT; port 0 picks one); UNAVAILABLE naming it if it cannot.
-  // Nothing is served before Start.
+  // Nothing is served before Start. `tokens` (may be null: /metrics is open) must outlive
+  // the serving thread, which ends at Stop.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Bind(const std::string& address,
-                                                             const MetricsSource& server);
+                                                             const MetricsSource& server,
+                                                             const Authenticator* tokens);
   // Starts serving, on a thread of its own (once the server's loops and transport exist).
   void Start();
   ~MetricsServer();
@@ -46,14 +50,16 @@ class MetricsServer {
   void Stop();
 
  private:
-  MetricsServer(const MetricsSource& server, std::unique_ptr<Listener> listener);
+  MetricsServer(const MetricsSource& server, const Authenticator* tokens,
+                std::unique_ptr<Listener> listener);
   void Run();
   void Serve(int fd);
-  // The response to a request's first line.
-  std::string Answer(std::string_view request_line);
+  // The response to a request's head: its request line and headers, without the blank line.
+  std::string Answer(std::string_view head);
 
   ServerMetrics metrics_;
   const MetricsSource& server_;
+  const Authenticator* const tokens_;  // Null: /metrics is open. Its own lock guards its set.
   const std::unique_ptr<Listener> listener_;
   int stop_fd_ = -1;  // An eventfd: written by Stop, polled by Run.
   std::thread thread_;
