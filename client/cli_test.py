@@ -240,7 +240,7 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         for flag in (b"--listen", b"--transport", b"--threads", b"--ring", b"--engine",
                      b"--max_key_bytes", b"--max_value_bytes", b"--max_connections",
-                     b"--max_concurrent_streams", b"--poll_mode", b"--log_level", b"--max_memory",
+                     b"--max_concurrent_streams", b"--idle_timeout", b"--poll_mode", b"--log_level", b"--max_memory",
                      b"--eviction"):
             self.assertIn(flag, r.stdout)
 

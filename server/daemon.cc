@@ -30,8 +30,9 @@ ABSL_FLAG(std::string, transport, "h2",
           "h2: gRPC over HTTP/2 on nghttp2, served inside each worker's own event loop; grpc: "
           "grpc++'s server (the reference implementation)");
 ABSL_FLAG(uint32_t, max_connections, 10000,
-          "client connections open at once; past it a new one is refused at once with a "
-          "GOAWAY saying why (h2 only)");
+          "client connections open at once; past it a new one makes the longest idle "
+          "connection go, or, if none has been idle for 1s, is refused at once with a GOAWAY "
+          "saying why (h2 only)");
 ABSL_FLAG(uint32_t, max_concurrent_streams, 100,
           "calls in flight per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)");
 // Half the cores by default: every worker also runs gRPC's transport (HTTP/2, the socket
@@ -57,6 +58,16 @@ ABSL_FLAG(bool, poll_mode, false,
 ABSL_FLAG(double, handshake_timeout, 10.0,
           "seconds a new connection gets to finish its TLS handshake and send HTTP/2's "
           "connection preface; one that has not by then is closed");
+// 5 minutes: Redis's `timeout` defaults to 0 (never), which with a connection bound lets
+// forgotten or half-dead clients hold its slots for good; gRPC servers set MAX_CONNECTION_IDLE
+// for the same reason. A pooled client that calls a few times a minute keeps its connection, and
+// one that comes back later pays a reconnect (a round trip, a TLS handshake). Under pressure
+// the idlest connection goes anyway (--max-connections), so this bounds the quiet case.
+ABSL_FLAG(absl::Duration, idle_timeout, absl::Minutes(5),
+          "close a connection that has had no call open and sent nothing for this long (a "
+          "GOAWAY saying why, then close; clients reconnect when they next call), a duration: "
+          "90s, 5m, 1h. 0: never. Whatever it is, when --max-connections are open a new "
+          "connection makes the longest idle one (idle 1s or more) go (h2 only)");
 ABSL_FLAG(double, shutdown_grace, 4.0,
           "seconds the calls in flight get to finish on SIGTERM/SIGINT before they are cancelled");
 ABSL_FLAG(std::string, max_memory, "0",
@@ -199,7 +210,7 @@ void SetUpLogging(const char* argv0) {
 }
 
 // --listen, --threads, --transport, --max-connections, --max-concurrent-streams,
-// --handshake-timeout, --shutdown-grace.
+// --handshake-timeout, --idle-timeout, --shutdown-grace.
 void ParseNetworkFlags(const char* argv0, ServerOptions* options) {
   options->listen = absl::GetFlag(FLAGS_listen);
   options->threads = absl::GetFlag(FLAGS_threads);
@@ -227,6 +238,21 @@ void ParseNetworkFlags(const char* argv0, ServerOptions* options) {
     ExitUsageError(argv0, "--handshake-timeout must be 0.1 .. 3600 seconds");
   }
   options->handshake_timeout = absl::Seconds(handshake);
+  options->idle_timeout = absl::GetFlag(FLAGS_idle_timeout);
+  if (options->idle_timeout != absl::ZeroDuration() &&
+      (options->idle_timeout < absl::Seconds(1) ||
+       options->idle_timeout == absl::InfiniteDuration())) {
+    ExitUsageError(argv0,
+                   "--idle-timeout must be 0 (never) or a duration of at least 1s (90s, "
+                   "5m, 1h), got '" +
+                       absl::FormatDuration(options->idle_timeout) + "'");
+  }
+  if (options->transport == TransportKind::kGrpc && Changed(FLAGS_idle_timeout) &&
+      options->idle_timeout != absl::ZeroDuration()) {
+    ExitUsageError(argv0,
+                   "--idle-timeout is enforced by --transport=h2 only; grpc++ keeps idle "
+                   "connections open");
+  }
   const double grace = absl::GetFlag(FLAGS_shutdown_grace);
   if (!(grace >= 0 && grace <= 3600)) {
     ExitUsageError(argv0, "--shutdown-grace must be 0 .. 3600 seconds");

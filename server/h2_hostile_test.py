@@ -10,8 +10,10 @@ Every test ends by checking that the server still serves others (the `ringkv` CL
   (the work is dropped), oversized headers, a reset in the middle of a call.
 - HostileBytesTest: random and truncated bytes, bad frames, floods; the server answers with
   GOAWAY or closes, and stays up.
+- IdleTimeoutTest: --idle-timeout closes an idle connection with a GOAWAY, and no busy one.
 - ResourceTest, each with a server of its own: clients that never read, descriptor exhaustion
-  and recovery, --max-connections, 10,000 open connections.
+  and recovery, --max-connections (idle connections make room, busy ones do not), 10,000 open
+  connections.
 
 Usage: h2_hostile_test.py SERVER_BINARY CLI_BINARY TOOLS_DIR [SERVER_FLAG...]
 The server flags pick the transport; tests of what only the h2 transport promises are skipped
@@ -91,6 +93,85 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def request_headers(path):
+    """A self-contained HPACK block (no dynamic-table references) for a gRPC call to `path`,
+    so that one block may open any number of streams."""
+    import hpack
+    return hpack.Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", path),
+                                   (":authority", "x"), ("content-type", "application/grpc")])
+
+
+class RawConnection:
+    """A socket that sent HTTP/2's preface, and the frames the server has sent on it so far."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        self.buffer, self.frames, self.closed = b"", [], False
+        self.next_stream = 1
+
+    def open_call(self, path, body=None):
+        """Starts a call; with `body`, sends it and ends the stream (a unary call), without,
+        leaves the call open. Returns the stream id."""
+        stream = self.next_stream
+        self.next_stream += 2
+        out = frame(HEADERS, END_HEADERS, stream, request_headers(path))
+        if body is not None:
+            out += frame(DATA, END_STREAM, stream, body)
+        self.sock.sendall(out)
+        return stream
+
+    def receive(self, seconds=0.0):
+        """Reads what the server sent within `seconds` (or what is there now); False once the
+        server has closed the connection."""
+        deadline = time.time() + seconds
+        while not self.closed:
+            self.sock.settimeout(max(0.001, deadline - time.time()))
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                break
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                self.closed = True
+                break
+            self.buffer += chunk
+            while len(self.buffer) >= 9:
+                length = int.from_bytes(self.buffer[:3], "big")
+                if len(self.buffer) < 9 + length:
+                    break
+                b = self.buffer
+                self.frames.append((b[3], b[4], int.from_bytes(b[5:9], "big") & 0x7FFFFFFF,
+                                    b[9:9 + length]))
+                self.buffer = b[9 + length:]
+        return not self.closed
+
+    def goaways(self):
+        """(error code, debug data) of each GOAWAY received."""
+        return [(int.from_bytes(f[3][4:8], "big"), f[3][8:]) for f in self.frames
+                if f[0] == GOAWAY]
+
+    def ended(self, stream):
+        """Whether the server ended `stream` (trailers, or a reset)."""
+        return any(f[2] == stream and (f[0] == RST_STREAM or
+                                       (f[0] == HEADERS and f[1] & END_STREAM))
+                   for f in self.frames)
+
+    def ping(self, seconds=5.0):
+        """Sends a PING and reads until its ack; whether it came."""
+        payload = struct.pack(">d", random.random())
+        self.sock.sendall(frame(PING, 0, 0, payload))
+        deadline = time.time() + seconds
+        while time.time() < deadline and self.receive(0.05):
+            if (PING, 1, 0, payload) in self.frames:
+                return True
+        return False
+
+    def close(self):
+        self.sock.close()
 
 
 class Call:
@@ -404,6 +485,48 @@ class HandshakeTimeoutTest(ServerCase):
         self.assertServing()
 
 
+@unittest.skipIf(GRPCPP, "h2 only: grpc++ keeps idle connections (--idle-timeout is refused)")
+class IdleTimeoutTest(ServerCase):
+    server_args = ("--idle-timeout=1s",)
+
+    def test_an_idle_connection_is_told_and_closed_busy_ones_stay(self):
+        idle = RawConnection(self.port)
+        calling = RawConnection(self.port)
+        holding = RawConnection(self.port)  # A call open and silent, like a Watch stream.
+        connections = (idle, calling, holding)
+        try:
+            held = holding.open_call("/ringkv.v1.KV/Put")
+            streams = []
+            start, closed_at = time.time(), None
+            # 1 s of idleness closes a connection within 1.5 s (the sweep runs every 250 ms);
+            # 3.5 s leaves a slow (sanitized) server room, and is idle time enough for the
+            # others to be closed too if they counted as idle.
+            while time.time() - start < 3.5:
+                streams.append(calling.open_call("/ringkv.v1.KV/Get",
+                                                 grpc_message(field(1, b"idle-test"))))
+                for connection in connections:
+                    connection.receive(0.2 / len(connections))
+                if idle.closed and closed_at is None:
+                    closed_at = time.time() - start
+            self.assertIsNotNone(closed_at, "the idle connection is still open after 3.5 s")
+            self.assertGreaterEqual(closed_at, 0.9)  # Not before the timeout (give or take).
+            goaways = idle.goaways()
+            self.assertEqual(len(goaways), 1, idle.frames)
+            self.assertEqual(goaways[0][0], 0)  # NO_ERROR.
+            self.assertIn(b"idle for longer than --idle-timeout=1s", goaways[0][1])
+            for connection in (calling, holding):
+                self.assertFalse(connection.closed, connection.frames)
+                self.assertEqual(connection.goaways(), [])
+                self.assertTrue(connection.ping())
+            self.assertGreaterEqual(len(streams), 10)
+            self.assertTrue(all(calling.ended(stream) for stream in streams[:-1]))
+            self.assertFalse(holding.ended(held))
+        finally:
+            for connection in connections:
+                connection.close()
+        self.assertServing()
+
+
 class ResourceTest(ServerCase):
     """Each test starts a server of its own (the limits differ)."""
 
@@ -512,6 +635,54 @@ class ResourceTest(ServerCase):
             self.assertIn(b"--max-connections=10", goaways[0][3])
         for sock in held:
             sock.close()
+        time.sleep(0.2)
+        self.assertServing()
+
+    @unittest.skipIf(GRPCPP, "h2 only: grpc++ has no bound")
+    def test_max_connections_makes_the_idlest_idle_connection_go(self):
+        self.start("--max-connections=8")
+        held = [RawConnection(self.port) for _ in range(8)]
+        try:
+            # Idle for 1 s makes a connection evictable; the sweep notices within 2 s.
+            time.sleep(2.5)
+            # Half of them speak now: they are no longer idle and must stay.
+            for connection in held[4:]:
+                self.assertTrue(connection.ping())
+            # Two new clients (the CLI's put, then its get): the put makes one go, the get
+            # another unless the put's connection had closed by then.
+            self.assertServing()
+            for connection in held:
+                connection.receive(0.1)
+            gone = [i for i, connection in enumerate(held) if connection.closed]
+            self.assertIn(len(gone), (1, 2), gone)
+            self.assertTrue(all(i < 4 for i in gone), gone)
+            for i in gone:
+                goaways = held[i].goaways()
+                self.assertEqual(len(goaways), 1)
+                self.assertEqual(goaways[0][0], 0)  # NO_ERROR.
+                self.assertIn(b"to make room for a new connection", goaways[0][1])
+                self.assertIn(b"--max-connections=8", goaways[0][1])
+        finally:
+            for connection in held:
+                connection.close()
+
+    @unittest.skipIf(GRPCPP, "h2 only: grpc++ has no bound")
+    def test_max_connections_refuses_when_every_connection_has_a_call_open(self):
+        self.start("--max-connections=8")
+        held = [RawConnection(self.port) for _ in range(8)]
+        try:
+            for connection in held:
+                connection.open_call("/ringkv.v1.KV/Put")  # Open, waiting for its message.
+            time.sleep(2.5)  # As long as the idle ones above: these are busy all along.
+            with self.connect() as extra:
+                goaways = [f for f in read_frames(extra, 2) if f[0] == GOAWAY]
+                self.assertTrue(goaways)
+                self.assertIn(b"--max-connections=8", goaways[0][3])
+            for connection in held:
+                self.assertTrue(connection.ping())
+        finally:
+            for connection in held:
+                connection.close()
         time.sleep(0.2)
         self.assertServing()
 

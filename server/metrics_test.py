@@ -163,6 +163,8 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(sample(text, "ringkv_connections_refused_total",
                                     reason="max_connections"), 0)
             self.assertIsNotNone(sample(text, "ringkv_connections_open"))
+            for reason in ("idle_timeout", "idle_evicted"):
+                self.assertEqual(sample(text, "ringkv_connections_closed_total", reason=reason), 0)
         if os.environ.get("RINGKV_SANITIZER", "none") == "none":  # No jemalloc under one.
             self.assertGreater(sample(text, "ringkv_jemalloc_resident_bytes"), 0)
         r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,

@@ -40,6 +40,10 @@ struct ServerOptions {
   // How long a new connection may take over its TLS handshake and HTTP/2 connection preface
   // before it is closed: a client that connects and stays silent holds no slot for longer.
   absl::Duration handshake_timeout = absl::Seconds(10);
+  // How long a connection may stay with no call open and no byte received before it is closed
+  // (zero: never; h2 only). Independent of it, when --max-connections are open, a new
+  // connection makes the longest idle one go (server/h2/h2_loop_io.h).
+  absl::Duration idle_timeout = absl::Minutes(5);
   // Calls in flight per connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS).
   uint32_t max_concurrent_streams = 100;
   // --max-memory (0: none) and --eviction; each shard gets an equal share of the bytes.

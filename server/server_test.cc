@@ -890,7 +890,9 @@ TEST_P(ServerLifecycle, PortInUseAndBadFlagsExitTwoWithOneLine) {
   const std::pair<std::vector<std::string>, std::string> bad_memory[] = {
       {{"--max-memory=lots"}, "--max-memory must be bytes or a size with a unit"},
       {{"--max-memory=1000", "--threads=2"}, "at least 1MiB per worker (--threads=2)"},
-      {{"--eviction=lfu"}, "--eviction must be noeviction, allkeys-lru"}};
+      {{"--eviction=lfu"}, "--eviction must be noeviction, allkeys-lru"},
+      {{"--idle-timeout=500ms"}, "--idle-timeout must be 0 (never) or a duration of at least 1s"},
+      {{"--idle-timeout=-1s"}, "--idle-timeout must be 0 (never)"}};
   for (const auto& [flags, message] : bad_memory) {
     ServerProcess bad(Flags(flags));
     EXPECT_FALSE(bad.Start());
@@ -904,6 +906,12 @@ TEST_P(ServerLifecycle, PortInUseAndBadFlagsExitTwoWithOneLine) {
     EXPECT_NE(unbounded.log().find("--max-connections is enforced by --transport=h2 only"),
               std::string::npos)
         << unbounded.log();
+    ServerProcess never_idle(Flags({"--idle-timeout=1m"}));
+    EXPECT_FALSE(never_idle.Start());
+    EXPECT_EQ(never_idle.Wait(10), 2);
+    EXPECT_NE(never_idle.log().find("--idle-timeout is enforced by --transport=h2 only"),
+              std::string::npos)
+        << never_idle.log();
   }
   EXPECT_EQ(first.Stop(SIGINT, 10), 0);
 }

@@ -31,7 +31,8 @@ class Transport {
   virtual std::unique_ptr<LoopIo> MakeLoopIo(ShardLoop& loop) = 0;
   virtual void Stop() = 0;
 
-  // Client connections, for /metrics (any thread): open now, and refused since start by why.
+  // Client connections, for /metrics (any thread): open now, refused since start by why, and
+  // closed for being idle.
   // `known` is false where the transport cannot tell (grpc++).
   struct Connections {
     bool known = false;
@@ -40,6 +41,8 @@ class Transport {
     uint64_t refused_descriptors = 0;        // Out of file descriptors.
     uint64_t refused_tls = 0;                // Failed TLS handshakes.
     uint64_t refused_handshake_timeout = 0;  // No preface within --handshake-timeout.
+    uint64_t closed_idle_timeout = 0;        // Open, but idle past --idle-timeout.
+    uint64_t closed_idle_evicted = 0;        // Idle, closed to make room past --max-connections.
   };
   virtual Connections connections() const { return {}; }
 };

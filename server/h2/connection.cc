@@ -31,8 +31,8 @@ Connection* Of(void* user_data) { return static_cast<Connection*>(user_data); }
 
 }  // namespace
 
-Connection::Connection(H2Io& io, int fd, int64_t greet_by_ns)
-    : io_(io), fd_(fd), greet_by_ns_(greet_by_ns), interest_(EPOLLIN) {
+Connection::Connection(H2Io& io, int fd, int64_t now_ns, int64_t greet_by_ns)
+    : io_(io), fd_(fd), greet_by_ns_(greet_by_ns), idle_since_ns_(now_ns), interest_(EPOLLIN) {
   if (const ServerTls* tls = io.loop().context().tls()) {
     ssl_ = tls->NewSession(fd);  // Null (out of memory): the handshake closes the connection.
     handshaking_ = true;
@@ -116,6 +116,7 @@ ssize_t Connection::Transmit(const char* data, size_t length) {
 
 void Connection::OnReadable() {
   if (closed()) return;
+  active_ = true;  // For the idle sweep: no clock here.
   if (handshaking_ && !Handshake()) return;
   char* buffer = io_.read_buffer();
   for (int i = 0; i < kReadsPerEvent && !read_paused_; ++i) {
@@ -303,6 +304,7 @@ int Connection::OnDataChunkRecv(nghttp2_session* session, uint8_t, int32_t strea
 int Connection::OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code,
                               void* user_data) {
   Connection* c = Of(user_data);
+  c->active_ = true;  // Its idle time starts now, not when the call began.
   if (H2Call* call = c->CallOf(stream_id)) {
     c->calls_.erase(call);
     c->last_stream_id_ = 0;  // The call may be deleted from here on.

@@ -25,6 +25,12 @@
 // A connection sees its loop through H2Io (server/h2/h2_io.h), and its calls see it as their
 // CallConnection (server/h2/h2_call.h).
 //
+// Idle: the loop's sweep (H2LoopIo) asks SweepIdle every so often. Reads and ended calls only
+// set a flag, so the hot path reads no clock; the sweep stamps a connection busy (at its own
+// clock) when the flag is set or a call is open, and its idle time runs from the last stamp.
+// A connection is idle while it has no call open (a Watch stream is one) and has received
+// nothing since; a client's PINGs count as something.
+//
 // Lifetime: made on accept; Close() (a fatal error, the peer gone, or both sides done) cancels
 // its calls, closes the socket and retires the object, which the loop deletes at the end of the
 // turn. Calls outlive their connection if their handler still has Requests out.
@@ -57,9 +63,9 @@ class Connection final : public CallConnection {
   // Initial flow-control windows granted to clients: per stream, and for the connection.
   static constexpr int32_t kStreamWindow = 1 << 20;
   static constexpr int32_t kConnectionWindow = 16 << 20;
-  // Takes `fd`, an accepted non-blocking socket, and registers it with `io`.
+  // Takes `fd`, an accepted non-blocking socket, and registers it with `io`, at `now_ns`.
   // `greet_by_ns`: the client's preface must be in by then (the loop closes it otherwise).
-  Connection(H2Io& io, int fd, int64_t greet_by_ns);
+  Connection(H2Io& io, int fd, int64_t now_ns, int64_t greet_by_ns);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -81,6 +87,19 @@ class Connection final : public CallConnection {
   // received), and when it must be by (--handshake-timeout; the steady clock's ns).
   bool greeted() const { return greeted_; }
   int64_t greet_by_ns() const { return greet_by_ns_; }
+  // The loop's sweep at `now_ns`: a connection that received bytes or ended a call since the
+  // last sweep, or has a call open, is busy as of now (0); otherwise how long it has been idle.
+  int64_t SweepIdle(int64_t now_ns) {
+    if (active_ || !calls_.empty()) {
+      active_ = false;
+      idle_since_ns_ = now_ns;
+      return 0;
+    }
+    return now_ns - idle_since_ns_;
+  }
+  // No call open and nothing received since the last sweep; idle since then at least.
+  bool idle() const { return !active_ && calls_.empty(); }
+  int64_t idle_since_ns() const { return idle_since_ns_; }
 
   // CallConnection, for H2Call.
   H2Io& io() override { return io_; }
@@ -129,6 +148,8 @@ class Connection final : public CallConnection {
   bool tls_wants_write_ = false;  // OpenSSL needs the socket writable to go on.
   bool greeted_ = false;
   int64_t greet_by_ns_;
+  bool active_ = false;    // Bytes received or a call ended since the last sweep.
+  int64_t idle_since_ns_;  // The sweep's clock: last seen busy (or accepted).
   nghttp2_session* session_ = nullptr;
   absl::flat_hash_set<H2Call*> calls_;  // Open streams' calls.
   int32_t last_stream_id_ = 0;          // CallOf's last answer (0: none).

@@ -40,6 +40,22 @@ constexpr int kAcceptsPerEvent = 64;
 constexpr int64_t kAcceptPauseNs = 100'000'000;
 // At most one warning about refused connections per loop in this many nanoseconds.
 constexpr int64_t kWarningIntervalNs = 10'000'000'000;
+// How long a connection must have been idle before a new one may evict it: a client between
+// two calls, or one that has just connected and is about to call, is not idle.
+constexpr int64_t kMinIdleToEvictNs = 1'000'000'000;
+// How long an accepted connection waits for the slot another loop was asked to free.
+constexpr int64_t kEvictWaitNs = 100'000'000;
+// The idle sweep's period: a quarter of --idle-timeout (so a connection closes within 1.5x of
+// it), at most this. A sweep visits every connection of the loop (about 1 ms for 10,000).
+constexpr int64_t kMaxSweepEveryNs = 1'000'000'000;
+// A loop that never parks and gets no events reads the clock for the sweep every so many polls.
+constexpr uint32_t kQuietPollsPerClockRead = 1024;
+
+// Evictable connections as a heap whose front is the idlest (the earliest idle-since time).
+bool IdlerFirst(const std::pair<int64_t, Connection*>& a,
+                const std::pair<int64_t, Connection*>& b) {
+  return a.first > b.first;
+}
 
 int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
@@ -80,6 +96,12 @@ H2LoopIo::H2LoopIo(ConnectionGate& gate, ShardLoop& loop)
       loop_(loop),
       epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      index_(gate.RegisterLoop(this)),
+      idle_timeout_ns_(
+          std::max<int64_t>(0, absl::ToInt64Nanoseconds(loop.context().options().idle_timeout))),
+      sweep_every_ns_(idle_timeout_ns_ > 0
+                          ? std::clamp<int64_t>(idle_timeout_ns_ / 4, 1'000'000, kMaxSweepEveryNs)
+                          : kMaxSweepEveryNs),
       read_buffer_(new char[kReadBufferBytes]),
       spare_fd_(OpenSpare()) {
   ABSL_RAW_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, "cannot make the loop's epoll set");
@@ -108,6 +130,7 @@ H2LoopIo::H2LoopIo(ConnectionGate& gate, ShardLoop& loop)
 H2LoopIo::~H2LoopIo() {
   for (Connection* connection : connections_) delete connection;
   EndTurn();  // Deletes what is retired.
+  if (waiting_fd_ >= 0) close(waiting_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
   close(wake_fd_);
   close(epoll_fd_);
@@ -133,10 +156,16 @@ size_t H2LoopIo::Poll() {
     accept_resume_ns_ = 0;
     Start();
   }
-  work += HandleEvents(0);
+  const size_t events = HandleEvents(0);
+  work += events;
   work += PumpReady();
   work += ExpireDeadlines();
   work += ExpireGreetings();
+  // One clock read per batch of events (none per request), or now and then without any.
+  if (events > 0 || ++quiet_polls_ >= kQuietPollsPerClockRead || waiting_fd_ >= 0 ||
+      gate_.evictions_asked(index_)) {
+    work += TendIdle(NowNs());
+  }
   return work;
 }
 
@@ -148,11 +177,14 @@ bool H2LoopIo::Wait(std::chrono::nanoseconds timeout) {
     if (accept_resume_ns_ > 0) wait_ns = std::min(wait_ns, accept_resume_ns_ - now);
     if (!greetings_.empty()) wait_ns = std::min(wait_ns, greetings_.front().first - now);
   }
+  // A connection waiting for a slot another loop frees: look again each millisecond.
+  if (waiting_fd_ >= 0) wait_ns = std::min<int64_t>(wait_ns, 1'000'000);
   const int timeout_ms = static_cast<int>(std::max<int64_t>(0, (wait_ns + 999'999) / 1'000'000));
   size_t work = HandleEvents(timeout_ms);
   work += PumpReady();
   work += ExpireDeadlines();
   work += ExpireGreetings();
+  work += TendIdle(NowNs());  // A parked loop sweeps from here (it wakes every 100 ms at most).
   return work > 0;
 }
 
@@ -229,27 +261,170 @@ void H2LoopIo::Accept() {
           return;
       }
     }
-    if (!gate_.TakeConnectionSlot()) {
+    const int64_t now = NowNs();
+    if (gate_.TakeConnectionSlot()) {
+      Admit(fd, now);
+    } else if (!MakeRoomFor(fd, now)) {
       gate_.CountRefused(ConnectionGate::kTooManyConnections);
-      Refuse(fd, absl::StrCat("too many connections; the limit is --max-connections=",
-                              loop_.context().options().max_connections));
-      continue;
+      Refuse(fd, TooManyConnections());
+    } else if (waiting_fd_ >= 0) {
+      return;  // `fd` waits for its slot; this loop accepts no more meanwhile.
     }
-    const int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    const int64_t greet_by =
-        NowNs() + absl::ToInt64Nanoseconds(loop_.context().options().handshake_timeout);
-    auto* connection = new Connection(*this, fd, greet_by);
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.ptr = connection;
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
-      connection->Close();  // The kernel's epoll limit: like running out of descriptors.
-      continue;
-    }
-    connections_.insert(connection);
-    greetings_.emplace_back(greet_by, connection);
   }
+}
+
+std::string H2LoopIo::TooManyConnections() const {
+  return absl::StrCat("too many connections and none idle; the limit is --max-connections=",
+                      loop_.context().options().max_connections);
+}
+
+void H2LoopIo::Admit(int fd, int64_t now) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const int64_t greet_by =
+      now + absl::ToInt64Nanoseconds(loop_.context().options().handshake_timeout);
+  auto* connection = new Connection(*this, fd, now, greet_by);
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.ptr = connection;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
+    connection->Close();  // The kernel's epoll limit: like running out of descriptors.
+    return;
+  }
+  connections_.insert(connection);
+  greetings_.emplace_back(greet_by, connection);
+}
+
+bool H2LoopIo::MakeRoomFor(int fd, int64_t now) {
+  Connection* own = IdlestEvictable(now);
+  int64_t other_since = 0;
+  const int other = gate_.IdlestOtherLoop(index_, &other_since);
+  if (own != nullptr && (other < 0 || own->idle_since_ns() <= other_since)) {
+    EvictIdlest(now);  // Frees its slot at once.
+    if (gate_.TakeConnectionSlot()) {
+      Admit(fd, now);
+      return true;
+    }
+    return false;  // Another loop's new connection took the slot first: this one is refused.
+  }
+  if (other < 0) return false;
+  gate_.RequestEviction(static_cast<uint32_t>(other));
+  waiting_fd_ = fd;
+  waiting_until_ns_ = now + kEvictWaitNs;
+  waiting_retried_ = false;
+  if (listening_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, gate_.listener().fd(), nullptr);
+  listening_ = false;
+  return true;
+}
+
+void H2LoopIo::ListenAgain() {
+  if (!listening_ && !stopped_ && !gate_.stopping() && accept_resume_ns_ == 0 && waiting_fd_ < 0) {
+    Start();
+  }
+}
+
+size_t H2LoopIo::TendIdle(int64_t now) {
+  quiet_polls_ = 0;
+  size_t work = 0;
+  if (gate_.evictions_asked(index_)) {
+    // What cannot be evicted any more is not owed: the asking loop refuses after kEvictWait.
+    for (uint32_t asked = gate_.TakeEvictionsAsked(index_); asked > 0 && EvictIdlest(now);
+         --asked) {
+      ++work;
+    }
+  }
+  if (waiting_fd_ >= 0) {
+    const int fd = waiting_fd_;
+    if (gate_.TakeConnectionSlot()) {
+      waiting_fd_ = -1;
+      Admit(fd, now);
+      ListenAgain();
+      ++work;
+    } else if (now >= waiting_until_ns_) {
+      // The loop asked had nothing left to evict (its connection spoke, or went to another
+      // loop's new one; it has published so): look once more, then refuse.
+      waiting_fd_ = -1;
+      const bool retry = !waiting_retried_;
+      if (!retry || !MakeRoomFor(fd, now)) {
+        gate_.CountRefused(ConnectionGate::kTooManyConnections);
+        Refuse(fd, TooManyConnections());
+      } else if (waiting_fd_ >= 0) {
+        waiting_retried_ = true;
+      }
+      ListenAgain();
+      ++work;
+    }
+  }
+  if (now >= next_sweep_ns_) {
+    next_sweep_ns_ = now + sweep_every_ns_;
+    work += Sweep(now);
+  }
+  return work;
+}
+
+size_t H2LoopIo::Sweep(int64_t now) {
+  evictable_.clear();
+  std::vector<Connection*> expired;
+  for (Connection* connection : connections_) {
+    const int64_t idle = connection->SweepIdle(now);
+    // A connection without its preface is the handshake timeout's, which says why better.
+    if (idle_timeout_ns_ > 0 && idle >= idle_timeout_ns_ && connection->greeted()) {
+      expired.push_back(connection);
+    } else if (idle >= kMinIdleToEvictNs) {
+      evictable_.emplace_back(connection->idle_since_ns(), connection);
+    }
+  }
+  std::make_heap(evictable_.begin(), evictable_.end(), IdlerFirst);
+  if (!expired.empty()) {
+    const std::string why =
+        absl::StrCat("idle for longer than --idle-timeout=",
+                     absl::FormatDuration(loop_.context().options().idle_timeout));
+    Log(LogLevel::kDebug, "closing %d connection%s: %s", expired.size(),
+        expired.size() == 1 ? "" : "s", why);
+    for (Connection* connection : expired) {
+      gate_.CountClosed(ConnectionGate::kIdleTimeout);
+      connection->Terminate(why);  // GOAWAY (NO_ERROR: no call was open), then close.
+    }
+  }
+  PublishIdlest(now);
+  return expired.size();
+}
+
+Connection* H2LoopIo::IdlestEvictable(int64_t now) {
+  while (!evictable_.empty()) {
+    const auto [since, connection] = evictable_.front();
+    // Checked in this order: an entry's connection may be gone (and its address reused).
+    if (connections_.contains(connection) && connection->idle() &&
+        connection->idle_since_ns() == since && now - since >= kMinIdleToEvictNs) {
+      return connection;
+    }
+    std::pop_heap(evictable_.begin(), evictable_.end(), IdlerFirst);
+    evictable_.pop_back();
+  }
+  return nullptr;
+}
+
+bool H2LoopIo::EvictIdlest(int64_t now) {
+  Connection* idlest = IdlestEvictable(now);
+  if (idlest != nullptr) {
+    std::pop_heap(evictable_.begin(), evictable_.end(), IdlerFirst);
+    evictable_.pop_back();
+    gate_.CountClosed(ConnectionGate::kIdleEvicted);
+    const std::string why = absl::StrCat(
+        "closed to make room for a new connection: idle for ",
+        absl::FormatDuration(absl::Milliseconds((now - idlest->idle_since_ns()) / 1'000'000)),
+        " while --max-connections=", loop_.context().options().max_connections, " were open");
+    Log(LogLevel::kDebug, "%s", why);
+    idlest->Terminate(why);
+  }
+  PublishIdlest(now);
+  return idlest != nullptr;
+}
+
+void H2LoopIo::PublishIdlest(int64_t now) {
+  const Connection* idlest = IdlestEvictable(now);
+  gate_.PublishIdlest(index_,
+                      idlest != nullptr ? idlest->idle_since_ns() : ConnectionGate::kNoIdle);
 }
 
 void H2LoopIo::Refuse(int fd, std::string_view why) {
@@ -378,6 +553,12 @@ void H2LoopIo::StopAll() {
   if (listening_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, gate_.listener().fd(), nullptr);
   listening_ = false;
   accept_resume_ns_ = 0;
+  if (waiting_fd_ >= 0) {
+    close(waiting_fd_);
+    waiting_fd_ = -1;
+  }
+  evictable_.clear();
+  gate_.PublishIdlest(index_, ConnectionGate::kNoIdle);
   for (Connection* connection :
        std::vector<Connection*>(connections_.begin(), connections_.end())) {
     connection->Terminate();

@@ -23,6 +23,26 @@
 // not in within --handshake-timeout is closed (in plaintext after a GOAWAY that says why), so that
 // silent or trickling clients cannot hold the --max-connections slots for good.
 //
+// Idle connections (no call open, nothing received: Connection::SweepIdle). Every sweep period
+// (a quarter of --idle-timeout, at most 1 s) the loop sweeps its connections at one clock read:
+// it closes those idle past --idle-timeout with a GOAWAY (NO_ERROR, "idle for longer than
+// --idle-timeout=..."), and lists those idle for at least kMinIdleToEvict (1 s) as evictable,
+// idlest first, publishing its idlest one's time in the gate. The hot path pays a flag per read.
+//
+// A full gate (--max-connections open) when a connection arrives: the loop that accepted it
+// compares its own idlest evictable connection with the idlest the other loops published.
+//   - its own is the idlest: it closes that one (GOAWAY saying why) and admits the new one in the
+//     slot that frees, at once;
+//   - another loop's is: the new connection waits, accepted but not yet admitted (one per loop;
+//     the loop stops accepting meanwhile, the others go on), and that loop is asked, through the
+//     gate, to evict its idlest idle connection and woken. It re-checks that the connection is
+//     still idle (it owns it: no other thread touches it) before closing it. The waiting
+//     connection takes the first slot that frees within kEvictWait (100 ms); failing that (the
+//     connection asked for spoke meanwhile), the loop looks once more, then refuses it;
+//   - no loop has one: refused as before.
+// So the limit stays exact, and active clients (calls open, or traffic within the last second)
+// are never evicted: when every connection is busy, a new one is refused.
+//
 // Threads: the loop's thread only, except Wake (any thread).
 #ifndef RINGKV_SERVER_H2_H2_LOOP_IO_H_
 #define RINGKV_SERVER_H2_H2_LOOP_IO_H_
@@ -33,6 +53,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -87,12 +108,33 @@ class H2LoopIo final : public LoopIo, public H2Io {
   size_t ExpireDeadlines();
   // Closes the connections whose preface is late.
   size_t ExpireGreetings();
+  // Makes a Connection of an accepted socket that holds a slot.
+  void Admit(int fd, int64_t now);
+  std::string TooManyConnections() const;
+  // The gate is full as `fd` arrives: evicts an idle connection here or asks another loop to.
+  // False if no connection anywhere is idle (then `fd` is the caller's to refuse).
+  bool MakeRoomFor(int fd, int64_t now);
+  // What is due about idle connections at `now`: evictions asked of this loop, the waiting
+  // connection, the sweep.
+  size_t TendIdle(int64_t now);
+  // Closes what is idle past --idle-timeout and lists what may be evicted; returns the closed.
+  size_t Sweep(int64_t now);
+  // This loop's idlest connection that may be evicted (still open and idle), or null; drops
+  // what no longer qualifies from evictable_.
+  Connection* IdlestEvictable(int64_t now);
+  // Closes IdlestEvictable(now), if any; publishes the next idlest either way.
+  bool EvictIdlest(int64_t now);
+  void PublishIdlest(int64_t now);
+  void ListenAgain();
 
   // Constant after construction.
   ConnectionGate& gate_;
   ShardLoop& loop_;
   const int epoll_fd_;
   const int wake_fd_;
+  const uint32_t index_;           // This loop's slot in the gate.
+  const int64_t idle_timeout_ns_;  // 0: none.
+  const int64_t sweep_every_ns_;
   nghttp2_session_callbacks* callbacks_ = nullptr;
   nghttp2_option* option_ = nullptr;
   std::unique_ptr<char[]> read_buffer_;
@@ -109,6 +151,15 @@ class H2LoopIo final : public LoopIo, public H2Io {
   // due by then (a new connection at the same address is due later).
   std::deque<std::pair<int64_t, Connection*>> greetings_;
   size_t live_calls_ = 0;
+  // Connections idle long enough to evict at the last sweep, a heap with the idlest in front
+  // (its time kept with it: the heap never reads a connection that may be gone). Like greetings_,
+  // entries may outlive their connections: one counts only while it is open and still idle.
+  std::vector<std::pair<int64_t, Connection*>> evictable_;  // (idle since, connection).
+  int64_t next_sweep_ns_ = 0;
+  uint32_t quiet_polls_ = 0;  // Polls without events since the clock was last read.
+  int waiting_fd_ = -1;       // Accepted, waiting for a slot another loop frees; -1: none.
+  int64_t waiting_until_ns_ = 0;
+  bool waiting_retried_ = false;  // The waiting connection has been given its second chance.
   int spare_fd_ = -1;             // Kept for the out-of-descriptors refusal; -1 if lost.
   bool listening_ = false;        // The listener is in the epoll set.
   int64_t accept_resume_ns_ = 0;  // While not listening_ for lack of descriptors: when to retry.

@@ -9,8 +9,8 @@ namespace ringkv {
 absl::StatusOr<std::unique_ptr<Transport>> H2Transport::Start(ServerContext& context) {
   absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(context.options().listen);
   if (!listener.ok()) return listener.status();
-  return std::unique_ptr<Transport>(
-      new H2Transport(std::move(*listener), context.options().max_connections));
+  return std::unique_ptr<Transport>(new H2Transport(
+      std::move(*listener), context.options().max_connections, context.options().threads));
 }
 
 std::unique_ptr<LoopIo> H2Transport::MakeLoopIo(ShardLoop& loop) {

@@ -9,9 +9,11 @@
 //     --CallSink--> H2Call (response message, trailers) --nghttp2--> Connection's output
 //     --one send per connection per turn--> socket
 //
-// Connections are counted across loops (--max-connections, refused promptly past it), and a
-// loop that runs out of file descriptors refuses the connection waiting with a spare one and
-// serves again as soon as descriptors free up (H2LoopIo).
+// Connections are counted across loops (--max-connections: past it a new one makes the longest
+// idle connection go, or is refused promptly if none is idle), connections idle past
+// --idle-timeout are closed, and a loop that runs out of file descriptors refuses the
+// connection waiting with a spare one and serves again as soon as descriptors free up
+// (H2LoopIo).
 //
 // Stop(): the listening socket shuts (new connections are refused by the kernel), and each loop
 // ends its calls left with UNAVAILABLE, sends GOAWAY and closes its connections.
@@ -48,14 +50,17 @@ class H2Transport : public Transport {
             .refused_limit = gate_.refused(ConnectionGate::kTooManyConnections),
             .refused_descriptors = gate_.refused(ConnectionGate::kOutOfDescriptors),
             .refused_tls = gate_.refused(ConnectionGate::kTlsHandshake),
-            .refused_handshake_timeout = gate_.refused(ConnectionGate::kHandshakeTimeout)};
+            .refused_handshake_timeout = gate_.refused(ConnectionGate::kHandshakeTimeout),
+            .closed_idle_timeout = gate_.closed(ConnectionGate::kIdleTimeout),
+            .closed_idle_evicted = gate_.closed(ConnectionGate::kIdleEvicted)};
   }
 
  private:
-  H2Transport(std::unique_ptr<Listener> listener, uint32_t max_connections)
-      : gate_(std::move(listener), max_connections) {}
+  H2Transport(std::unique_ptr<Listener> listener, uint32_t max_connections, uint32_t loops)
+      : gate_(std::move(listener), max_connections, loops) {}
 
-  // The listening socket, the connection count and the stop flag, shared by the loops.
+  // The listening socket, the connection count, the stop flag and the loops' idle connections,
+  // shared by the loops.
   ConnectionGate gate_;
   // Control thread only: the LoopIos made (owned by their loops), for Stop to wake.
   std::vector<H2LoopIo*> ios_;

@@ -150,6 +150,16 @@ void AddConnections(const Transport::Connections& c, std::vector<MetricFamily>* 
         Value(MetricType::Counter, static_cast<double>(count), {{"reason", reason}}));
   }
   out->push_back(std::move(refused));
+  MetricFamily closed =
+      Family("connections_closed_total", "Open client connections the server closed, by reason.",
+             MetricType::Counter);
+  const std::pair<const char*, uint64_t> closes[] = {{"idle_timeout", c.closed_idle_timeout},
+                                                     {"idle_evicted", c.closed_idle_evicted}};
+  for (const auto& [reason, count] : closes) {
+    closed.metric.push_back(
+        Value(MetricType::Counter, static_cast<double>(count), {{"reason", reason}}));
+  }
+  out->push_back(std::move(closed));
 }
 
 void AddPersistence(const ringkv::v1::PersistenceStats& p, std::vector<MetricFamily>* out) {
