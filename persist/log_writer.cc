@@ -301,16 +301,16 @@ void LogWriter::WriteFailed(int error, Batch& batch) {
                                      "; writes are refused until a retried write succeeds");
   Log(LogLevel::kError, "%s (retried every 2 s at most; reads go on)", message);
   {
+    // All of the stall under mu_, which the syncer's waits check.
     std::lock_guard<std::mutex> lock(mu_);
     error_ = std::move(message);
     stalled_since_ = std::chrono::steady_clock::now();
     if (&batch != &handoff_) std::swap(handoff_, batch);
-    ready_ = true;
+    in_flight_.store(true, std::memory_order_relaxed);
+    stalled_.store(true, std::memory_order_release);
+    if (group_ != nullptr) group_->stalled.fetch_add(1, std::memory_order_acq_rel);
   }
-  in_flight_.store(true, std::memory_order_relaxed);
-  stalled_.store(true, std::memory_order_release);
-  if (group_ != nullptr) group_->stalled.fetch_add(1, std::memory_order_acq_rel);
-  cv_.notify_one();
+  cv_.notify_one();  // The syncer retries (with everysec and no it may be waiting).
 }
 
 bool LogWriter::Retry() {
@@ -402,26 +402,27 @@ void LogWriter::Run() {
   for (;;) {
     if (self_stalled()) {
       RetryUntilWritten(lock);
-      ready_ = false;
-      if (stop_) return;  // Close makes the last try if it is still stalled.
-      continue;
+      if (stop_ && self_stalled()) return;  // Close makes the last try.
+      continue;  // A hand-off made since the stall ended is waiting in ready_.
     }
+    // ready_ means one thing only: with always, handoff_ holds a batch to write. A stall (the
+    // worker's write, with everysec and no) wakes this thread through stalled_.
+    auto woken = [this] { return ready_ || stop_ || self_stalled(); };
     switch (mode_) {
       case SyncMode::kAlways:
       case SyncMode::kNo:
-        cv_.wait(lock, [this] { return ready_ || stop_; });
+        cv_.wait(lock, woken);
         break;
       case SyncMode::kEverySec:
-        cv_.wait_for(lock, kEverySecInterval, [this] { return ready_ || stop_; });
+        cv_.wait_for(lock, kEverySecInterval, woken);
         break;
     }
+    if (self_stalled()) continue;
     const bool have = ready_;
     const bool stop = stop_;
     ready_ = false;
     lock.unlock();
-    // With always, a hand-off to write; with everysec and no, `have` only says that the
-    // worker's write stalled, which the next pass retries.
-    if (have && !self_stalled()) {
+    if (have) {
       if (self_failed()) {
         if (handoff_.next != nullptr) env_.CloseLog(handoff_.next->fd);
         FinishHandoff();

@@ -241,7 +241,7 @@ class LogWriter final : public Journal {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool ready_ = false;  // Guarded by mu_: handoff_ waits (a commit, or a stall to retry).
+  bool ready_ = false;  // Guarded by mu_: with always, handoff_ holds a batch to write.
   bool stop_ = false;   // Guarded by mu_.
   std::string error_;   // Guarded by mu_.
   std::chrono::steady_clock::time_point stalled_since_;  // Guarded by mu_.
