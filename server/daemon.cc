@@ -63,11 +63,13 @@ ABSL_FLAG(double, handshake_timeout, 10.0,
 // for the same reason. A pooled client that calls a few times a minute keeps its connection, and
 // one that comes back later pays a reconnect (a round trip, a TLS handshake). Under pressure
 // the idlest connection goes anyway (--max-connections), so this bounds the quiet case.
-ABSL_FLAG(absl::Duration, idle_timeout, absl::Minutes(5),
-          "close a connection that has had no call open and sent nothing for this long (a "
-          "GOAWAY saying why, then close; clients reconnect when they next call), a duration: "
-          "90s, 5m, 1h. 0: never. Whatever it is, when --max-connections are open a new "
-          "connection makes the longest idle one (idle 1s or more) go (h2 only)");
+ABSL_FLAG(
+    absl::Duration, idle_timeout, absl::Minutes(5),
+    "close a connection that has had no call open and sent nothing for this long (a "
+    "GOAWAY saying why, then close; clients reconnect when they next call), a duration: "
+    "90s, 5m, 1h. 0: never. Whatever it is, when --max-connections are open a new "
+    "connection makes the longest idle one (idle 1s or more) go (that part h2 only: grpc++ has "
+    "no connection limit)");
 ABSL_FLAG(double, shutdown_grace, 4.0,
           "seconds the calls in flight get to finish on SIGTERM/SIGINT before they are cancelled");
 ABSL_FLAG(std::string, max_memory, "0",
@@ -246,12 +248,6 @@ void ParseNetworkFlags(const char* argv0, ServerOptions* options) {
                    "--idle-timeout must be 0 (never) or a duration of at least 1s (90s, "
                    "5m, 1h), got '" +
                        absl::FormatDuration(options->idle_timeout) + "'");
-  }
-  if (options->transport == TransportKind::kGrpc && Changed(FLAGS_idle_timeout) &&
-      options->idle_timeout != absl::ZeroDuration()) {
-    ExitUsageError(argv0,
-                   "--idle-timeout is enforced by --transport=h2 only; grpc++ keeps idle "
-                   "connections open");
   }
   const double grace = absl::GetFlag(FLAGS_shutdown_grace);
   if (!(grace >= 0 && grace <= 3600)) {

@@ -97,10 +97,12 @@ def rss_kib(pid):
 
 def request_headers(path):
     """A self-contained HPACK block (no dynamic-table references) for a gRPC call to `path`,
-    so that one block may open any number of streams."""
+    so that one block may open any number of streams. "te: trailers" as gRPC's spec asks
+    (grpc++ refuses a call without it)."""
     import hpack
     return hpack.Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", path),
-                                   (":authority", "x"), ("content-type", "application/grpc")])
+                                   (":authority", "x"), ("content-type", "application/grpc"),
+                                   ("te", "trailers")])
 
 
 class RawConnection:
@@ -485,7 +487,6 @@ class HandshakeTimeoutTest(ServerCase):
         self.assertServing()
 
 
-@unittest.skipIf(GRPCPP, "h2 only: grpc++ keeps idle connections (--idle-timeout is refused)")
 class IdleTimeoutTest(ServerCase):
     server_args = ("--idle-timeout=1s",)
 
@@ -508,12 +509,19 @@ class IdleTimeoutTest(ServerCase):
                     connection.receive(0.2 / len(connections))
                 if idle.closed and closed_at is None:
                     closed_at = time.time() - start
-            self.assertIsNotNone(closed_at, "the idle connection is still open after 3.5 s")
-            self.assertGreaterEqual(closed_at, 0.9)  # Not before the timeout (give or take).
             goaways = idle.goaways()
-            self.assertEqual(len(goaways), 1, idle.frames)
-            self.assertEqual(goaways[0][0], 0)  # NO_ERROR.
-            self.assertIn(b"idle for longer than --idle-timeout=1s", goaways[0][1])
+            if GRPCPP:
+                # grpc++'s MAX_CONNECTION_IDLE (Debian's 1.51) closes through its channel idle
+                # filter: a GOAWAY that says "enter idle" with INTERNAL_ERROR, not NO_ERROR; the
+                # client is left to close. gRPC clients reconnect on their next call either way.
+                self.assertGreaterEqual(len(goaways), 1, idle.frames)
+                self.assertIn(b"idle", goaways[0][1], goaways)
+            else:
+                self.assertIsNotNone(closed_at, "the idle connection is still open after 3.5 s")
+                self.assertGreaterEqual(closed_at, 0.9)  # Not before the timeout (give or take).
+                self.assertEqual(len(goaways), 1, idle.frames)
+                self.assertEqual(goaways[0][0], 0)  # NO_ERROR.
+                self.assertIn(b"idle for longer than --idle-timeout=1s", goaways[0][1])
             for connection in (calling, holding):
                 self.assertFalse(connection.closed, connection.frames)
                 self.assertEqual(connection.goaways(), [])

@@ -906,12 +906,6 @@ TEST_P(ServerLifecycle, PortInUseAndBadFlagsExitTwoWithOneLine) {
     EXPECT_NE(unbounded.log().find("--max-connections is enforced by --transport=h2 only"),
               std::string::npos)
         << unbounded.log();
-    ServerProcess never_idle(Flags({"--idle-timeout=1m"}));
-    EXPECT_FALSE(never_idle.Start());
-    EXPECT_EQ(never_idle.Wait(10), 2);
-    EXPECT_NE(never_idle.log().find("--idle-timeout is enforced by --transport=h2 only"),
-              std::string::npos)
-        << never_idle.log();
   }
   EXPECT_EQ(first.Stop(SIGINT, 10), 0);
 }

@@ -2,6 +2,10 @@
 
 #include <grpc/grpc.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "server/grpc/grpc_calls.h"
 #include "server/grpc/grpc_loop_io.h"
@@ -30,6 +34,15 @@ absl::StatusOr<std::unique_ptr<Transport>> GrpcTransport::Start(ServerContext& c
       static_cast<int>(absl::ToInt64Milliseconds(options.handshake_timeout)));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(options.max_concurrent_streams));
+  // --idle-timeout: grpc++ sends a GOAWAY to a connection that has had no call open for that
+  // long (its max_idle, checked about as often). It cannot evict at a connection limit, which it
+  // does not have.
+  if (options.idle_timeout > absl::ZeroDuration()) {
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+        static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(options.idle_timeout),
+                                           std::numeric_limits<int>::max())));
+  }
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (const ServerTls* tls = context.tls()) {
     grpc::SslServerCredentialsOptions ssl(
