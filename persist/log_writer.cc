@@ -328,7 +328,6 @@ bool LogWriter::Retry() {
   } else if (error != 0) {
     Fail("cannot write the log", path(), error);
   } else if (Sync()) {
-    durable_.store(handoff_.seq, std::memory_order_release);
     double seconds;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -336,14 +335,22 @@ bool LogWriter::Retry() {
       seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - stalled_since_).count();
     }
+    // The stall ends before the record is called durable: whoever sees it durable sees the log
+    // taking writes again.
+    EndStall();
+    durable_.store(handoff_.seq, std::memory_order_release);
     Log(LogLevel::kWarning, "the log %s is written again, after %.1f s; writes are taken again",
         path(), seconds);
   }
   if (handoff_.next != nullptr) env_.CloseLog(handoff_.next->fd);  // Only if the log failed.
-  stalled_.store(false, std::memory_order_release);
-  if (group_ != nullptr) group_->stalled.fetch_sub(1, std::memory_order_acq_rel);
+  if (self_stalled()) EndStall();
   FinishHandoff();
   return true;
+}
+
+void LogWriter::EndStall() {
+  stalled_.store(false, std::memory_order_release);
+  if (group_ != nullptr) group_->stalled.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void LogWriter::FinishHandoff() {

@@ -203,6 +203,8 @@ class LogWriter final : public Journal {
   void WriteFailed(int error, Batch& batch);
   // Syncer thread, stalled: writes and syncs handoff_ again; false if it is still stalled.
   bool Retry();
+  // Syncer thread: the stall is over (stalled_ and the group's count).
+  void EndStall();
   // Syncer thread, `lock` (on mu_) held: retries, with backoff, until the log is written again
   // or fails, or a stop begins.
   void RetryUntilWritten(std::unique_lock<std::mutex>& lock);
