@@ -274,7 +274,9 @@ bool Shard::MakeRoom(Request& r, const HashedKey& key, int64_t now_ms, Entry** e
 }
 
 int64_t Shard::PickVictim(const HashedKey& key) {
-  const size_t mask = table_.mask();
+  // Slots by index, both arrays while the table grows (Table::slot).
+  const size_t n = table_.slot_count();
+  auto next = [n](size_t i) { return i + 1 == n ? 0 : i + 1; };
   auto is_key = [&](const Entry& s) { return Table::KeyOf(s) == key.bytes; };
   switch (limit_.eviction) {
     case Eviction::kNoEviction:
@@ -286,12 +288,13 @@ int64_t Shard::PickVictim(const HashedKey& key) {
       // empty some stretches of the table while inserts land everywhere, the fuller stretches
       // grow probe runs until the table must double, and at a 32 MiB limit the table then
       // held 17% fewer keys. The next start is fetched from DRAM one eviction ahead.
-      const size_t start = next_sweep_ & mask;
+      const size_t start = next_sweep_ % n;
       next_sweep_ = NextRandom();
-      table_.Prefetch(next_sweep_);
-      for (size_t step = 0, i = start; step <= 2 * (mask + 1); ++step, i = (i + 1) & mask) {
+      __builtin_prefetch(&table_.slot(next_sweep_ % n));
+      for (size_t step = 0, i = start; step <= 2 * n; ++step, i = next(i)) {
+        if (!table_.IsLive(i)) continue;
         Entry& s = table_.slot(i);
-        if (!s.full() || is_key(s)) continue;
+        if (is_key(s)) continue;
         if (s.meta & kReferenced) {
           s.meta &= ~kReferenced;
           continue;
@@ -301,8 +304,8 @@ int64_t Shard::PickVictim(const HashedKey& key) {
       return -1;
     }
     case Eviction::kAllKeysRandom: {
-      for (size_t step = 0, i = NextRandom() & mask; step <= mask; ++step, i = (i + 1) & mask) {
-        if (table_.slot(i).full() && !is_key(table_.slot(i))) return static_cast<int64_t>(i);
+      for (size_t step = 0, i = NextRandom() % n; step < n; ++step, i = next(i)) {
+        if (table_.IsLive(i) && !is_key(table_.slot(i))) return static_cast<int64_t>(i);
       }
       return -1;
     }
@@ -310,7 +313,7 @@ int64_t Shard::PickVictim(const HashedKey& key) {
       for (const auto& [deadline, hash] : by_deadline_) {
         const Entry* s = table_.FindByAux(hash, static_cast<uint64_t>(deadline));
         if (is_key(*s)) continue;
-        return s - &table_.slot(0);
+        return static_cast<int64_t>(table_.IndexOf(s));
       }
       return -1;
   }
@@ -341,17 +344,14 @@ void Shard::Scan(Request& r, int64_t now_ms) const {
   r.out.clear();
   for (size_t visited = 0; p < buckets && found < limit && visited < budget; ++p, ++visited) {
     const size_t bucket = static_cast<size_t>(ReverseBits(p) >> (64 - bits));
-    size_t count;
-    size_t slot = table_.BucketRun(bucket, &count);
     run.clear();
-    for (size_t i = 0; i < count; ++i, slot = (slot + 1) & table_.mask()) {
-      const Entry& e = table_.slot(slot);
+    table_.ForEachInBucket(bucket, [&](const Entry& e) {
       const uint64_t position = ScanPosition(internal::Table::HashOf(e));
-      if (position < r.version) continue;  // Before the cursor (its first bucket only).
-      if (e.has_aux() && static_cast<int64_t>(internal::Table::Aux(e)) <= now_ms) continue;
-      if (!internal::Table::KeyOf(e).starts_with(prefix)) continue;
+      if (position < r.version) return;  // Before the cursor (its first bucket only).
+      if (e.has_aux() && static_cast<int64_t>(internal::Table::Aux(e)) <= now_ms) return;
+      if (!internal::Table::KeyOf(e).starts_with(prefix)) return;
       run.emplace_back(position, &e);
-    }
+    });
     std::sort(run.begin(), run.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
     for (const auto& [position, e] : run) {
@@ -391,17 +391,14 @@ bool Shard::SnapshotStep(size_t buckets) {
   uint64_t p = snapshot_position_ >> (64 - bits);
   for (size_t visited = 0; p < count && visited < buckets; ++p, ++visited) {
     const size_t bucket = static_cast<size_t>(ReverseBits(p) >> (64 - bits));
-    size_t run;
-    size_t slot = table_.BucketRun(bucket, &run);
-    for (size_t i = 0; i < run; ++i, slot = (slot + 1) & table_.mask()) {
-      Entry& e = table_.slot(slot);
-      if (ScanPosition(Table::HashOf(e)) < snapshot_position_) continue;
+    table_.ForEachInBucket(bucket, [&](Entry& e) {
+      if (ScanPosition(Table::HashOf(e)) < snapshot_position_) return;
       if (InSnapshot(e)) {
         snapshot_sink_->Add(Table::KeyOf(e), Table::ValueOf(e), VersionOf(e),
                             e.has_aux() ? static_cast<int64_t>(Table::Aux(e)) : 0);
       }
       e.meta &= ~kSnapshotted;  // Handed over before it changed, or now: either way, done.
-    }
+    });
     snapshot_position_ = (p + 1) << (64 - bits);
   }
   if (p < count) return false;

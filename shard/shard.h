@@ -112,9 +112,9 @@ class Shard {
   // Calls fn(key, value, version, deadline_ms) for every key, expired or not, in slot order.
   template <typename Fn>
   void ForEach(Fn&& fn) const {
-    for (size_t i = 0; i < table_.capacity(); ++i) {
+    for (size_t i = 0; i < table_.slot_count(); ++i) {
+      if (!table_.IsLive(i)) continue;
       const Entry& e = table_.slot(i);
-      if (!e.full()) continue;
       fn(internal::Table::KeyOf(e), internal::Table::ValueOf(e), e.meta & kVersionMask,
          e.has_aux() ? static_cast<int64_t>(internal::Table::Aux(e)) : int64_t{0});
     }
@@ -135,6 +135,11 @@ class Shard {
   // returns how many.
   size_t ExpireDue(int64_t now_ms, size_t budget);
   bool has_ttls() const { return !by_deadline_.empty(); }
+
+  // While the table grows (internal::Table: each new key moves a few buckets), moves up to
+  // `buckets` more; returns how many it moved. For a turn with nothing else to do.
+  size_t GrowStep(size_t buckets) { return table_.GrowStep(buckets); }
+  bool growing() const { return table_.growing(); }
 
   size_t size() const { return table_.size(); }
   // Key and value bytes stored (what clients sent), not counting the table.

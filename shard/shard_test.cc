@@ -375,6 +375,7 @@ TEST(Shard, ScanReturnsEveryLastingKeyOnceWhileTheTableGrows) {
   uint64_t last_position = 0;
   int pages = 0;
   int churn = 0;
+  int mid_growth = 0;
   for (;;) {
     Request page = run.Scan(cursor, 7);
     ASSERT_EQ(page.result, Result::kOk);
@@ -397,7 +398,9 @@ TEST(Shard, ScanReturnsEveryLastingKeyOnceWhileTheTableGrows) {
       run.Put("churn-" + std::to_string(churn), "v");
       if (churn >= 40 && churn % 2 == 0) run.Delete("churn-" + std::to_string(churn - 40));
     }
+    mid_growth += shard.growing();
   }
+  EXPECT_GT(mid_growth, 10);  // Pages that began with the table mid-growth.
   EXPECT_GT(shard.size(), 4000u);
   for (const std::string& key : lasting) EXPECT_EQ(seen[key], 1) << key;
   for (const auto& [key, times] : seen) EXPECT_EQ(times, 1) << key;
@@ -584,6 +587,112 @@ Copy LiveCopy(const Shard& shard, int64_t now_ms) {
   return copy;
 }
 
+// Growth is incremental (internal::Table): after the table fills to 4/5, for capacity / 8 new
+// keys its entries are in two arrays. Writes, deletes, TTLs, expiries, evictions (with a limit),
+// lookups and whole scans run against a reference map while the key range keeps widening, so
+// the table is mid-growth for much of the run. With evictions the map cannot know which keys
+// went: a key the shard lacks may be gone only if evictions happened, and a key it has must
+// hold what the map says; deleted keys never come back.
+TEST(Shard, MidGrowthMatchesAReferenceModel) {
+  for (const uint64_t limit : {uint64_t{0}, uint64_t{512} << 10}) {
+    SCOPED_TRACE(limit);
+    Shard shard(
+        /*reserve=*/0,
+        {.bytes = limit, .eviction = limit == 0 ? Eviction::kNoEviction : Eviction::kAllKeysLru});
+    Driver run{shard};
+    std::map<std::string, std::pair<std::string, int64_t>> model;  // Value, deadline (0: none).
+    std::mt19937_64 rng(limit + 21);
+    auto live = [&](const std::string& key) {
+      auto it = model.find(key);
+      return it != model.end() && (it->second.second == 0 || it->second.second > run.now);
+    };
+    // A key the model has live and the shard does not: evicted, which only a limit allows.
+    auto gone = [&](const std::string& key) {
+      ASSERT_TRUE(limit != 0 && shard.evicted() > 0) << key << " lost";
+      model.erase(key);
+    };
+    int checks = 0;
+    int mid_growth = 0;
+    for (int step = 0; step < 40'000; ++step) {
+      const std::string key = absl::StrCat("k", rng() % (200 + step));
+      const uint64_t op = rng() % 20;
+      if (op < 10) {
+        const std::string value(rng() % 60, static_cast<char>('a' + step % 26));
+        const int64_t deadline =
+            rng() % 4 == 0 ? run.now + 1 + static_cast<int64_t>(rng() % 300) : 0;
+        ASSERT_EQ(run.Put(key, value, deadline).result, Result::kOk) << step;
+        model[key] = {value, deadline};
+      } else if (op < 13) {
+        const Request r = run.Get(key);
+        if (r.result == Result::kOk) {
+          ASSERT_TRUE(live(key)) << key << " came back";
+          ASSERT_EQ(r.out, model[key].first) << key;
+          ASSERT_EQ(r.deadline_ms, model[key].second) << key;
+        } else {
+          ASSERT_EQ(r.result, Result::kNotFound);
+          if (live(key)) gone(key);
+        }
+      } else if (op < 15) {
+        const Request r = run.Delete(key);
+        if (r.result == Result::kOk) {
+          ASSERT_TRUE(live(key)) << key << " came back";
+        } else if (live(key)) {
+          gone(key);
+        }
+        model.erase(key);
+      } else if (op < 16) {
+        const int64_t deadline = run.now + 1 + static_cast<int64_t>(rng() % 300);
+        const Request r = run.Ttl(Op::kExpire, key, deadline);
+        if (r.result == Result::kOk) {
+          ASSERT_TRUE(live(key)) << key << " came back";
+          model[key].second = deadline;
+        } else if (live(key)) {
+          gone(key);
+        }
+      } else if (op < 18) {
+        run.now += static_cast<int64_t>(rng() % 10);
+        shard.ExpireDue(run.now, rng() % 50);
+      } else if (op < 19 && step % 8 == 0) {  // A whole scan, in pages.
+        std::map<std::string, int> seen;
+        uint64_t cursor = 0;
+        for (;;) {
+          const Request page = run.Scan(cursor, 50);
+          ASSERT_EQ(page.result, Result::kOk);
+          for (ScanRecordReader r(page.out); r.Next();) ++seen[std::string(r.key())];
+          if (page.number == 1) break;
+          cursor = page.version;
+        }
+        const Copy copy = LiveCopy(shard, run.now);
+        ASSERT_EQ(seen.size(), copy.size()) << step;
+        for (const auto& [k, times] : seen) {
+          ASSERT_EQ(times, 1) << k;
+          ASSERT_TRUE(copy.contains(k)) << k;
+        }
+      }
+      if (step % 500 == 0) {
+        ++checks;
+        mid_growth += shard.growing();
+        const Copy copy = LiveCopy(shard, run.now);
+        for (const auto& [k, item] : copy) {
+          ASSERT_TRUE(live(k)) << k << " came back";
+          ASSERT_EQ(std::get<0>(item), model[k].first) << k;
+          ASSERT_EQ(std::get<2>(item), model[k].second) << k;
+        }
+        std::vector<std::string> missing;
+        for (const auto& [k, item] : model) {
+          if (live(k) && !copy.contains(k)) missing.push_back(k);
+        }
+        for (const std::string& k : missing) gone(k);
+      }
+    }
+    EXPECT_GT(mid_growth, 3) << "of " << checks;
+    if (limit != 0) {
+      EXPECT_GT(shard.evicted(), 0u);
+      EXPECT_LE(shard.memory_bytes(), limit);
+    }
+  }
+}
+
 // A snapshot taken a few buckets at a time while random writes, deletes, TTL changes,
 // increments, expiries and (with a memory limit) evictions run between the steps, the table
 // growing meanwhile: it holds exactly the state at the cut. A second snapshot right after
@@ -603,6 +712,7 @@ TEST(ShardSnapshot, IsThePointInTimeStateWhateverChangesMeanwhile) {
     for (int round = 0; round < 2; ++round) {
       const Copy at_cut = LiveCopy(shard, run.now);
       CopySink sink;
+      size_t mid_growth = 0;  // Steps taken with the table mid-growth.
       shard.BeginSnapshot(&sink, run.now);
       size_t steps = 0;
       while (!shard.SnapshotStep(1 + random() % 8)) {
@@ -631,9 +741,13 @@ TEST(ShardSnapshot, IsThePointInTimeStateWhateverChangesMeanwhile) {
         }
         run.now += 1;
         shard.ExpireDue(run.now, 64);
+        mid_growth += shard.growing();
       }
       EXPECT_FALSE(shard.snapshotting());
       EXPECT_GT(steps, 100u);
+      if (round == 0 && limit == 0) {  // At the limit the table stays as it is.
+        EXPECT_GT(mid_growth, 10u);
+      }
       EXPECT_EQ(sink.duplicates, 0u);
       ASSERT_EQ(sink.copy.size(), at_cut.size()) << "limit " << limit << ", round " << round;
       EXPECT_TRUE(sink.copy == at_cut) << "limit " << limit << ", round " << round;

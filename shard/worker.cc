@@ -45,6 +45,10 @@ size_t Worker::RunOnce(RequestSource& source) {
   if (snapshot_ != nullptr) {
     handled += WalkSnapshot(handled > 0 ? kBusySnapshotSlice : kSnapshotSlice);
   }
+  if (handled == 0 && shard_.growing()) {
+    handled += shard_.GrowStep(kIdleGrowBuckets);
+    PublishShardCounters();
+  }
   return handled;
 }
 

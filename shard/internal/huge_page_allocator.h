@@ -4,7 +4,8 @@
 // (512 times fewer page faults while a table fills) and a random probe misses the TLB far less.
 // The block is then pre-faulted (MADV_POPULATE_WRITE, or a write per page on kernels without
 // it), so the kernel's page zeroing is paid when the table is allocated (a reserve at start-up,
-// or a rehash that rewrites every slot anyway), not on the inserts that first touch each page.
+// or a rebuild that rewrites every slot anyway), not on the inserts that first touch each page;
+// a table's growth asks for no pre-faulting (its steps touch the pages a few at a time).
 // Smaller blocks go to malloc (jemalloc). Stateless; any thread.
 #ifndef RINGKV_SHARD_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
 #define RINGKV_SHARD_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
@@ -25,7 +26,7 @@ namespace ringkv::internal {
 
 inline constexpr size_t kHugePage = size_t{2} << 20;
 
-inline void* AllocateHuge(size_t bytes) {
+inline void* AllocateHuge(size_t bytes, bool prefault = true) {
   const size_t length = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   // Map one huge page more than needed and trim, so the block starts on a 2 MiB boundary.
   void* raw = mmap(nullptr, length + kHugePage, PROT_READ | PROT_WRITE,
@@ -39,7 +40,7 @@ inline void* AllocateHuge(size_t bytes) {
     munmap(reinterpret_cast<void*>(aligned + length), end - aligned - length);
   void* block = reinterpret_cast<void*>(aligned);
   madvise(block, length, MADV_HUGEPAGE);  // Advice: failure is fine.
-  if (madvise(block, length, MADV_POPULATE_WRITE) != 0) {
+  if (prefault && madvise(block, length, MADV_POPULATE_WRITE) != 0) {
     for (size_t offset = 0; offset < length; offset += 4096) {
       static_cast<volatile char*>(block)[offset] = 0;
     }

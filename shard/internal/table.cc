@@ -1,6 +1,7 @@
 #include "shard/internal/table.h"
 
 #include <malloc.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <bit>
@@ -14,11 +15,14 @@
 namespace ringkv::internal {
 namespace {
 
-// Zeroed slots (dist 0: empty). Big arrays are huge-page mappings, pre-faulted (see
-// HugePageAllocator); small ones come from calloc.
-Table::Entry* AllocateSlots(size_t capacity) {
+// Zeroed slots (dist 0: empty). Big arrays are huge-page mappings (see HugePageAllocator),
+// pre-faulted unless `prefault` is false (a growth's new array: its pages fault in as entries
+// reach them, a few at a step, where pre-faulting them all would stall the shard); small ones
+// come from calloc.
+Table::Entry* AllocateSlots(size_t capacity, bool prefault) {
   const size_t bytes = capacity * sizeof(Table::Entry);
-  void* p = bytes >= kHugePage ? AllocateHuge(bytes) : std::calloc(capacity, sizeof(Table::Entry));
+  void* p = bytes >= kHugePage ? AllocateHuge(bytes, prefault)
+                               : std::calloc(capacity, sizeof(Table::Entry));
   if (p == nullptr) throw std::bad_alloc();
   return static_cast<Table::Entry*>(p);
 }
@@ -38,16 +42,17 @@ size_t Table::CapacityFor(size_t n) { return std::bit_ceil(std::max(kMinCapacity
 
 Table::Table(size_t reserve) {
   const size_t capacity = CapacityFor(reserve);
-  slots_ = AllocateSlots(capacity);
+  slots_ = AllocateSlots(capacity, /*prefault=*/true);
   mask_ = capacity - 1;
   grow_at_ = capacity - capacity / 5;
 }
 
 Table::~Table() {
-  for (size_t i = 0; i <= mask_; ++i) {
-    if (slots_[i].full() && slots_[i].on_heap()) std::free(Block(slots_[i]));
+  for (size_t i = 0; i < slot_count(); ++i) {
+    if (IsLive(i) && slot(i).on_heap()) std::free(Block(slot(i)));
   }
   FreeSlots(slots_, capacity());
+  if (growing()) FreeSlots(old_, old_mask_ + 1);
 }
 
 void Table::SetHeap(Entry* e, char* block, size_t key_len, size_t value_len, uint64_t hash) {
@@ -66,19 +71,19 @@ uint64_t Table::HashOf(const Entry& e) {
   return e.on_heap() ? HeapHash(e) : Router::Hash(KeyOf(e));
 }
 
-size_t Table::BucketRun(size_t bucket, size_t* count) const {
+size_t Table::BucketRun(const Entry* slots, size_t mask, size_t bucket, size_t* count) {
   // From the home slot on, Robin Hood order puts entries displaced from earlier buckets first
   // (farther from home than this slot is from `bucket`), then the bucket's own (exactly as
   // far), then later buckets' (nearer).
   size_t i = bucket;
-  for (size_t off = 0;; ++off, i = (i + 1) & mask_) {
-    const Entry& e = slots_[i];
+  for (size_t off = 0;; ++off, i = (i + 1) & mask) {
+    const Entry& e = slots[i];
     if (!e.full() || size_t{e.dist} - 1 <= off) break;
   }
   const size_t first = i;
   size_t n = 0;
-  for (size_t off = (first - bucket) & mask_;; ++off, i = (i + 1) & mask_) {
-    const Entry& e = slots_[i];
+  for (size_t off = (first - bucket) & mask;; ++off, i = (i + 1) & mask) {
+    const Entry& e = slots[i];
     if (!e.full() || size_t{e.dist} - 1 != off) break;
     ++n;
   }
@@ -108,33 +113,43 @@ void Table::FreeBlock(char* block) {
   std::free(block);
 }
 
-Table::Entry* Table::Find(std::string_view key, uint64_t hash) const {
-  size_t i = hash & mask_;
+Table::Entry* Table::FindIn(Entry* slots, size_t mask, std::string_view key, uint64_t hash) {
+  size_t i = hash & mask;
   // Robin Hood order: past an entry nearer its home than we are to ours, the key cannot be.
   for (uint8_t d = 1;; ++d) {
-    Entry& s = slots_[i];
+    Entry& s = slots[i];
     if (s.dist < d) return nullptr;
     if (s.dist == d && Matches(s, key, hash)) return &s;
-    i = (i + 1) & mask_;
+    i = (i + 1) & mask;
   }
+}
+
+Table::Entry* Table::Find(std::string_view key, uint64_t hash) const {
+  size_t mask;
+  Entry* slots = ArrayFor(hash, &mask);
+  return FindIn(slots, mask, key, hash);
 }
 
 Table::Entry* Table::FindByAux(uint64_t hash, uint64_t aux) const {
-  size_t i = hash & mask_;
+  size_t mask;
+  Entry* slots = ArrayFor(hash, &mask);
+  size_t i = hash & mask;
   for (uint8_t d = 1;; ++d) {
-    Entry& s = slots_[i];
+    Entry& s = slots[i];
     if (s.dist < d) return nullptr;
     if (s.dist == d && s.has_aux() && Aux(s) == aux && HashOf(s) == hash) return &s;
-    i = (i + 1) & mask_;
+    i = (i + 1) & mask;
   }
 }
 
-bool Table::Place(Entry* slots, size_t mask, Entry* carry, uint64_t hash, Entry** placed) {
+bool Table::Place(Entry* slots, size_t mask, Entry* carry, uint64_t hash, Entry** placed,
+                  uint64_t* writes) {
   size_t i = hash & mask;
   carry->dist = 1;
   *placed = nullptr;
   for (;;) {
     Entry& s = slots[i];
+    ++*writes;
     if (!s.full()) {
       s = *carry;
       if (*placed == nullptr) *placed = &s;
@@ -149,36 +164,114 @@ bool Table::Place(Entry* slots, size_t mask, Entry* carry, uint64_t hash, Entry*
   }
 }
 
-bool Table::PlaceOrGrow(Entry entry, uint64_t hash, Entry** placed) {
-  bool grew = false;
-  while (!Place(slots_, mask_, &entry, hash, placed)) {
-    // The entry carried when the probe got too long is in no slot: grow, and place it anew.
-    Grow(capacity() * 2);
-    hash = HashOf(entry);
-    grew = true;
+void Table::EraseAt(Entry* slots, size_t mask, size_t i) {
+  // Backward shift: the entries after it that are not at home move one slot nearer.
+  for (;;) {
+    const size_t j = (i + 1) & mask;
+    if (slots[j].dist <= 1) {
+      slots[i].dist = 0;
+      return;
+    }
+    slots[i] = slots[j];
+    --slots[i].dist;
+    i = j;
   }
-  return !grew;
 }
 
-void Table::Grow(size_t min_capacity) {
-  for (size_t capacity = min_capacity;; capacity *= 2) {
-    Entry* slots = AllocateSlots(capacity);
-    const size_t mask = capacity - 1;
-    bool ok = true;
-    for (size_t i = 0; ok && i <= mask_; ++i) {
-      if (!slots_[i].full()) continue;
-      Entry carry = slots_[i];
-      Entry* placed;
-      ok = Place(slots, mask, &carry, HashOf(slots_[i]), &placed);
+void Table::StartGrowth() {
+  const size_t capacity = this->capacity() * 2;
+  Entry* slots = AllocateSlots(capacity, /*prefault=*/false);
+  old_ = slots_;
+  old_mask_ = mask_;
+  moved_ = 0;
+  released_to_ = 0;
+  slots_ = slots;
+  mask_ = capacity - 1;
+  grow_at_ = capacity - capacity / 5;
+}
+
+size_t Table::GrowStep(size_t buckets) {
+  if (!growing()) return 0;
+  const size_t end = std::min(old_mask_ + 1, moved_ + buckets);
+  const size_t start = moved_;
+  while (moved_ < end) {
+    if (!MoveBucket(moved_)) return buckets;  // Rebuilt: the growth is over.
+    ++moved_;
+  }
+  if (moved_ <= old_mask_) {
+    ReleaseMoved();
+  } else {
+    FreeSlots(old_, old_mask_ + 1);
+    old_ = nullptr;
+    old_mask_ = 0;
+    moved_ = 0;
+  }
+  return end - start;
+}
+
+bool Table::MoveBucket(size_t bucket) {
+  size_t count;
+  const size_t first = BucketRun(old_, old_mask_, bucket, &count);
+  // Copied, not erased: the old copies go stale as moved_ passes them, and nothing shifts.
+  for (size_t k = 0; k < count; ++k) {
+    Entry carry = old_[(first + k) & old_mask_];
+    Entry* placed;
+    if (!Place(slots_, mask_, &carry, HashOf(carry), &placed, &growth_writes_)) {
+      // Left out: the entry carried, and the bucket's entries not placed yet. The bucket
+      // counts as moved, so that the rebuild takes each of its entries exactly once.
+      moving_.assign(1, carry);
+      for (size_t j = k + 1; j < count; ++j) moving_.push_back(old_[(first + j) & old_mask_]);
+      moved_ = bucket + 1;
+      Rebuild(capacity() * 2, moving_);
+      return false;
     }
+  }
+  return true;
+}
+
+void Table::ReleaseMoved() {
+  const size_t old_bytes = (old_mask_ + 1) * sizeof(Entry);
+  if (old_bytes < kHugePage) return;  // calloc's: freed whole at the end.
+  // Below the moved mark the old array holds stale copies and empty slots, but for the run
+  // that starts at slot 0 (entries of the last buckets that wrapped around, which the array's
+  // remaining keys may still push along): whole pages past that run and below the mark go.
+  size_t wrapped = 0;
+  while (wrapped <= old_mask_ && old_[wrapped].full()) ++wrapped;
+  const size_t from =
+      std::max(released_to_, (wrapped * sizeof(Entry) + kHugePage - 1) / kHugePage * kHugePage);
+  const size_t to = moved_ * sizeof(Entry) / kHugePage * kHugePage;
+  if (to <= from) return;
+  madvise(reinterpret_cast<char*>(old_) + from, to - from, MADV_DONTNEED);  // Advice.
+  released_to_ = to;
+}
+
+void Table::Rebuild(size_t min_capacity, std::span<const Entry> extra) {
+  for (size_t capacity = min_capacity;; capacity *= 2) {
+    Entry* slots = AllocateSlots(capacity, /*prefault=*/true);
+    const size_t mask = capacity - 1;
+    uint64_t writes = 0;
+    auto place = [&](const Entry& e) {
+      Entry carry = e;
+      Entry* placed;
+      return Place(slots, mask, &carry, HashOf(e), &placed, &writes);
+    };
+    bool ok = true;
+    for (size_t i = 0; ok && i < slot_count(); ++i) {
+      if (IsLive(i)) ok = place(slot(i));
+    }
+    for (size_t i = 0; ok && i < extra.size(); ++i) ok = place(extra[i]);
     if (!ok) {  // Entries are copied, not moved: dropping the new array loses nothing.
       FreeSlots(slots, capacity);
       continue;
     }
     FreeSlots(slots_, this->capacity());
+    if (growing()) FreeSlots(old_, old_mask_ + 1);
     slots_ = slots;
     mask_ = mask;
     grow_at_ = capacity - capacity / 5;
+    old_ = nullptr;
+    old_mask_ = 0;
+    moved_ = 0;
     return;
   }
 }
@@ -189,7 +282,8 @@ Table::Entry* Table::Insert(std::string_view key, uint64_t hash, bool* inserted)
     return e;
   }
   *inserted = true;
-  if (size_ >= grow_at_) Grow(capacity() * 2);
+  if (!growing() && size_ >= grow_at_) StartGrowth();
+  if (growing()) GrowStep(kGrowStepBuckets);
   Entry fresh{};
   if (key.size() <= kInlineBytes) {
     std::memcpy(fresh.data, key.data(), key.size());
@@ -199,25 +293,23 @@ Table::Entry* Table::Insert(std::string_view key, uint64_t hash, bool* inserted)
     std::memcpy(block, key.data(), key.size());
     SetHeap(&fresh, block, key.size(), 0, hash);
   }
-  Entry* placed;
   ++size_;
-  if (PlaceOrGrow(fresh, hash, &placed)) return placed;
-  return Find(key, hash);  // The table grew on the way: look the entry up again.
+  size_t mask;
+  Entry* slots = ArrayFor(hash, &mask);
+  Entry* placed;
+  uint64_t writes = 0;
+  if (Place(slots, mask, &fresh, hash, &placed, &writes)) return placed;
+  // The probe got too long: `fresh` is now the entry carried then, in no slot.
+  Rebuild(capacity() * 2, std::span<const Entry>(&fresh, 1));
+  return Find(key, hash);
 }
 
 void Table::Erase(Entry* entry) {
   if (entry->on_heap()) FreeBlock(Block(*entry));
-  // Backward shift: the entries after it that are not at home move one slot nearer.
-  size_t i = static_cast<size_t>(entry - slots_);
-  for (;;) {
-    const size_t j = (i + 1) & mask_;
-    if (slots_[j].dist <= 1) {
-      slots_[i].dist = 0;
-      break;
-    }
-    slots_[i] = slots_[j];
-    --slots_[i].dist;
-    i = j;
+  if (InOld(entry)) {
+    EraseAt(old_, old_mask_, static_cast<size_t>(entry - old_));
+  } else {
+    EraseAt(slots_, mask_, static_cast<size_t>(entry - slots_));
   }
   --size_;
 }
