@@ -15,10 +15,10 @@
 namespace ringkv::internal {
 namespace {
 
-// Zeroed slots (dist 0: empty). Big arrays are huge-page mappings (see HugePageAllocator),
-// pre-faulted unless `prefault` is false (a growth's new array: its pages fault in as entries
-// reach them, a few at a step, where pre-faulting them all would stall the shard); small ones
-// come from calloc.
+// Zeroed slots (dist 0: empty). Big arrays are mappings of their own (see HugePageAllocator):
+// of huge pages, pre-faulted, unless `prefault` is false (a growth's new array: its 4 KiB pages
+// fault in as entries reach them, a few at a step, where pre-faulting them all, or faulting in
+// 2 MiB at once, would stall the shard); small ones come from calloc.
 Table::Entry* AllocateSlots(size_t capacity, bool prefault) {
   const size_t bytes = capacity * sizeof(Table::Entry);
   void* p = bytes >= kHugePage ? AllocateHuge(bytes, prefault)
@@ -205,6 +205,9 @@ size_t Table::GrowStep(size_t buckets) {
     old_ = nullptr;
     old_mask_ = 0;
     moved_ = 0;
+    // Mapped with 4 KiB pages (AllocateSlots): khugepaged may collapse it now, in its time.
+    const size_t bytes = capacity() * sizeof(Entry);
+    if (bytes >= kHugePage) madvise(slots_, bytes, MADV_HUGEPAGE);  // Advice.
   }
   return end - start;
 }
