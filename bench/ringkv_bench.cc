@@ -6,6 +6,8 @@
 //   --all        every method, each in a fresh child process (so peak RSS is its own), one table.
 //   queue        the queue benchmark (seeds 000 and 003, bench/queue_bench.h): producers post
 //                tasks to one consumer loop through each candidate cross-thread path.
+//   growth       each PUT of a new key into one shard that starts empty, timed on its own: what
+//                the table's growth costs the request that meets it (bench/growth_command.h).
 // Exit status: 0 when every GET found the value last written, 1 when one did not (or a child
 // run failed), 2 on a usage error.
 #include <spawn.h>
@@ -27,6 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/command_line.h"
+#include "bench/growth_command.h"
 #include "bench/kv_bench.h"
 #include "bench/queue_command.h"
 
@@ -230,10 +233,14 @@ int main(int argc, char** argv) {
       "  ringkv-bench [--threads=N] [--method=M | --all] [--ops=N] [--rdtsc] [--json=FILE]\n"
       "  ringkv-bench queue [--producers=1,2,4] [--tasks=N] [--rounds=N] [--backends=...] "
       "[--forms=...] [--runs=3]\n"
+      "  ringkv-bench growth [--ops=N]   (each PUT of a new key into one growing shard, timed)\n"
       "Exit status: 0 ok, 1 a GET did not find the value last written, 2 usage error.");
   std::vector<char*> rest = ringkv::ParseCommandLineOrExit(argc, argv);
   if (rest.size() == 2 && std::string(rest[1]) == "queue") {
     return ringkv::bench::RunQueueCommand(absl::GetFlag(FLAGS_json));
+  }
+  if (rest.size() == 2 && std::string(rest[1]) == "growth") {
+    return ringkv::bench::RunGrowthCommand(absl::GetFlag(FLAGS_ops), absl::GetFlag(FLAGS_json));
   }
   if (rest.size() > 1) {
     std::fprintf(stderr, "ringkv-bench: unexpected argument '%s' (see --help)\n", rest[1]);
