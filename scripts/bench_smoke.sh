@@ -26,8 +26,8 @@ grep -q '^#1 hashmap read cycle' "$out/one.txt" || fail "no rdtsc breakdown"
 grep -q '^TSC ' "$out/one.txt" || fail "no TSC frequency"
 grep -q '"errors": 0' "$out/one.json" || fail "json: $(cat "$out/one.json")"
 
-# The growth command: 100K new keys grow the shard 13 times; both parts have PUTs, and none
-# that met a growth took over 1 ms is not asserted (timing is the benchmark's, not a test's).
+# The growth command: 100K new keys grow the shard 13 times, so both parts have PUTs. How long
+# they took is the benchmark's to show (BENCHMARKS.md), not a test's.
 "$bench" growth --ops=100000 --json="$out/growth.json" >"$out/growth.txt"
 grep -Eq '^  growing +[0-9]+ PUTs: p99 ' "$out/growth.txt" || fail "no growing line"
 grep -Eq '^  not growing +[0-9]+ PUTs: p99 ' "$out/growth.txt" || fail "no not-growing line"
