@@ -7,9 +7,9 @@
 // or a rebuild that rewrites every slot anyway), not on the inserts that first touch each page.
 // A table's growth asks for neither (prefault false): its steps touch the array a little at a
 // time, and a fault must stay short. A 2 MiB fault took 4.5 ms on this project's VMs (the
-// kernel zeroes, the hypervisor backs it), 4 KiB ones take microseconds; the table asks for
-// huge pages on the array once the growth is over (khugepaged then collapses it in its own
-// time).
+// kernel zeroes, the hypervisor backs it), 4 KiB ones take microseconds. A grown array stays
+// on 4 KiB pages: marking it for khugepaged afterwards made GETs wait up to 36 ms while it
+// collapsed the pages (it holds the address space's lock, and the worker's own faults wait).
 // Smaller blocks go to malloc (jemalloc). Stateless; any thread.
 #ifndef RINGKV_SHARD_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
 #define RINGKV_SHARD_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
