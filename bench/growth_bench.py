@@ -14,7 +14,8 @@ inserter and the server do not take turns on one core; the GET client runs under
 (chrt -f 10), so that its answer is read as soon as it comes, not after the inserter's time
 slice on the shared core (without it, both systems' worst was 4-5 ms of the client waiting). The GET client starts first and runs
 on past the inserts, so its worst latency covers all of them. Each row also gives the
-inserter's wall time and the server's resident size and CPU over the inserts.
+inserter's wall time and the server's resident size and CPU over the inserts. Each server
+starts 10 s after the last one stopped, so that the kernel's freeing of its memory is done.
 
 Usage: bench/growth_bench.py [RUNS=3] [KEYS=10000000] [BASELINE]
 (repository root, after scripts/setup.sh). BASELINE: another ringkv-server binary (say, a
@@ -138,6 +139,7 @@ def main():
     for run in range(RUNS):
         budget = max(30, int(seconds * 1.5) + 10)
         for name, fn in systems:
+            time.sleep(10)  # The kernel frees the last server's gigabytes in its own time.
             r = fn(budget)
             if r["insert_s"] + 1 > budget:
                 raise RuntimeError(f"{name}: the inserts outlasted the GET client")
