@@ -144,9 +144,15 @@ class CliTest(unittest.TestCase):
         r = self.cli("stats")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(b"engine ring (spsc rings)", r.stdout)
+        # The process's resident memory first, then the data as --max-memory counts it.
+        self.assertRegex(r.stdout, rb"\nmemory: [0-9.]+ MiB resident \(the process\), [0-9.]+ MiB "
+                                   rb"of data \(the shards, as --max-memory counts\), jemalloc heap")
         stats = json.loads(self.cli("--json", "stats").stdout)
         self.assertEqual(len(stats["shards"]), 2)
         self.assertGreaterEqual(sum(int(s["keys"]) for s in stats["shards"]), 1)
+        self.assertEqual(int(stats["data_memory_bytes"]),
+                         sum(int(s["memory_bytes"]) for s in stats["shards"]))
+        self.assertGreater(int(stats["process_resident_bytes"]), int(stats["data_memory_bytes"]))
 
     def test_snapshot(self):
         r = self.cli("snapshot")  # This server keeps nothing on disk.

@@ -369,11 +369,16 @@ int Stats(Invocation& in) {
     std::printf("%s\n", out.c_str());
     return kOk;
   }
-  std::printf("engine %s%s, uptime %.1f s, memory %.1f MiB allocated, %.1f MiB resident\n",
-              stats->engine().c_str(),
+  std::printf("engine %s%s, uptime %.1f s\n", stats->engine().c_str(),
               stats->ring().empty() ? "" : (" (" + stats->ring() + " rings)").c_str(),
-              stats->uptime_seconds(), stats->memory_allocated_bytes() / 1048576.0,
-              stats->memory_resident_bytes() / 1048576.0);
+              stats->uptime_seconds());
+  // The process first: what the kernel sees. Then the data as --max-memory counts it, and
+  // jemalloc's heap, which holds the values but not the tables of 2 MiB and more.
+  std::printf(
+      "memory: %.1f MiB resident (the process), %.1f MiB of data (the shards, as --max-memory "
+      "counts), jemalloc heap %.1f MiB allocated, %.1f MiB resident\n",
+      stats->process_resident_bytes() / 1048576.0, stats->data_memory_bytes() / 1048576.0,
+      stats->memory_allocated_bytes() / 1048576.0, stats->memory_resident_bytes() / 1048576.0);
   if (stats->max_memory_bytes() == 0) {
     std::printf("max memory: none\n");
   } else {

@@ -167,6 +167,16 @@ class MetricsTest(unittest.TestCase):
                 self.assertEqual(sample(text, "ringkv_connections_closed_total", reason=reason), 0)
         if os.environ.get("RINGKV_SANITIZER", "none") == "none":  # No jemalloc under one.
             self.assertGreater(sample(text, "ringkv_jemalloc_resident_bytes"), 0)
+        # The two memory figures `ringkv stats` gives, with the same meaning: the process as
+        # /proc counts it, and the sum of the shards' data.
+        data = sample(text, "ringkv_data_memory_bytes")
+        self.assertEqual(data, sum(sample(text, "ringkv_memory_bytes", shard=str(s))
+                                   for s in range(2)))
+        resident = sample(text, "ringkv_process_resident_memory_bytes")
+        with open(f"/proc/{self.server.process.pid}/status") as f:
+            vm_rss = int(re.search(r"VmRSS:\s+(\d+) kB", f.read())[1]) * 1024
+        self.assertGreater(resident, data)
+        self.assertLess(abs(resident - vm_rss), 0.1 * vm_rss, (resident, vm_rss))
         r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
                            text=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

@@ -1,5 +1,8 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 
 #ifdef RINGKV_HAVE_JEMALLOC
@@ -29,6 +32,17 @@ void ReadMemory(uint64_t* allocated, uint64_t* resident) {
   len = sizeof(value);
   if (mallctl("stats.resident", &value, &len, nullptr, 0) == 0) *resident = value;
 #endif
+}
+
+// The process's resident memory, from /proc (0 if it cannot be read).
+uint64_t ProcessResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long size = 0;
+  unsigned long long resident = 0;
+  const int n = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 }  // namespace
@@ -324,6 +338,10 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
   ReadMemory(&allocated, &resident);
   stats->set_memory_allocated_bytes(allocated);
   stats->set_memory_resident_bytes(resident);
+  stats->set_process_resident_bytes(ProcessResidentBytes());
+  uint64_t data = 0;
+  for (const auto& shard : stats->shards()) data += shard.memory_bytes();
+  stats->set_data_memory_bytes(data);
   stats->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   stats->set_engine(options_.lock_engine ? "lock" : "ring");
   stats->set_ring(options_.lock_engine ? "" : (IsMultiProducer(options_.ring) ? "mpsc" : "spsc"));

@@ -211,10 +211,18 @@ std::vector<MetricFamily> ServerMetrics::Collect() const {
   out.push_back(Single("ring_in_flight", "Requests and answers in rings now.", MetricType::Gauge,
                        static_cast<double>(stats.ring_in_flight())));
   AddConnections(server_.connections(), &out);
-  out.push_back(Single("jemalloc_allocated_bytes", "jemalloc's stats.allocated.", MetricType::Gauge,
-                       static_cast<double>(stats.memory_allocated_bytes())));
-  out.push_back(Single("jemalloc_resident_bytes", "jemalloc's stats.resident.", MetricType::Gauge,
-                       static_cast<double>(stats.memory_resident_bytes())));
+  out.push_back(Single("process_resident_memory_bytes",
+                       "The whole process's resident memory (VmRSS), as `ringkv stats` says.",
+                       MetricType::Gauge, static_cast<double>(stats.process_resident_bytes())));
+  out.push_back(Single("data_memory_bytes",
+                       "The shards' data (the sum of ringkv_memory_bytes), as --max-memory counts "
+                       "it and `ringkv stats` says.",
+                       MetricType::Gauge, static_cast<double>(stats.data_memory_bytes())));
+  out.push_back(Single("jemalloc_allocated_bytes",
+                       "jemalloc's stats.allocated: the heap only, not tables of 2 MiB and more.",
+                       MetricType::Gauge, static_cast<double>(stats.memory_allocated_bytes())));
+  out.push_back(Single("jemalloc_resident_bytes", "jemalloc's stats.resident: the heap only.",
+                       MetricType::Gauge, static_cast<double>(stats.memory_resident_bytes())));
   if (stats.has_persistence()) AddPersistence(stats.persistence(), &out);
   return out;
 }

@@ -7,7 +7,8 @@
 // call_duration_seconds by method (and code); per shard: keys, payload_bytes, memory_bytes,
 // memory_limit_bytes, ttl_keys, ops_total, expired_keys_total, evicted_keys_total,
 // ring_sent_total, ring_received_total, ring_full_waits_total; ring_in_flight;
-// connections_open and connections_refused_total by reason (h2); jemalloc_allocated_bytes and
+// connections_open and connections_refused_total by reason (h2); process_resident_memory_bytes
+// and data_memory_bytes (as `ringkv stats` gives them); jemalloc_allocated_bytes and
 // jemalloc_resident_bytes; with --data-dir, persistence_* (log bytes and syncs, the last
 // snapshot's time, keys and bytes, whether writes are refused after a disk error).
 //
