@@ -167,6 +167,59 @@ INSTANTIATE_TEST_SUITE_P(AllRings, EngineTest, ::testing::ValuesIn(Cases()), [](
   return name + "_" + std::to_string(info.param.workers) + "workers";
 });
 
+// PUTs `count` new keys, then has nothing more to send.
+class PutSource : public RequestSource {
+ public:
+  explicit PutSource(int count) : requests_(count), keys_(count) {
+    for (int i = 0; i < count; ++i) {
+      keys_[i] = absl::StrCat("grow-", i);
+      requests_[i].op = Op::kPut;
+      requests_[i].key = keys_[i];
+      requests_[i].value = "v";
+    }
+  }
+  size_t Poll(Request** out, size_t max) override {
+    size_t n = 0;
+    while (n < max && next_ < requests_.size()) out[n++] = &requests_[next_++];
+    return n;
+  }
+  void Complete(Request* r) override { ok_ += r->result == Result::kOk; }
+  bool Finished() const override { return ok_ == requests_.size(); }
+  const std::vector<std::string>& keys() const { return keys_; }
+
+ private:
+  std::vector<Request> requests_;
+  std::vector<std::string> keys_;
+  size_t next_ = 0;
+  size_t ok_ = 0;
+};
+
+// Turns with nothing else to do take a growth further (Worker, step 7), so a shard that stops
+// getting new keys mid-growth still finishes it and gives the old array back.
+TEST(Worker, IdleTurnsFinishAGrowth) {
+  auto engine = RingEngine::Create({.workers = 1});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Worker& worker = (*engine)->worker(0);
+  PutSource source(3300);  // 4,096 slots start growing at 3,277 keys: 23 steps of 16 buckets.
+  for (int turn = 0; turn < 10'000 && !source.Finished(); ++turn) worker.RunOnce(source);
+  ASSERT_TRUE(source.Finished());
+  ASSERT_TRUE(worker.shard().growing());
+  PutSource nothing(0);
+  int turns = 0;
+  while (worker.shard().growing() && turns < 100) {
+    EXPECT_GT(worker.RunOnce(nothing), 0u);  // Counts as work, so the loop does not park.
+    ++turns;
+  }
+  EXPECT_FALSE(worker.shard().growing());
+  EXPECT_LE(turns, 4);  // What is left of 4,096 old buckets, 1,024 a turn.
+  EXPECT_EQ(worker.RunOnce(nothing), 0u);
+  EXPECT_EQ(worker.shard().size(), source.keys().size());
+  for (const std::string& key : source.keys()) {
+    std::string value;
+    ASSERT_TRUE(worker.shard().Peek({key, Router::Hash(key)}, SystemClockMs(), &value)) << key;
+  }
+}
+
 TEST(RingEngine, RejectsBadOptions) {
   auto zero = RingEngine::Create({.workers = 0});
   ASSERT_FALSE(zero.ok());
