@@ -45,10 +45,8 @@ size_t Worker::RunOnce(RequestSource& source) {
   if (snapshot_ != nullptr) {
     handled += WalkSnapshot(handled > 0 ? kBusySnapshotSlice : kSnapshotSlice);
   }
-  if (handled == 0 && shard_.growing()) {
-    handled += shard_.GrowStep(kIdleGrowBuckets);
-    PublishShardCounters();
-  }
+  // Moving buckets changes none of the shard's counters.
+  if (handled == 0 && shard_.growing()) handled += shard_.GrowStep(kIdleGrowBuckets);
   return handled;
 }
 

@@ -5,12 +5,12 @@
 // The block is then pre-faulted (MADV_POPULATE_WRITE, or a write per page on kernels without
 // it), so the kernel's page zeroing is paid when the table is allocated (a reserve at start-up,
 // or a rebuild that rewrites every slot anyway), not on the inserts that first touch each page.
-// A table's growth asks for neither (prefault false): its steps touch the array a little at a
-// time, and a fault must stay short. A 2 MiB fault took 4.5 ms on this project's VMs (the
-// kernel zeroes, the hypervisor backs it), 4 KiB ones take microseconds. A grown array stays
-// on 4 KiB pages: marking it for khugepaged afterwards made GETs wait up to 36 ms while it
-// collapsed the pages (it holds the address space's lock, and the worker's own faults wait).
-// Smaller blocks go to malloc (jemalloc). Stateless; any thread.
+// A table's growth asks for neither (huge false: 4 KiB pages, faulted in on first touch): its
+// steps touch the array a little at a time, and a fault must stay short. A 2 MiB fault took 4.5 ms
+// on this project's VMs (the kernel zeroes, the hypervisor backs it), 4 KiB ones take microseconds.
+// A grown array stays on 4 KiB pages: marking it for khugepaged afterwards made GETs wait up to 36
+// ms while it collapsed the pages (it holds the address space's lock, and the worker's own faults
+// wait). Smaller blocks go to malloc (jemalloc). Stateless; any thread.
 #ifndef RINGKV_SHARD_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
 #define RINGKV_SHARD_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
 
@@ -30,7 +30,7 @@ namespace ringkv::internal {
 
 inline constexpr size_t kHugePage = size_t{2} << 20;
 
-inline void* AllocateHuge(size_t bytes, bool prefault = true) {
+inline void* AllocateHuge(size_t bytes, bool huge = true) {
   const size_t length = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   // Map one huge page more than needed and trim, so the block starts on a 2 MiB boundary.
   void* raw = mmap(nullptr, length + kHugePage, PROT_READ | PROT_WRITE,
@@ -43,7 +43,7 @@ inline void* AllocateHuge(size_t bytes, bool prefault = true) {
   if (end > aligned + length)
     munmap(reinterpret_cast<void*>(aligned + length), end - aligned - length);
   void* block = reinterpret_cast<void*>(aligned);
-  if (prefault) {
+  if (huge) {
     madvise(block, length, MADV_HUGEPAGE);  // Advice: failure is fine.
     if (madvise(block, length, MADV_POPULATE_WRITE) != 0) {
       for (size_t offset = 0; offset < length; offset += 4096) {

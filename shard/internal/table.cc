@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "shard/internal/huge_page_allocator.h"
 #include "shard/router.h"
@@ -16,13 +17,13 @@ namespace ringkv::internal {
 namespace {
 
 // Zeroed slots (dist 0: empty). Big arrays are mappings of their own (see HugePageAllocator):
-// of huge pages, pre-faulted, unless `prefault` is false (a growth's new array: its 4 KiB pages
+// of huge pages, pre-faulted, unless `huge` is false (a growth's new array: its 4 KiB pages
 // fault in as entries reach them, a few at a step, where pre-faulting them all, or faulting in
 // 2 MiB at once, would stall the shard); small ones come from calloc.
-Table::Entry* AllocateSlots(size_t capacity, bool prefault) {
+Table::Entry* AllocateSlots(size_t capacity, bool huge) {
   const size_t bytes = capacity * sizeof(Table::Entry);
-  void* p = bytes >= kHugePage ? AllocateHuge(bytes, prefault)
-                               : std::calloc(capacity, sizeof(Table::Entry));
+  void* p =
+      bytes >= kHugePage ? AllocateHuge(bytes, huge) : std::calloc(capacity, sizeof(Table::Entry));
   if (p == nullptr) throw std::bad_alloc();
   return static_cast<Table::Entry*>(p);
 }
@@ -42,7 +43,7 @@ size_t Table::CapacityFor(size_t n) { return std::bit_ceil(std::max(kMinCapacity
 
 Table::Table(size_t reserve) {
   const size_t capacity = CapacityFor(reserve);
-  slots_ = AllocateSlots(capacity, /*prefault=*/true);
+  slots_ = AllocateSlots(capacity, /*huge=*/true);
   mask_ = capacity - 1;
   grow_at_ = capacity - capacity / 5;
 }
@@ -180,7 +181,7 @@ void Table::EraseAt(Entry* slots, size_t mask, size_t i) {
 
 void Table::StartGrowth() {
   const size_t capacity = this->capacity() * 2;
-  Entry* slots = AllocateSlots(capacity, /*prefault=*/false);
+  Entry* slots = AllocateSlots(capacity, /*huge=*/false);
   old_ = slots_;
   old_mask_ = mask_;
   moved_ = 0;
@@ -219,10 +220,10 @@ bool Table::MoveBucket(size_t bucket) {
     if (!Place(slots_, mask_, &carry, HashOf(carry), &placed, &growth_writes_)) {
       // Left out: the entry carried, and the bucket's entries not placed yet. The bucket
       // counts as moved, so that the rebuild takes each of its entries exactly once.
-      moving_.assign(1, carry);
-      for (size_t j = k + 1; j < count; ++j) moving_.push_back(old_[(first + j) & old_mask_]);
+      std::vector<Entry> left_out{carry};
+      for (size_t j = k + 1; j < count; ++j) left_out.push_back(old_[(first + j) & old_mask_]);
       moved_ = bucket + 1;
-      Rebuild(capacity() * 2, moving_);
+      Rebuild(capacity() * 2, left_out);
       return false;
     }
   }
@@ -250,7 +251,7 @@ void Table::ReleaseMoved() {
 
 void Table::Rebuild(size_t min_capacity, std::span<const Entry> extra) {
   for (size_t capacity = min_capacity;; capacity *= 2) {
-    Entry* slots = AllocateSlots(capacity, /*prefault=*/true);
+    Entry* slots = AllocateSlots(capacity, /*huge=*/true);
     const size_t mask = capacity - 1;
     uint64_t writes = 0;
     auto place = [&](const Entry& e) {

@@ -28,7 +28,7 @@
 //
 // Growth is incremental, as Redis's rehash is, so that no request waits for a whole table to be
 // copied (one of 9M keys took 1.6 s at once). When an Insert finds the table 4/5 full it maps
-// an array twice the size (not pre-faulted: its pages fault in as entries reach them) and from
+// an array twice the size (4 KiB pages, faulted in as entries reach them) and from
 // then on each Insert of a new key, and GrowStep when the owner is idle, copies the next
 // kGrowStepBuckets home buckets of the old array to the new one. Old bucket b's entries go to
 // new buckets b and b + old capacity. While it grows, a key whose old home bucket is below the
@@ -56,7 +56,6 @@
 #include <cstring>
 #include <span>
 #include <string_view>
-#include <vector>
 
 namespace ringkv::internal {
 
@@ -275,7 +274,6 @@ class Table {
   size_t moved_ = 0;
   size_t released_to_ = 0;
   uint64_t growth_writes_ = 0;
-  std::vector<Entry> moving_;  // Entries left out when a move had to rebuild.
 };
 
 }  // namespace ringkv::internal
