@@ -1,8 +1,8 @@
 // MemoryLimit: how much a shard may hold, and what it does when a write needs more
 // (--max-memory and --eviction; the daemon gives each shard an equal share).
 //
-// What counts (Shard::memory_bytes): the table's slots, the heap blocks of keys and values too
-// big to sit in a slot (as the allocator sized them), and the TTL index. That is the memory
+// What counts (Shard::memory_bytes): the table's slots, the records that hold each key with its
+// value (as the allocator sized them), and the TTL index. That is the memory
 // the data holds; the process adds its own base and per-connection buffers on top.
 //
 // Policies, as Redis names them:

@@ -12,7 +12,7 @@ namespace {
 
 using internal::Table;
 
-uint64_t VersionOf(const Table::Entry& e) { return e.meta & ((uint64_t{1} << 56) - 1); }
+uint64_t VersionOf(const Table::Entry& e) { return e.meta() & ((uint64_t{1} << 56) - 1); }
 
 // A decimal int64 in canonical form: an optional '-', then digits without leading zeros (just
 // "0" for zero; no "-0"), as Increment writes them.
@@ -61,15 +61,15 @@ Shard::Entry* Shard::LiveForWrite(const HashedKey& key, int64_t now_ms) {
 Shard::Entry* Shard::Write(const HashedKey& key, Entry* e, std::string_view value) {
   if (e == nullptr) {
     bool inserted;
-    e = table_.Insert(key.bytes, key.hash, &inserted);
+    e = table_.Insert(key.bytes, key.hash, &inserted, value.size());
     payload_bytes_ += key.bytes.size();
   } else {
     BeforeChange(e);
     payload_bytes_ -= Table::ValueOf(*e).size();
   }
   payload_bytes_ += value.size();
-  table_.SetValue(e, value, key.hash);
-  e->meta = (e->meta & ~kVersionMask) | (++revision_ & kVersionMask) | kReferenced;
+  table_.SetValue(e, value);
+  e->meta() = (e->meta() & ~kVersionMask) | (++revision_ & kVersionMask) | kReferenced;
   return e;
 }
 
@@ -90,7 +90,7 @@ void Shard::SetDeadline(const HashedKey& key, Entry* e, int64_t deadline_ms) {
     const int64_t old = static_cast<int64_t>(Table::Aux(*e));
     by_deadline_.erase(by_deadline_.find({old, key.hash}));
   }
-  table_.SetAux(e, static_cast<uint64_t>(deadline_ms), key.hash);
+  table_.SetAux(e, static_cast<uint64_t>(deadline_ms));
   by_deadline_.emplace(deadline_ms, key.hash);
 }
 
@@ -165,7 +165,7 @@ void Shard::Execute(Request& r, int64_t now_ms) {
       r.result = Result::kNotFound;
       return;
     }
-    if (track_access_ && (e->meta & kReferenced) == 0) e->meta |= kReferenced;
+    if (track_access_ && (e->meta() & kReferenced) == 0) e->meta() |= kReferenced;
     const std::string_view value = Table::ValueOf(*e);
     r.out.assign(value.data(), value.size());
     r.version = VersionOf(*e);
@@ -295,8 +295,8 @@ int64_t Shard::PickVictim(const HashedKey& key) {
         if (!table_.IsLive(i)) continue;
         Entry& s = table_.slot(i);
         if (is_key(s)) continue;
-        if (s.meta & kReferenced) {
-          s.meta &= ~kReferenced;
+        if (s.meta() & kReferenced) {
+          s.meta() &= ~kReferenced;
           continue;
         }
         return static_cast<int64_t>(i);
@@ -372,7 +372,7 @@ void Shard::BeginSnapshot(SnapshotSink* sink, int64_t now_ms) {
 }
 
 bool Shard::InSnapshot(const Entry& e) const {
-  if ((e.meta & kSnapshotted) != 0 || VersionOf(e) > snapshot_revision_) return false;
+  if ((e.meta() & kSnapshotted) != 0 || VersionOf(e) > snapshot_revision_) return false;
   return !e.has_aux() || static_cast<int64_t>(Table::Aux(e)) > snapshot_now_ms_;
 }
 
@@ -380,7 +380,7 @@ void Shard::SaveForSnapshot(Entry* e) {
   if (ScanPosition(Table::HashOf(*e)) < snapshot_position_ || !InSnapshot(*e)) return;
   snapshot_sink_->Add(Table::KeyOf(*e), Table::ValueOf(*e), VersionOf(*e),
                       e->has_aux() ? static_cast<int64_t>(Table::Aux(*e)) : 0);
-  e->meta |= kSnapshotted;
+  e->meta() |= kSnapshotted;
 }
 
 bool Shard::SnapshotStep(size_t buckets) {
@@ -397,7 +397,7 @@ bool Shard::SnapshotStep(size_t buckets) {
         snapshot_sink_->Add(Table::KeyOf(e), Table::ValueOf(e), VersionOf(e),
                             e.has_aux() ? static_cast<int64_t>(Table::Aux(e)) : 0);
       }
-      e.meta &= ~kSnapshotted;  // Handed over before it changed, or now: either way, done.
+      e.meta() &= ~kSnapshotted;  // Handed over before it changed, or now: either way, done.
     });
     snapshot_position_ = (p + 1) << (64 - bits);
   }
@@ -410,7 +410,7 @@ void Shard::LoadSet(const HashedKey& key, std::string_view value, uint64_t versi
                     int64_t deadline_ms) {
   Entry* e = Write(key, table_.Find(key.bytes, key.hash), value);
   revision_ = std::max(revision_ - 1, version);  // Write took one; the record says which.
-  e->meta = (e->meta & ~(kVersionMask | kReferenced)) | (version & kVersionMask);
+  e->meta() = (e->meta() & ~(kVersionMask | kReferenced)) | (version & kVersionMask);
   SetTtl(key, e, deadline_ms);
 }
 

@@ -1,6 +1,6 @@
 // Shard: one worker's slice of the key space, and the data model of a key: its value, its
-// version, and an optional expiry. The keys live in an internal::Table (48-byte entries holding
-// key, value and version together); only the worker that owns the shard touches it (the lock
+// version, and an optional expiry. The keys live in an internal::Table (8-byte slots, each
+// pointing to a record that holds key, value and version together); only the worker that owns the shard touches it (the lock
 // engine wraps shards in locks instead); it is not thread-safe.
 //
 // The data model (Execute runs one Request; request.h lists the operations):
@@ -34,7 +34,8 @@
 //
 // Lookups take a HashedKey, the key with its Router::Hash already computed, so the table reuses
 // that hash instead of hashing the key again. Prefetch() starts the DRAM fetch of a key's home
-// bucket; calling it for a whole burst before touching any of them overlaps the misses.
+// bucket, PrefetchRecord() that of its record once the slot is in; calling each for a whole
+// burst before touching any of them overlaps the misses.
 //
 //   Shard shard(/*reserve=*/1000);
 //   Request put;
@@ -78,6 +79,8 @@ class Shard {
       : limit_(limit), track_access_(limit.eviction == Eviction::kAllKeysLru), table_(reserve) {}
 
   void Prefetch(const HashedKey& key) const { table_.Prefetch(key.hash); }
+  // After Prefetch, once the slot is likely in: starts the DRAM fetch of the key's record.
+  void PrefetchRecord(const HashedKey& key) const { table_.PrefetchRecord(key.hash); }
 
   // Every change to the data is recorded in `journal` from now on (null: none). Not owned.
   void set_journal(Journal* journal) { journal_ = journal; }
@@ -115,7 +118,7 @@ class Shard {
     for (size_t i = 0; i < table_.slot_count(); ++i) {
       if (!table_.IsLive(i)) continue;
       const Entry& e = table_.slot(i);
-      fn(internal::Table::KeyOf(e), internal::Table::ValueOf(e), e.meta & kVersionMask,
+      fn(internal::Table::KeyOf(e), internal::Table::ValueOf(e), e.meta() & kVersionMask,
          e.has_aux() ? static_cast<int64_t>(internal::Table::Aux(e)) : int64_t{0});
     }
   }

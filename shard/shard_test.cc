@@ -430,8 +430,8 @@ TEST(Shard, ScanSkipsOtherPrefixesAndExpiredKeys) {
 // Memory limits: a shard never holds more than its limit, whatever the policy; what goes, and
 // when a write fails instead, is the policy's.
 Shard LimitedShard(Eviction eviction) {
-  // Room for the 16k-slot table (768 KiB) and about 500 values of 1000 bytes.
-  return Shard(/*reserve=*/10'000, {.bytes = (768 + 500) * 1024, .eviction = eviction});
+  // Room for the 16k-slot table (128 KiB) and about 500 values of 1000 bytes.
+  return Shard(/*reserve=*/10'000, {.bytes = (128 + 500) * 1024, .eviction = eviction});
 }
 
 TEST(ShardMemory, NoEvictionRefusesWritesThatNeedMemoryOnly) {

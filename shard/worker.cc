@@ -200,9 +200,10 @@ size_t Worker::DrainInbound(RequestSource& source) {
 void Worker::Execute(Request** batch, size_t n) {
   if (n == 0) return;
   const uint64_t t0 = profile_ ? Rdtscp() : 0;
-  // Start every slot's DRAM fetch before touching any: a burst's misses then overlap instead of
-  // queueing one behind another.
+  // Start every slot's DRAM fetch before touching any, then every record's: a burst's misses
+  // then overlap instead of queueing one behind another.
   for (size_t i = 0; i < n; ++i) shard_.Prefetch({batch[i]->key, batch[i]->hash});
+  for (size_t i = 0; i < n; ++i) shard_.PrefetchRecord({batch[i]->key, batch[i]->hash});
   // The clock only matters to keys with a TTL; a shard without any never reads it.
   const int64_t now_ms = shard_.has_ttls() ? clock_() : 0;
   if (journal_ == nullptr) {

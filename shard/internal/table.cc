@@ -1,6 +1,5 @@
 #include "shard/internal/table.h"
 
-#include <malloc.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -12,6 +11,9 @@
 
 #include "shard/internal/huge_page_allocator.h"
 #include "shard/router.h"
+
+// LeakSanitizer's (null outside sanitizer builds).
+extern "C" void __lsan_ignore_object(const void* p) __attribute__((weak));
 
 namespace ringkv::internal {
 namespace {
@@ -41,6 +43,21 @@ void FreeSlots(Table::Entry* slots, size_t capacity) {
 
 size_t Table::CapacityFor(size_t n) { return std::bit_ceil(std::max(kMinCapacity, n + n / 4 + 1)); }
 
+uint8_t Table::ClassOf(size_t n) {
+  if (n <= 128) return static_cast<uint8_t>(std::max<size_t>(1, (n + 15) / 16));
+  // 2^k < n <= 2^(k+1), k >= 7: four classes of 2^(k-2) bytes each.
+  const int k = std::bit_width(n - 1) - 1;
+  const size_t step = size_t{1} << (k - 2);
+  const size_t quarters = (n + step - 1) / step;  // 5 .. 8
+  return static_cast<uint8_t>(8 + (k - 7) * 4 + (quarters - 4));
+}
+
+size_t Table::ClassBytes(uint8_t c) {
+  if (c <= 8) return size_t{c} * 16;
+  const int k = 7 + (c - 9) / 4;
+  return static_cast<size_t>(5 + (c - 9) % 4) << (k - 2);
+}
+
 Table::Table(size_t reserve) {
   const size_t capacity = CapacityFor(reserve);
   slots_ = AllocateSlots(capacity, /*huge=*/true);
@@ -50,27 +67,13 @@ Table::Table(size_t reserve) {
 
 Table::~Table() {
   for (size_t i = 0; i < slot_count(); ++i) {
-    if (IsLive(i) && slot(i).on_heap()) std::free(Block(slot(i)));
+    if (IsLive(i)) std::free(slot(i).record());
   }
   FreeSlots(slots_, capacity());
   if (growing()) FreeSlots(old_, old_mask_ + 1);
 }
 
-void Table::SetHeap(Entry* e, char* block, size_t key_len, size_t value_len, uint64_t hash) {
-  // The aux word is at the same offset inline and on the heap: the move leaves it in place.
-  const uint32_t k = static_cast<uint32_t>(key_len);
-  const uint32_t v = static_cast<uint32_t>(value_len);
-  std::memcpy(e->data + kBlockOffset, &block, sizeof(block));
-  std::memcpy(e->data + kKeyLenOffset, &k, sizeof(k));
-  std::memcpy(e->data + kValueLenOffset, &v, sizeof(v));
-  std::memcpy(e->data + kHashOffset, &hash, sizeof(hash));
-  e->key_len = kHeap;
-  e->value_len = 0;
-}
-
-uint64_t Table::HashOf(const Entry& e) {
-  return e.on_heap() ? HeapHash(e) : Router::Hash(KeyOf(e));
-}
+uint64_t Table::HashOf(const Entry& e) { return Router::Hash(KeyOf(e)); }
 
 size_t Table::BucketRun(const Entry* slots, size_t mask, size_t bucket, size_t* count) {
   // From the home slot on, Robin Hood order puts entries displaced from earlier buckets first
@@ -79,48 +82,70 @@ size_t Table::BucketRun(const Entry* slots, size_t mask, size_t bucket, size_t* 
   size_t i = bucket;
   for (size_t off = 0;; ++off, i = (i + 1) & mask) {
     const Entry& e = slots[i];
-    if (!e.full() || size_t{e.dist} - 1 <= off) break;
+    if (!e.full() || size_t{e.dist()} - 1 <= off) break;
   }
   const size_t first = i;
   size_t n = 0;
   for (size_t off = (first - bucket) & mask;; ++off, i = (i + 1) & mask) {
     const Entry& e = slots[i];
-    if (!e.full() || size_t{e.dist} - 1 != off) break;
+    if (!e.full() || size_t{e.dist()} - 1 != off) break;
     ++n;
   }
   *count = n;
   return first;
 }
 
-bool Table::Matches(const Entry& e, std::string_view key, uint64_t hash) {
-  if (!e.on_heap()) {
-    return e.key_len == key.size() && std::memcmp(e.data, key.data(), key.size()) == 0;
-  }
-  return HeapHash(e) == hash && HeapKeyLen(e) == key.size() &&
-         std::memcmp(Block(e), key.data(), key.size()) == 0;
+bool Table::Matches(const Entry& e, std::string_view key, uint8_t tag) {
+  if (e.tag() != tag) return false;
+  const char* r = e.record();
+  return KeyLen(r) == key.size() && std::memcmp(r + kRecordHeader, key.data(), key.size()) == 0;
 }
 
-size_t Table::BlockBytes(const Entry& e) { return e.on_heap() ? malloc_usable_size(Block(e)) : 0; }
+size_t Table::BlockBytes(const Entry& e) { return Capacity(e.record()); }
 
-char* Table::NewBlock(size_t bytes) {
-  char* block = static_cast<char*>(std::malloc(std::max<size_t>(bytes, 1)));
-  if (block == nullptr) throw std::bad_alloc();
-  heap_bytes_ += malloc_usable_size(block);
-  return block;
+char* Table::NewRecord(size_t bytes, size_t key_len) {
+  const uint8_t c = ClassOf(bytes);
+  const size_t capacity = ClassBytes(c);
+  char* record = static_cast<char*>(std::malloc(capacity));
+  if (record == nullptr) throw std::bad_alloc();
+  const uint64_t meta = 0;
+  const uint32_t key_word = static_cast<uint32_t>(key_len) | uint32_t{c} << 24;
+  const uint32_t value_len = 0;
+  std::memcpy(record, &meta, sizeof(meta));
+  std::memcpy(record + 8, &key_word, sizeof(key_word));
+  std::memcpy(record + 12, &value_len, sizeof(value_len));
+  // Slots hold the address with a tag and a distance in its top bits, which LeakSanitizer does
+  // not take for a pointer; the destructor frees every record.
+  if (&__lsan_ignore_object != nullptr) __lsan_ignore_object(record);
+  heap_bytes_ += capacity;
+  return record;
 }
 
-void Table::FreeBlock(char* block) {
-  heap_bytes_ -= malloc_usable_size(block);
-  std::free(block);
+void Table::FreeRecord(char* record) {
+  heap_bytes_ -= Capacity(record);
+  std::free(record);
+}
+
+char* Table::MoveRecord(Entry* e, size_t need, size_t keep) {
+  char* old = e->record();
+  const size_t key_len = KeyLen(old);
+  char* record = NewRecord(need, key_len);
+  std::memcpy(record, old, sizeof(uint64_t));            // meta
+  std::memcpy(record + 12, old + 12, sizeof(uint32_t));  // value length
+  std::memcpy(record + kRecordHeader, old + kRecordHeader, key_len + keep);
+  FreeRecord(old);
+  e->set_record(record);
+  return record;
 }
 
 Table::Entry* Table::FindIn(Entry* slots, size_t mask, std::string_view key, uint64_t hash) {
   size_t i = hash & mask;
+  const uint8_t tag = TagOf(hash);
   // Robin Hood order: past an entry nearer its home than we are to ours, the key cannot be.
   for (uint8_t d = 1;; ++d) {
     Entry& s = slots[i];
-    if (s.dist < d) return nullptr;
-    if (s.dist == d && Matches(s, key, hash)) return &s;
+    if (s.dist() < d) return nullptr;
+    if (s.dist() == d && Matches(s, key, tag)) return &s;
     i = (i + 1) & mask;
   }
 }
@@ -135,10 +160,13 @@ Table::Entry* Table::FindByAux(uint64_t hash, uint64_t aux) const {
   size_t mask;
   Entry* slots = ArrayFor(hash, &mask);
   size_t i = hash & mask;
+  const uint8_t tag = TagOf(hash);
   for (uint8_t d = 1;; ++d) {
     Entry& s = slots[i];
-    if (s.dist < d) return nullptr;
-    if (s.dist == d && s.has_aux() && Aux(s) == aux && HashOf(s) == hash) return &s;
+    if (s.dist() < d) return nullptr;
+    if (s.dist() == d && s.tag() == tag && s.has_aux() && Aux(s) == aux && HashOf(s) == hash) {
+      return &s;
+    }
     i = (i + 1) & mask;
   }
 }
@@ -146,7 +174,7 @@ Table::Entry* Table::FindByAux(uint64_t hash, uint64_t aux) const {
 bool Table::Place(Entry* slots, size_t mask, Entry* carry, uint64_t hash, Entry** placed,
                   uint64_t* writes) {
   size_t i = hash & mask;
-  carry->dist = 1;
+  carry->set_dist(1);
   *placed = nullptr;
   for (;;) {
     Entry& s = slots[i];
@@ -156,12 +184,13 @@ bool Table::Place(Entry* slots, size_t mask, Entry* carry, uint64_t hash, Entry*
       if (*placed == nullptr) *placed = &s;
       return true;
     }
-    if (s.dist < carry->dist) {  // Robin Hood: the entry nearer its home moves on instead.
+    if (s.dist() < carry->dist()) {  // Robin Hood: the entry nearer its home moves on instead.
       std::swap(s, *carry);
       if (*placed == nullptr) *placed = &s;
     }
     i = (i + 1) & mask;
-    if (++carry->dist >= kMaxDist) return false;  // *carry is the entry left out.
+    carry->bits_ += Entry::kDistOne;
+    if (carry->dist() >= kMaxDist) return false;  // *carry is the entry left out.
   }
 }
 
@@ -169,16 +198,14 @@ void Table::EraseAt(Entry* slots, size_t mask, size_t i) {
   // Backward shift: the entries after it that are not at home move one slot nearer.
   for (;;) {
     const size_t j = (i + 1) & mask;
-    if (slots[j].dist <= 1) {
-      slots[i].dist = 0;
+    if (slots[j].dist() <= 1) {
+      slots[i].bits_ = 0;
       return;
     }
-    slots[i] = slots[j];
-    --slots[i].dist;
+    slots[i].bits_ = slots[j].bits_ - Entry::kDistOne;
     i = j;
   }
 }
-
 void Table::StartGrowth() {
   const size_t capacity = this->capacity() * 2;
   Entry* slots = AllocateSlots(capacity, /*huge=*/false);
@@ -195,6 +222,11 @@ size_t Table::GrowStep(size_t buckets) {
   if (!growing()) return 0;
   const size_t end = std::min(old_mask_ + 1, moved_ + buckets);
   const size_t start = moved_;
+  // Each moved entry's hash comes from its record's key: start those fetches together. The
+  // buckets' entries sit at about their own slots, a few past at most.
+  for (size_t i = start; i < std::min(old_mask_ + 1, end + kPrefetchProbe); ++i) {
+    if (old_[i].full()) __builtin_prefetch(old_[i].record());
+  }
   while (moved_ < end) {
     if (!MoveBucket(moved_)) return buckets;  // Rebuilt: the growth is over.
     ++moved_;
@@ -280,7 +312,8 @@ void Table::Rebuild(size_t min_capacity, std::span<const Entry> extra) {
   }
 }
 
-Table::Entry* Table::Insert(std::string_view key, uint64_t hash, bool* inserted) {
+Table::Entry* Table::Insert(std::string_view key, uint64_t hash, bool* inserted,
+                            size_t value_room) {
   if (Entry* e = Find(key, hash)) {
     *inserted = false;
     return e;
@@ -288,15 +321,10 @@ Table::Entry* Table::Insert(std::string_view key, uint64_t hash, bool* inserted)
   *inserted = true;
   if (!growing() && size_ >= grow_at_) StartGrowth();
   if (growing()) GrowStep(kGrowStepBuckets);
-  Entry fresh{};
-  if (key.size() <= kInlineBytes) {
-    std::memcpy(fresh.data, key.data(), key.size());
-    fresh.key_len = static_cast<uint8_t>(key.size());
-  } else {
-    char* block = NewBlock(key.size());
-    std::memcpy(block, key.data(), key.size());
-    SetHeap(&fresh, block, key.size(), 0, hash);
-  }
+  char* record = NewRecord(kRecordHeader + key.size() + value_room, key.size());
+  std::memcpy(record + kRecordHeader, key.data(), key.size());
+  Entry fresh;
+  fresh.bits_ = reinterpret_cast<uint64_t>(record) | uint64_t{TagOf(hash)} << Entry::kTagShift;
   ++size_;
   size_t mask;
   Entry* slots = ArrayFor(hash, &mask);
@@ -309,7 +337,7 @@ Table::Entry* Table::Insert(std::string_view key, uint64_t hash, bool* inserted)
 }
 
 void Table::Erase(Entry* entry) {
-  if (entry->on_heap()) FreeBlock(Block(*entry));
+  FreeRecord(entry->record());
   if (InOld(entry)) {
     EraseAt(old_, old_mask_, static_cast<size_t>(entry - old_));
   } else {
@@ -318,51 +346,28 @@ void Table::Erase(Entry* entry) {
   --size_;
 }
 
-void Table::MoveToHeap(Entry* e, uint64_t hash) {
-  const size_t key_len = e->key_len;
-  const size_t value_len = e->value_len;
-  char* block = NewBlock(key_len + value_len);
-  std::memcpy(block, e->data, key_len + value_len);
-  SetHeap(e, block, key_len, value_len, hash);
+void Table::SetValue(Entry* e, std::string_view value) {
+  char* r = e->record();
+  const size_t key_end = kRecordHeader + KeyLen(r);
+  const bool aux = e->has_aux();
+  const uint64_t aux_word = aux ? Aux(*e) : 0;
+  const size_t need = key_end + value.size() + (aux ? sizeof(aux_word) : 0);
+  if (!Fits(need, Capacity(r))) r = MoveRecord(e, need, 0);
+  const uint32_t value_len = static_cast<uint32_t>(value.size());
+  std::memcpy(r + 12, &value_len, sizeof(value_len));
+  std::memmove(r + key_end, value.data(), value.size());
+  if (aux) std::memcpy(r + key_end + value.size(), &aux_word, sizeof(aux_word));
 }
 
-void Table::SetValue(Entry* e, std::string_view value, uint64_t hash) {
-  if (!e->on_heap()) {
-    if (e->key_len + value.size() <= InlineRoom(*e)) {
-      std::memmove(e->data + e->key_len, value.data(), value.size());
-      e->value_len = static_cast<uint8_t>(value.size());
-      return;
-    }
-    const size_t key_len = e->key_len;
-    char* block = NewBlock(key_len + value.size());
-    std::memcpy(block, e->data, key_len);
-    std::memcpy(block + key_len, value.data(), value.size());
-    SetHeap(e, block, key_len, value.size(), hash);
-    return;
+void Table::SetAux(Entry* e, uint64_t aux) {
+  char* r = e->record();
+  const size_t end = kRecordHeader + KeyLen(r) + ValueLen(r);
+  if (!e->has_aux()) {
+    const size_t need = end + sizeof(aux);
+    if (Capacity(r) < need) r = MoveRecord(e, need, end - kRecordHeader - KeyLen(r));
+    e->meta() |= kHasAux;
   }
-  const size_t key_len = HeapKeyLen(*e);
-  char* old = Block(*e);
-  if (key_len + value.size() <= InlineRoom(*e)) {  // Back inline: key from the block.
-    const uint64_t aux = e->has_aux() ? Aux(*e) : 0;
-    std::memmove(e->data + key_len, value.data(), value.size());
-    std::memcpy(e->data, old, key_len);
-    e->key_len = static_cast<uint8_t>(key_len);
-    e->value_len = static_cast<uint8_t>(value.size());
-    if (e->has_aux()) std::memcpy(e->data + kAuxOffset, &aux, sizeof(aux));
-    FreeBlock(old);
-    return;
-  }
-  char* block = NewBlock(key_len + value.size());
-  std::memcpy(block, old, key_len);
-  std::memcpy(block + key_len, value.data(), value.size());
-  FreeBlock(old);
-  SetHeap(e, block, key_len, value.size(), hash);
-}
-
-void Table::SetAux(Entry* e, uint64_t aux, uint64_t hash) {
-  if (!e->on_heap() && e->key_len + e->value_len > kInlineBytesWithAux) MoveToHeap(e, hash);
-  e->meta |= kHasAux;
-  std::memcpy(e->data + kAuxOffset, &aux, sizeof(aux));
+  std::memcpy(r + end, &aux, sizeof(aux));
 }
 
 }  // namespace ringkv::internal

@@ -1,30 +1,39 @@
 // Table: a shard's hash table, of ringkv's own: open addressing with Robin Hood placement and
-// backward-shift deletion, over 48-byte entries, power-of-two capacity, at most 4/5 full.
+// backward-shift deletion, over 8-byte slots that point to records, power-of-two capacity, at
+// most 4/5 full.
 //
 // Why not absl::flat_hash_map, which it replaced:
-//   - an entry carries a version and flags beside its key and value in the same 48 bytes
-//     (a report-style 29-byte key and 8-byte value still need no allocation);
+//   - a record carries a version and flags beside its key and value, in one allocation;
 //   - Robin Hood placement keeps the entries of one home bucket together and in bucket order,
 //     so a scan can visit home buckets one at a time in reverse-binary order, which survives
 //     growth (Shard::Scan), and eviction can sample entries by index;
-//   - a probe reads entries only: at the loads the shards run at, a lookup is one DRAM miss,
-//     where SwissTable reads its control bytes and then, dependent on them, the slot.
+//   - a slot carries 8 bits of its key's hash, so a probe reads records only for likely
+//     matches: a lookup is one DRAM miss for the slot and one for the record, and the worker
+//     prefetches both for a burst of requests (PrefetchRecord).
 //
-// Entry layout:
+// Why slots and records, not entries that hold the key and value: bytes per key. Entries of 48
+// bytes at the loads a power-of-two table runs at (2/5 to 4/5) cost 60-120 bytes a key before
+// any key or value that does not fit in them; a slot costs 10-20, and a record its key, value
+// and 16 bytes, as the allocator sizes it (jemalloc: to 16 bytes up to 128, then within 25%).
+// 5M keys of 16 + 32 bytes took 651 MB with entries, against Redis's 756.
+//
+// Slot (a uint64_t, 0 when empty):
+//   bits  0..47  the record's address (user-space addresses fit in 47 bits)
+//   bits 48..55  dist: 1 + how many slots the entry sits past its home bucket
+//   bits 56..63  tag: bits 40..47 of the key's hash (the home bucket is the low bits, Router
+//                takes the shard from the top ones)
+// Record (malloc'd, one of jemalloc's size classes exactly, so it knows its own size):
 //   meta       8  the owner's (the shard keeps a version and flags there), but for the top
 //                 bit, kHasAux, which is the table's
-//   dist       1  0: empty; else 1 + how many slots the entry sits past its home bucket
-//   key_len    1  the inline key's length, or kHeap
-//   value_len  1  the inline value's length
-//   data      37  inline: key bytes, then value bytes, and with an aux word its 8 bytes at the
-//                 end (offset 29);
-//                 heap: 5 bytes unused, block pointer (8, at entry offset 16, aligned so that
-//                 leak checkers see it), key length (4), value length (4), hash (8), aux (8,
-//                 at offset 29 as inline); the block holds the key, then the value
-// An entry is inline when key + value fit in 37 bytes, 29 with an aux word. The aux word is an
-// optional 8 bytes the owner keeps with an entry (the shard: a TTL's deadline), so entries
-// without one pay nothing for it. The home bucket of a key is its hash's low bits (Router takes
-// the shard from the top bits).
+//   key_len    3  (keys are at most 1 MiB)
+//   class      1  the record's size class (SizeClass), so that neither a write nor the
+//                 accounting asks the allocator for its size
+//   value_len  4  (values are at most 1 GiB)
+//   key, value
+//   aux        8  with kHasAux only: an optional word the owner keeps with an entry (the shard:
+//                 a TTL's deadline), unaligned, after the value
+// The key's hash is not kept: growth, scans and snapshots compute it again from the key
+// (wyhash, a few nanoseconds for short keys). The home bucket of a key is its hash's low bits.
 //
 // Growth is incremental, as Redis's rehash is, so that no request waits for a whole table to be
 // copied (one of 9M keys took 1.6 s at once). When an Insert finds the table 4/5 full it maps
@@ -33,15 +42,15 @@
 // kGrowStepBuckets home buckets of the old array to the new one. Old bucket b's entries go to
 // new buckets b and b + old capacity. While it grows, a key whose old home bucket is below the
 // moved mark is in the new array and the others are in the old one (new keys too), so a lookup
-// still probes one array. The old array keeps the moved entries as stale copies, which nothing
+// still probes one array. The old array keeps the moved slots as stale copies, which nothing
 // reads (erasing them would shift whole clusters back, step after step); its pages below the
 // mark are given back (MADV_DONTNEED) as the mark passes them, so the two arrays together hold
-// less than the new one's size. A probe that would reach kMaxDist (keys made to collide)
-// rebuilds at once, as before: Rebuild.
+// less than the new one's size. Records never move in a growth. A probe that would reach
+// kMaxDist (keys made to collide) rebuilds at once, as before: Rebuild.
 //
-// Entry pointers are valid until the next Insert (which may move entries as the table grows),
-// Erase (which shifts the entries after the erased one) or GrowStep. Not thread-safe: the
-// shard's owner only.
+// Entry pointers (to slots) are valid until the next Insert (which may move entries as the
+// table grows), Erase (which shifts the entries after the erased one) or GrowStep. SetValue and
+// SetAux may move a record, never a slot. Not thread-safe: the shard's owner only.
 //
 //   Table table(/*reserve=*/1000);
 //   bool inserted;
@@ -61,23 +70,37 @@ namespace ringkv::internal {
 
 class Table {
  public:
-  static constexpr size_t kInlineBytes = 37;  // Key and value bytes an entry holds itself.
-  static constexpr size_t kInlineBytesWithAux = kInlineBytes - 8;
-  // The bit of Entry::meta that is the table's; the owner must leave it as it is.
+  // The bit of a record's meta that is the table's; the owner must leave it as it is.
   static constexpr uint64_t kHasAux = uint64_t{1} << 63;
+  // A record's bytes before its key: meta, key length, value length.
+  static constexpr size_t kRecordHeader = 16;
 
-  struct Entry {
-    uint64_t meta;
-    uint8_t dist;
-    uint8_t key_len;
-    uint8_t value_len;
-    char data[kInlineBytes];
+  class Entry {
+   public:
+    bool full() const { return bits_ != 0; }
+    // 1 + how many slots the entry sits past its home bucket; 0 when empty.
+    uint8_t dist() const { return static_cast<uint8_t>(bits_ >> kDistShift); }
+    // The record's meta word (a full entry's).
+    uint64_t& meta() const { return *reinterpret_cast<uint64_t*>(record()); }
+    bool has_aux() const { return (meta() & kHasAux) != 0; }
 
-    bool full() const { return dist != 0; }
-    bool on_heap() const { return key_len == kHeap; }
-    bool has_aux() const { return (meta & kHasAux) != 0; }
+   private:
+    friend class Table;
+    static constexpr int kDistShift = 48;
+    static constexpr int kTagShift = 56;
+    static constexpr uint64_t kPointerMask = (uint64_t{1} << kDistShift) - 1;
+    static constexpr uint64_t kDistOne = uint64_t{1} << kDistShift;
+
+    char* record() const { return reinterpret_cast<char*>(bits_ & kPointerMask); }
+    uint8_t tag() const { return static_cast<uint8_t>(bits_ >> kTagShift); }
+    void set_dist(uint64_t d) {
+      bits_ = (bits_ & ~(uint64_t{0xff} << kDistShift)) | d << kDistShift;
+    }
+    void set_record(char* r) { bits_ = (bits_ & ~kPointerMask) | reinterpret_cast<uint64_t>(r); }
+
+    uint64_t bits_;
   };
-  static_assert(sizeof(Entry) == 48 && alignof(Entry) == 8);
+  static_assert(sizeof(Entry) == 8);
 
   // The capacity a table reserved for `n` entries starts with: the smallest power of two (and
   // kMinCapacity) that holds them at most 4/5 full.
@@ -99,9 +122,23 @@ class Table {
   void Prefetch(uint64_t hash) const {
     size_t mask;
     const Entry* slots = ArrayFor(hash, &mask);
-    const char* p = reinterpret_cast<const char*>(&slots[hash & mask]);
-    __builtin_prefetch(p);
-    __builtin_prefetch(p + sizeof(Entry) - 1);  // An entry may straddle two cache lines.
+    __builtin_prefetch(&slots[hash & mask]);
+  }
+  // Starts the DRAM fetch of the record of the first of the slots from `hash`'s home bucket on
+  // (a few) whose tag is the hash's, if any: after Prefetch(hash) has brought the slots in, for
+  // a burst's second pass.
+  void PrefetchRecord(uint64_t hash) const {
+    size_t mask;
+    const Entry* slots = ArrayFor(hash, &mask);
+    const uint8_t tag = TagOf(hash);
+    for (size_t k = 0, i = hash & mask; k < kPrefetchProbe; ++k, i = (i + 1) & mask) {
+      const Entry& s = slots[i];
+      if (!s.full()) return;
+      if (s.tag() == tag) {
+        __builtin_prefetch(s.record());
+        return;
+      }
+    }
   }
 
   // The entry of `key`, or null.
@@ -110,8 +147,9 @@ class Table {
   // entries exist (a 64-bit hash collision with the same aux), either.
   Entry* FindByAux(uint64_t hash, uint64_t aux) const;
   // The entry of `key`, inserted (empty value, meta 0) if absent; *inserted says which. A new
-  // key may start a growth, or take it a step further.
-  Entry* Insert(std::string_view key, uint64_t hash, bool* inserted);
+  // key's record has room for a value of `value_room` bytes, so that the SetValue that follows
+  // does not move it. A new key may start a growth, or take it a step further.
+  Entry* Insert(std::string_view key, uint64_t hash, bool* inserted, size_t value_room = 0);
   void Erase(Entry* entry);
 
   // While the table grows: moves up to `buckets` more old home buckets; returns how many it
@@ -120,28 +158,32 @@ class Table {
   bool growing() const { return old_ != nullptr; }
 
   static std::string_view KeyOf(const Entry& e) {
-    if (!e.on_heap()) return {e.data, e.key_len};
-    return {Block(e), HeapKeyLen(e)};
+    return {e.record() + kRecordHeader, KeyLen(e.record())};
   }
   static std::string_view ValueOf(const Entry& e) {
-    if (!e.on_heap()) return {e.data + e.key_len, e.value_len};
-    return {Block(e) + HeapKeyLen(e), HeapValueLen(e)};
+    const char* r = e.record();
+    return {r + kRecordHeader + KeyLen(r), ValueLen(r)};
   }
-  // Replaces the value; `hash` is the key's (kept in the entry when it moves to the heap).
-  void SetValue(Entry* e, std::string_view value, uint64_t hash);
+  // Replaces the value; the record moves if it must grow, or would shrink by more than an
+  // allocator size class.
+  void SetValue(Entry* e, std::string_view value);
 
-  // The aux word: set (the entry may move its key and value to the heap to make room), read,
-  // and removed.
-  void SetAux(Entry* e, uint64_t aux, uint64_t hash);
-  static uint64_t Aux(const Entry& e) { return Load<uint64_t>(e, kAuxOffset); }
-  static void ClearAux(Entry* e) { e->meta &= ~kHasAux; }
+  // The aux word: set (the record may move to make room), read, and removed.
+  void SetAux(Entry* e, uint64_t aux);
+  static uint64_t Aux(const Entry& e) {
+    const char* r = e.record();
+    uint64_t aux;
+    std::memcpy(&aux, r + kRecordHeader + KeyLen(r) + ValueLen(r), sizeof(aux));
+    return aux;
+  }
+  static void ClearAux(Entry* e) { e->meta() &= ~kHasAux; }
 
   size_t size() const { return size_; }
   // Home buckets: the new array's while the table grows.
   size_t capacity() const { return mask_ + 1; }
-  // Memory: the slot array, and the blocks of heap entries (as the allocator sized them). While
-  // the table grows, the new array's size: the part of it touched so far and what is left of
-  // the old one add up to less.
+  // Memory: the slot array, and the records (as the allocator sized them). While the table
+  // grows, the new array's size: the part of it touched so far and what is left of the old one
+  // add up to less.
   size_t table_bytes() const { return capacity() * sizeof(Entry); }
   size_t heap_bytes() const { return heap_bytes_; }
   // What the next Insert of a new key adds to table_bytes() by starting a growth, or 0.
@@ -149,13 +191,15 @@ class Table {
   // Slots that growth has written so far (copies into the new array, and the entries Robin
   // Hood placement pushed along there): its work, for tests that bound a step.
   uint64_t growth_writes() const { return growth_writes_; }
-  // The heap block of a heap entry, as the allocator sized it; 0 for an inline one.
+  // The record of an entry, as the allocator sized it.
   static size_t BlockBytes(const Entry& e);
-  // About what a heap block for this key and value would take (0 if they fit in the entry).
+  // About what the record of this key and value would take (jemalloc's size classes).
   static size_t BlockBytesFor(size_t key_len, size_t value_len, bool aux) {
-    const size_t n = key_len + value_len;
-    return n <= (aux ? kInlineBytesWithAux : kInlineBytes) ? 0 : (n + 15) / 16 * 16;
+    return SizeClass(kRecordHeader + key_len + value_len + (aux ? sizeof(uint64_t) : 0));
   }
+  // jemalloc's size class for `n` bytes: multiples of 16 up to 128, then four classes per
+  // doubling. A record takes exactly its class, in every build.
+  static size_t SizeClass(size_t n) { return ClassBytes(ClassOf(n)); }
 
   // Slots by index, for eviction's sampling and whole-table walks: 0 .. slot_count() - 1, the
   // new array's first and then, while the table grows, the old one's.
@@ -181,48 +225,38 @@ class Table {
     size_t i = BucketRun(slots_, mask_, bucket, &count);
     for (; count > 0; --count, i = (i + 1) & mask_) fn(slots_[i]);
   }
-  // A full entry's key hash (kept in heap entries, computed for inline ones).
+  // A full entry's key hash (computed from its key).
   static uint64_t HashOf(const Entry& e);
 
   // For tests of the layout: the home bucket of the full entry at slot(i), and the mask of the
   // array slot(i) is in; the old array's capacity, and the old buckets moved so far (0 when not
   // growing).
-  size_t HomeOf(size_t i) const { return (i - (slot(i).dist - 1)) & MaskAt(i); }
+  size_t HomeOf(size_t i) const { return (i - (slot(i).dist() - 1)) & MaskAt(i); }
   size_t MaskAt(size_t i) const { return i <= mask_ ? mask_ : old_mask_; }
   size_t old_capacity() const { return growing() ? old_mask_ + 1 : 0; }
   size_t moved_buckets() const { return growing() ? moved_ : 0; }
 
  private:
-  static constexpr uint8_t kHeap = 0xff;
   static constexpr uint8_t kMaxDist = 250;
-  // Offsets in Entry::data. The aux word is at the same place inline and on the heap.
-  static constexpr size_t kAuxOffset = kInlineBytesWithAux;
-  static constexpr size_t kBlockOffset = 5;  // Entry offset 16: 8-aligned.
-  static constexpr size_t kKeyLenOffset = kBlockOffset + 8;
-  static constexpr size_t kValueLenOffset = kKeyLenOffset + 4;
-  static constexpr size_t kHashOffset = kValueLenOffset + 4;
-  static_assert(kHashOffset + 8 == kAuxOffset);
+  static constexpr size_t kPrefetchProbe = 4;
 
-  static size_t InlineRoom(const Entry& e) {
-    return e.has_aux() ? kInlineBytesWithAux : kInlineBytes;
+  static uint8_t TagOf(uint64_t hash) { return static_cast<uint8_t>(hash >> 40); }
+  static uint32_t KeyLen(const char* record) { return Load<uint32_t>(record + 8) & 0xffffff; }
+  static size_t Capacity(const char* record) {
+    return ClassBytes(static_cast<uint8_t>(record[kClassOffset]));
   }
-  // Moves an inline entry's key and value (and aux word) to a heap block.
-  void MoveToHeap(Entry* e, uint64_t hash);
-
-  // A T stored at `offset` of the entry's data bytes (unaligned, so by memcpy).
+  static constexpr size_t kClassOffset = 11;  // The key length word's top byte.
+  // The size class of `n` bytes as a number (1 .. about 110), and back.
+  static uint8_t ClassOf(size_t n);
+  static size_t ClassBytes(uint8_t c);
+  static uint32_t ValueLen(const char* record) { return Load<uint32_t>(record + 12); }
   template <typename T>
-  static T Load(const Entry& e, size_t offset) {
+  static T Load(const char* p) {
     T t;
-    std::memcpy(&t, e.data + offset, sizeof(t));
+    std::memcpy(&t, p, sizeof(t));
     return t;
   }
-  static char* Block(const Entry& e) { return Load<char*>(e, kBlockOffset); }
-  static uint32_t HeapKeyLen(const Entry& e) { return Load<uint32_t>(e, kKeyLenOffset); }
-  static uint32_t HeapValueLen(const Entry& e) { return Load<uint32_t>(e, kValueLenOffset); }
-  static uint64_t HeapHash(const Entry& e) { return Load<uint64_t>(e, kHashOffset); }
-  // Makes `e` a heap entry whose block is `block` (key then value).
-  static void SetHeap(Entry* e, char* block, size_t key_len, size_t value_len, uint64_t hash);
-  static bool Matches(const Entry& e, std::string_view key, uint64_t hash);
+  static bool Matches(const Entry& e, std::string_view key, uint8_t tag);
 
   // The array (and its mask) that holds `hash`'s key, or would: while the table grows, the
   // old one if the key's old home bucket is not yet moved.
@@ -259,14 +293,24 @@ class Table {
   // Copies every entry (of both arrays, while growing) and `extra` (entries in no slot) into
   // one new array of at least `min_capacity`, doubling it until every probe fits; at once.
   void Rebuild(size_t min_capacity, std::span<const Entry> extra);
-  void FreeBlock(char* block);
-  char* NewBlock(size_t bytes);
+  // A record of at least `bytes`, for a key of `key_len` bytes: its header written (meta 0,
+  // no value), counted in heap_bytes_; and its release.
+  char* NewRecord(size_t bytes, size_t key_len);
+  void FreeRecord(char* record);
+  // Whether a record the allocator sized `usable` bytes is the right one for `need` bytes:
+  // big enough, and not a size class too big.
+  static bool Fits(size_t need, size_t usable) {
+    return need <= usable && usable <= SizeClass(need + need / 4);
+  }
+  // Moves e's record to a new one of at least `need` bytes, copying its meta, its key and the
+  // `keep` bytes after the key.
+  char* MoveRecord(Entry* e, size_t need, size_t keep);
 
   Entry* slots_;  // While growing, the new array.
   size_t mask_;
   size_t size_ = 0;
   size_t grow_at_;         // Size at which the next Insert starts a growth.
-  size_t heap_bytes_ = 0;  // Blocks of heap entries, as the allocator sized them.
+  size_t heap_bytes_ = 0;  // Records, as the allocator sized them.
   // While growing: the old array (null otherwise), whose home buckets below moved_ are in
   // slots_ now, and the byte offset in it below which its emptied pages were given back.
   Entry* old_ = nullptr;

@@ -1,6 +1,7 @@
 #include "shard/internal/table.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <iostream>
@@ -37,14 +38,14 @@ void ExpectRobinHood(const Table& table) {
       const bool moved = (hash & (table.old_capacity() - 1)) < table.moved_buckets();
       ASSERT_EQ(base == 0, moved) << "slot " << i << " is in the wrong array";
     }
-    for (size_t back = 1; back < e.dist; ++back) {
+    for (size_t back = 1; back < e.dist(); ++back) {
       ASSERT_TRUE(table.slot(base + ((i - base - back) & mask)).full())
           << "a hole before slot " << i;
     }
     const size_t after = base + ((i - base + 1) & mask);
     if (table.IsLive(after)) {
       const Table::Entry& next = table.slot(after);
-      ASSERT_LE(next.dist, e.dist + 1) << "slot " << i;
+      ASSERT_LE(next.dist(), e.dist() + 1) << "slot " << i;
     }
   }
   ASSERT_EQ(live, table.size());
@@ -57,7 +58,7 @@ TEST(Table, InsertFindSetValueErase) {
   ASSERT_TRUE(inserted);
   EXPECT_EQ(Table::KeyOf(*e), "k");
   EXPECT_EQ(Table::ValueOf(*e), "");
-  table.SetValue(e, "v", H("k"));
+  table.SetValue(e, "v");
   EXPECT_EQ(Table::ValueOf(*table.Find("k", H("k"))), "v");
   EXPECT_EQ(table.Insert("k", H("k"), &inserted), table.Find("k", H("k")));
   EXPECT_FALSE(inserted);
@@ -67,32 +68,68 @@ TEST(Table, InsertFindSetValueErase) {
   EXPECT_EQ(table.size(), 0u);
 }
 
-TEST(Table, ValuesMoveBetweenTheEntryAndTheHeap) {
+// The sum of the live records as the allocator sized them: what heap_bytes() must say.
+size_t RecordBytes(const Table& table) {
+  size_t bytes = 0;
+  for (size_t i = 0; i < table.slot_count(); ++i) {
+    if (table.IsLive(i)) bytes += Table::BlockBytes(table.slot(i));
+  }
+  return bytes;
+}
+
+TEST(Table, RecordsGrowAndShrinkWithTheirValuesAndKeepTheAuxWord) {
   Table table;
   bool inserted;
-  const std::string key(29, 'k');  // A report-style key: 29 + 8 bytes fit in the entry.
+  const std::string key(16, 'k');
   Table::Entry* e = table.Insert(key, H(key), &inserted);
-  table.SetValue(e, "12345678", H(key));
-  EXPECT_FALSE(e->on_heap());
+  e->meta() = 42;
+  table.SetValue(e, std::string(32, 'v'));
+  // 16 bytes of header, 16 of key, 32 of value: one 64-byte size class.
+  EXPECT_EQ(Table::BlockBytesFor(16, 32, false), 64u);
+  EXPECT_GE(table.heap_bytes(), 64u);
+  EXPECT_EQ(table.heap_bytes(), RecordBytes(table));
+  table.SetAux(e, 0x0102030405060708);
+  EXPECT_TRUE(e->has_aux());
+  EXPECT_EQ(Table::Aux(*e), 0x0102030405060708u);
+  EXPECT_EQ(table.heap_bytes(), RecordBytes(table));
+  for (size_t len : {1000, 8, 100000, 0, 37}) {  // Grows past size classes, and shrinks.
+    const std::string value(len, static_cast<char>('a' + len % 26));
+    table.SetValue(e, value);
+    EXPECT_EQ(Table::KeyOf(*e), key);
+    EXPECT_EQ(Table::ValueOf(*e), value);
+    EXPECT_EQ(Table::Aux(*e), 0x0102030405060708u) << len;
+    EXPECT_EQ(e->meta() & ~Table::kHasAux, 42u);
+    EXPECT_EQ(table.heap_bytes(), RecordBytes(table));
+    // Never a size class (a quarter) bigger than the record needs.
+    EXPECT_LE(table.heap_bytes(), Table::SizeClass(Table::BlockBytesFor(16, len, true) * 5 / 4));
+  }
+  Table::ClearAux(e);
+  EXPECT_FALSE(e->has_aux());
+  EXPECT_EQ(Table::ValueOf(*e), std::string(37, 'a' + 37 % 26));
+  table.Erase(e);
   EXPECT_EQ(table.heap_bytes(), 0u);
-  table.SetValue(e, "123456789", H(key));  // 38 bytes: the heap.
-  EXPECT_TRUE(e->on_heap());
-  EXPECT_GE(table.heap_bytes(), 38u);
-  EXPECT_EQ(Table::KeyOf(*e), key);
-  EXPECT_EQ(Table::ValueOf(*e), "123456789");
-  table.SetValue(e, std::string(1000, 'x'), H(key));
-  EXPECT_EQ(Table::ValueOf(*e), std::string(1000, 'x'));
-  table.SetValue(e, "v", H(key));  // Back in the entry, the block freed.
-  EXPECT_FALSE(e->on_heap());
-  EXPECT_EQ(table.heap_bytes(), 0u);
-  EXPECT_EQ(Table::KeyOf(*e), key);
-  EXPECT_EQ(Table::ValueOf(*e), "v");
-  const std::string long_key(100, 'L');  // A key that alone does not fit.
-  Table::Entry* l = table.Insert(long_key, H(long_key), &inserted);
-  EXPECT_TRUE(l->on_heap());
-  EXPECT_EQ(Table::KeyOf(*l), long_key);
-  table.Erase(l);
-  EXPECT_EQ(table.heap_bytes(), 0u);
+}
+
+TEST(Table, SizeClassesAreJemallocs) {
+  EXPECT_EQ(Table::SizeClass(1), 16u);
+  EXPECT_EQ(Table::SizeClass(17), 32u);
+  EXPECT_EQ(Table::SizeClass(64), 64u);
+  EXPECT_EQ(Table::SizeClass(65), 80u);
+  EXPECT_EQ(Table::SizeClass(129), 160u);
+  EXPECT_EQ(Table::SizeClass(1056), 1280u);
+  EXPECT_EQ(Table::SizeClass(4096), 4096u);
+  EXPECT_EQ(Table::SizeClass(4097), 5120u);
+  // The allocator gives a record exactly its class, without rounding it up again: jemalloc's
+  // classes are these, and the sanitizers' allocators give what was asked. So heap_bytes()
+  // counts what the process holds.
+  for (size_t n = 1; n < (size_t{1} << 22); n += n / 7 + 1) {
+    const size_t c = Table::SizeClass(n);
+    ASSERT_GE(c, n);
+    ASSERT_LE(c, std::max<size_t>(n + 15, n + n / 4));
+    void* p = std::malloc(c);
+    EXPECT_EQ(malloc_usable_size(p), c) << n;
+    std::free(p);
+  }
 }
 
 TEST(Table, ReserveSizesTheTableToStayFourFifthsFull) {
@@ -100,7 +137,7 @@ TEST(Table, ReserveSizesTheTableToStayFourFifthsFull) {
   EXPECT_EQ(Table(1000).capacity(), 2048u);  // 1,250 slots needed.
   EXPECT_EQ(Table(1638).capacity(), 2048u);  // 4/5 of 2,048.
   EXPECT_EQ(Table(1639).capacity(), 4096u);
-  // The report's workload reserves 50M: 2^26 slots of 48 bytes, 3.2 GB, as absl's table had.
+  // The report's workload reserves 50M: 2^26 slots of 8 bytes, 512 MB.
   EXPECT_EQ(Table::CapacityFor(50'000'000), size_t{1} << 26);
 }
 
@@ -128,7 +165,9 @@ TEST(Table, MatchesAModel) {
         Table::Entry* e = table.Insert(key, hash, &inserted);
         ASSERT_EQ(inserted, model.count(key) == 0);
         const std::string value = bytes(rng() % 2 ? 8 : 60);
-        table.SetValue(e, value, hash);
+        table.SetValue(e, value);
+        if (rng() % 4 == 0) table.SetAux(e, hash);
+        if (rng() % 8 == 0) Table::ClearAux(e);
         model[key] = value;
         break;
       }
@@ -139,6 +178,10 @@ TEST(Table, MatchesAModel) {
         if (e != nullptr) {
           ASSERT_EQ(Table::KeyOf(*e), key);
           ASSERT_EQ(Table::ValueOf(*e), it->second);
+          if (e->has_aux()) {
+            ASSERT_EQ(Table::Aux(*e), hash);
+          }
+          ASSERT_EQ(table.FindByAux(hash, hash), e->has_aux() ? e : nullptr);
         }
         break;
       }
@@ -161,6 +204,9 @@ TEST(Table, MatchesAModel) {
     EXPECT_EQ(Table::ValueOf(*e), v);
   }
   EXPECT_LE(table.size(), table.capacity() * 4 / 5);
+  EXPECT_EQ(table.heap_bytes(), RecordBytes(table));
+  for (const auto& [k, v] : model) table.Erase(table.Find(k, H(k)));
+  EXPECT_EQ(table.heap_bytes(), 0u);
 }
 
 // Growth moves a bounded number of entries per insert, counted (not timed, so it cannot flake):
@@ -227,7 +273,7 @@ TEST(Table, KeysMadeToCollideRebuildMidGrowthAndLoseNothing) {
     bool inserted;
     Table::Entry* e = table.Insert(keys[k], H(keys[k]), &inserted);
     ASSERT_TRUE(inserted);
-    table.SetValue(e, keys[k], H(keys[k]));
+    table.SetValue(e, keys[k]);
   }
   EXPECT_FALSE(table.growing());  // The rebuild took the rest of the growth with it.
   EXPECT_GE(table.capacity(), 16384u);
