@@ -1,7 +1,7 @@
 // Shard: one worker's slice of the key space, and the data model of a key: its value, its
 // version, and an optional expiry. The keys live in an internal::Table (8-byte slots, each
-// pointing to a record that holds key, value and version together); only the worker that owns the shard touches it (the lock
-// engine wraps shards in locks instead); it is not thread-safe.
+// pointing to a record that holds key, value and version together); only the worker that owns
+// the shard touches it (the lock engine wraps shards in locks instead); it is not thread-safe.
 //
 // The data model (Execute runs one Request; request.h lists the operations):
 //   - Versions: every write of a value (Put, Increment) gives the key the shard's next
@@ -139,9 +139,12 @@ class Shard {
   size_t ExpireDue(int64_t now_ms, size_t budget);
   bool has_ttls() const { return !by_deadline_.empty(); }
 
-  // While the table grows (internal::Table: each new key moves a few buckets), moves up to
-  // `buckets` more; returns how many it moved. For a turn with nothing else to do.
-  size_t GrowStep(size_t buckets) { return table_.GrowStep(buckets); }
+  // The table's pending work (internal::Table: a growth moves a few buckets per new key, a
+  // compaction a few records), and a step of it for a turn with nothing else to do: up to
+  // `buckets` buckets moved and 64 bytes of records per bucket. Returns a measure of the work
+  // done, 0 for none.
+  size_t Upkeep(size_t buckets) { return table_.Upkeep(buckets); }
+  bool has_upkeep() const { return table_.has_upkeep(); }
   bool growing() const { return table_.growing(); }
 
   size_t size() const { return table_.size(); }
@@ -159,6 +162,9 @@ class Shard {
   const MemoryLimit& memory_limit() const { return limit_; }
   // Keys evicted to make room for writes, since the shard was made.
   uint64_t evicted() const { return evicted_; }
+  // Bytes of records the table's arena moved to give back the space of freed ones, since the
+  // shard was made (internal::Arena).
+  uint64_t compacted_bytes() const { return table_.arena().moved_bytes(); }
 
  private:
   using Entry = internal::Table::Entry;

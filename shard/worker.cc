@@ -46,7 +46,7 @@ size_t Worker::RunOnce(RequestSource& source) {
     handled += WalkSnapshot(handled > 0 ? kBusySnapshotSlice : kSnapshotSlice);
   }
   // Moving buckets changes none of the shard's counters.
-  if (handled == 0 && shard_.growing()) handled += shard_.GrowStep(kIdleGrowBuckets);
+  if (handled == 0 && shard_.has_upkeep()) handled += shard_.Upkeep(kIdleGrowBuckets);
   return handled;
 }
 

@@ -18,9 +18,10 @@
 //      a write rate of TTL keys is matched without an unbounded stall in any one turn;
 //   6. while a snapshot is under way, walk the shard for it for up to kBusySnapshotSlice after
 //      a turn that had requests, kSnapshotSlice after one that had none;
-//   7. while the shard's table grows (each new key moves a few of its buckets), a turn that
-//      had nothing else to do moves kIdleGrowBuckets more, and counts as work, so that an idle
-//      shard finishes the growth and gives back the old array's memory.
+//   7. while the shard's table grows (each new key moves a few of its buckets) or its arena
+//      is due a compaction, a turn that had nothing else to do moves kIdleGrowBuckets more
+//      (and 64 bytes of records each), and counts as work, so that an idle shard finishes the
+//      growth and gives back the old array's memory, and the arena's dead bytes.
 // Snapshots (StartSnapshot, from any thread): at the start of its next turn the worker makes
 // the cut (its journal's Cut(), then Shard::BeginSnapshot), so the snapshot holds the shard as
 // it was between two turns, and the journal's records from then on go to the next segment.
@@ -148,7 +149,8 @@ class Worker {
   static constexpr std::chrono::microseconds kBusySnapshotSlice{10};
   static constexpr size_t kSnapshotBuckets = 16;
   // Old buckets an idle turn moves while the table grows: about 800 entries, 50-100 us, so a
-  // request that arrives meanwhile waits no longer than that.
+  // request that arrives meanwhile waits no longer than that; and 64 KiB of arena records
+  // walked while a compaction is due.
   static constexpr size_t kIdleGrowBuckets = 1024;
 
   // The rings and counters the engine made for one worker. `outbound[d]` carries requests and

@@ -67,7 +67,7 @@ Table::Table(size_t reserve) {
 
 Table::~Table() {
   for (size_t i = 0; i < slot_count(); ++i) {
-    if (IsLive(i)) std::free(slot(i).record());
+    if (IsLive(i) && !IsArenaRecord(slot(i).record())) std::free(slot(i).record());
   }
   FreeSlots(slots_, capacity());
   if (growing()) FreeSlots(old_, old_mask_ + 1);
@@ -104,29 +104,68 @@ bool Table::Matches(const Entry& e, std::string_view key, uint8_t tag) {
 size_t Table::BlockBytes(const Entry& e) { return Capacity(e.record()); }
 
 char* Table::NewRecord(size_t bytes, size_t key_len) {
-  const uint8_t c = ClassOf(bytes);
-  const size_t capacity = ClassBytes(c);
-  char* record = static_cast<char*>(std::malloc(capacity));
-  if (record == nullptr) throw std::bad_alloc();
+  char* record;
+  size_t capacity;
+  uint32_t size;
+  if (InArena(bytes)) {
+    capacity = Arena::Round(bytes);
+    record = arena_.Allocate(capacity);
+    size = kArenaBit | static_cast<uint32_t>(capacity / Arena::kGrain - 1) << kSizeShift;
+  } else {
+    const uint8_t c = ClassOf(bytes);
+    capacity = ClassBytes(c);
+    record = static_cast<char*>(std::malloc(capacity));
+    if (record == nullptr) throw std::bad_alloc();
+    // Slots hold the address with a tag and a distance in its top bits, which LeakSanitizer
+    // does not take for a pointer; the destructor frees every record.
+    if (&__lsan_ignore_object != nullptr) __lsan_ignore_object(record);
+    size = uint32_t{c} << kSizeShift;
+  }
   const uint64_t meta = 0;
-  const uint32_t key_word = static_cast<uint32_t>(key_len) | uint32_t{c} << 24;
+  const uint32_t key_word = static_cast<uint32_t>(key_len) | size;
   const uint32_t value_len = 0;
   std::memcpy(record, &meta, sizeof(meta));
   std::memcpy(record + 8, &key_word, sizeof(key_word));
   std::memcpy(record + 12, &value_len, sizeof(value_len));
-  // Slots hold the address with a tag and a distance in its top bits, which LeakSanitizer does
-  // not take for a pointer; the destructor frees every record.
-  if (&__lsan_ignore_object != nullptr) __lsan_ignore_object(record);
   heap_bytes_ += capacity;
   return record;
 }
 
 void Table::FreeRecord(char* record) {
-  heap_bytes_ -= Capacity(record);
-  std::free(record);
+  const size_t capacity = Capacity(record);
+  heap_bytes_ -= capacity;
+  if (IsArenaRecord(record)) {
+    arena_.Free(record, capacity);
+  } else {
+    std::free(record);
+  }
+}
+
+size_t Table::CompactStep(size_t bytes) {
+  size_t walked = 0;
+  while (walked < bytes) {
+    char* r = arena_.NextToMove();
+    if (r == nullptr) break;
+    const size_t capacity = Capacity(r);
+    arena_.Skip(capacity);
+    walked += capacity;
+    // A freed record's bytes are as they were: its key still says whose it was, and it is
+    // live only if that key's slot still points to it.
+    const std::string_view key(r + kRecordHeader, KeyLen(r));
+    Entry* e = Find(key, Router::Hash(key));
+    if (e == nullptr || e->record() != r) continue;
+    char* to = arena_.Allocate(capacity);
+    std::memcpy(to, r, capacity);
+    arena_.Free(r, capacity);
+    arena_.CountMoved(capacity);
+    e->set_record(to);
+  }
+  return walked;
 }
 
 char* Table::MoveRecord(Entry* e, size_t need, size_t keep) {
+  // The move leaves a dead record behind: a compaction step keeps up with those.
+  if (arena_.compacting() || arena_.NeedsCompaction()) CompactStep(kCompactStepBytes);
   char* old = e->record();
   const size_t key_len = KeyLen(old);
   char* record = NewRecord(need, key_len);
@@ -321,6 +360,7 @@ Table::Entry* Table::Insert(std::string_view key, uint64_t hash, bool* inserted,
   *inserted = true;
   if (!growing() && size_ >= grow_at_) StartGrowth();
   if (growing()) GrowStep(kGrowStepBuckets);
+  if (arena_.compacting() || arena_.NeedsCompaction()) CompactStep(kCompactStepBytes);
   char* record = NewRecord(kRecordHeader + key.size() + value_room, key.size());
   std::memcpy(record + kRecordHeader, key.data(), key.size());
   Entry fresh;

@@ -22,14 +22,17 @@
 //   bits 48..55  dist: 1 + how many slots the entry sits past its home bucket
 //   bits 56..63  tag: bits 40..47 of the key's hash (the home bucket is the low bits, Router
 //                takes the shard from the top ones)
-// Record (malloc'd, one of jemalloc's size classes exactly, so it knows its own size):
+// Record (so that it knows its own size, neither a write nor the accounting asks the allocator):
 //   meta       8  the owner's (the shard keeps a version and flags there), but for the top
 //                 bit, kHasAux, which is the table's
-//   key_len    3  (keys are at most 1 MiB)
-//   class      1  the record's size class (SizeClass), so that neither a write nor the
-//                 accounting asks the allocator for its size
+//   key word   4  bits 0..20 the key's length (keys are at most 1 MiB); bits 21..30 the
+//                 record's size: a jemalloc size class (SizeClass) if bit 31 is clear, else
+//                 16-byte units less one, in the Arena
 //   value_len  4  (values are at most 1 GiB)
 //   key, value
+// Records of at most 128 bytes are malloc'd at exactly one of jemalloc's size classes (16
+// bytes apart up to 128); bigger ones up to 16 KiB go to the table's Arena (16 bytes apart,
+// where jemalloc's classes are a quarter of a power of two apart), and the rest to malloc.
 //   aux        8  with kHasAux only: an optional word the owner keeps with an entry (the shard:
 //                 a TTL's deadline), unaligned, after the value
 // The key's hash is not kept: growth, scans and snapshots compute it again from the key
@@ -48,9 +51,16 @@
 // less than the new one's size. Records never move in a growth. A probe that would reach
 // kMaxDist (keys made to collide) rebuilds at once, as before: Rebuild.
 //
+// The arena's compaction moves live records out of its emptiest segment, a bounded number of
+// bytes at a time (kCompactStepBytes per Insert of a new key, or per record moved by SetValue
+// or SetAux, while it is due; more per Upkeep when the owner is idle), and re-points their
+// slots.
+//
 // Entry pointers (to slots) are valid until the next Insert (which may move entries as the
-// table grows), Erase (which shifts the entries after the erased one) or GrowStep. SetValue and
-// SetAux may move a record, never a slot. Not thread-safe: the shard's owner only.
+// table grows), Erase (which shifts the entries after the erased one) or Upkeep. A record's
+// bytes (KeyOf, ValueOf) are valid until the next Insert, SetValue, SetAux or Upkeep, any of
+// which may move it (the last three keep every slot where it is). Not thread-safe: the shard's
+// owner only.
 //
 //   Table table(/*reserve=*/1000);
 //   bool inserted;
@@ -65,6 +75,8 @@
 #include <cstring>
 #include <span>
 #include <string_view>
+
+#include "shard/internal/arena.h"
 
 namespace ringkv::internal {
 
@@ -153,9 +165,22 @@ class Table {
   void Erase(Entry* entry);
 
   // While the table grows: moves up to `buckets` more old home buckets; returns how many it
-  // moved (0 when not growing). For an owner with nothing else to do.
+  // moved (0 when not growing).
   size_t GrowStep(size_t buckets);
   bool growing() const { return old_ != nullptr; }
+  // Work the table has pending (a growth, or a compaction due), and a step of it for an owner
+  // with nothing else to do: up to `buckets` buckets moved and 64 bytes of records walked per
+  // bucket. Returns a measure of the work done, 0 when there was none to do.
+  bool has_upkeep() const { return growing() || arena_.compacting() || arena_.NeedsCompaction(); }
+  size_t Upkeep(size_t buckets) { return GrowStep(buckets) + CompactStep(buckets * 64); }
+  // Bytes of arena records walked per Insert of a new key or record moved while a compaction
+  // is due: enough to free more than a write makes dead, where the segment walked is at most
+  // 15/16 live.
+  static constexpr size_t kCompactStepBytes = size_t{32} << 10;
+  // Moves the live records of up to `bytes` of the arena's emptiest segment; returns the bytes
+  // walked (0 when no compaction is due).
+  size_t CompactStep(size_t bytes);
+  const Arena& arena() const { return arena_; }
 
   static std::string_view KeyOf(const Entry& e) {
     return {e.record() + kRecordHeader, KeyLen(e.record())};
@@ -195,8 +220,11 @@ class Table {
   static size_t BlockBytes(const Entry& e);
   // About what the record of this key and value would take (jemalloc's size classes).
   static size_t BlockBytesFor(size_t key_len, size_t value_len, bool aux) {
-    return SizeClass(kRecordHeader + key_len + value_len + (aux ? sizeof(uint64_t) : 0));
+    return RecordBytes(kRecordHeader + key_len + value_len + (aux ? sizeof(uint64_t) : 0));
   }
+  // What a record of `n` bytes takes: its jemalloc size class, or in the arena, `n` rounded up
+  // to 16.
+  static size_t RecordBytes(size_t n) { return InArena(n) ? Arena::Round(n) : SizeClass(n); }
   // jemalloc's size class for `n` bytes: multiples of 16 up to 128, then four classes per
   // doubling. A record takes exactly its class, in every build.
   static size_t SizeClass(size_t n) { return ClassBytes(ClassOf(n)); }
@@ -241,11 +269,20 @@ class Table {
   static constexpr size_t kPrefetchProbe = 4;
 
   static uint8_t TagOf(uint64_t hash) { return static_cast<uint8_t>(hash >> 40); }
-  static uint32_t KeyLen(const char* record) { return Load<uint32_t>(record + 8) & 0xffffff; }
-  static size_t Capacity(const char* record) {
-    return ClassBytes(static_cast<uint8_t>(record[kClassOffset]));
+  static constexpr uint32_t kKeyLenMask = (uint32_t{1} << 21) - 1;
+  static constexpr int kSizeShift = 21;
+  static constexpr uint32_t kArenaBit = uint32_t{1} << 31;
+  static bool InArena(size_t n) { return n > 128 && n <= Arena::kMaxRecord; }
+  static uint32_t KeyLen(const char* record) { return Load<uint32_t>(record + 8) & kKeyLenMask; }
+  static bool IsArenaRecord(const char* record) {
+    return (Load<uint32_t>(record + 8) & kArenaBit) != 0;
   }
-  static constexpr size_t kClassOffset = 11;  // The key length word's top byte.
+  static size_t Capacity(const char* record) {
+    const uint32_t word = Load<uint32_t>(record + 8);
+    const uint32_t size = (word >> kSizeShift) & 0x3ff;
+    return (word & kArenaBit) != 0 ? (size + 1) * Arena::kGrain
+                                   : ClassBytes(static_cast<uint8_t>(size));
+  }
   // The size class of `n` bytes as a number (1 .. about 110), and back.
   static uint8_t ClassOf(size_t n);
   static size_t ClassBytes(uint8_t c);
@@ -300,7 +337,7 @@ class Table {
   // Whether a record the allocator sized `usable` bytes is the right one for `need` bytes:
   // big enough, and not a size class too big.
   static bool Fits(size_t need, size_t usable) {
-    return need <= usable && usable <= SizeClass(need + need / 4);
+    return need <= usable && usable <= RecordBytes(need + need / 4);
   }
   // Moves e's record to a new one of at least `need` bytes, copying its meta, its key and the
   // `keep` bytes after the key.
@@ -311,6 +348,7 @@ class Table {
   size_t size_ = 0;
   size_t grow_at_;         // Size at which the next Insert starts a growth.
   size_t heap_bytes_ = 0;  // Records, as the allocator sized them.
+  Arena arena_;
   // While growing: the old array (null otherwise), whose home buckets below moved_ are in
   // slots_ now, and the byte offset in it below which its emptied pages were given back.
   Entry* old_ = nullptr;

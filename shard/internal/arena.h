@@ -1,0 +1,101 @@
+// Arena: a table's records of more than 128 bytes, packed 16-byte aligned into 1 MiB segments,
+// so that a record costs its size rounded to 16 bytes. jemalloc's size classes above 128 bytes
+// are a quarter of a power of two apart: a record of a 16-byte key and a 1,000-byte value (1,032
+// bytes with its header) took 1,280, where Redis's 1,000-byte string takes 1,024.
+//
+// Log-structured, as RAMCloud's and Seastar's memory: records are allocated at the end of the
+// head segment, and a freed record is only counted as dead, its bytes left as they were (so a
+// walk over a segment can still read every record's header). A segment whose records are all
+// freed goes back to the allocator. Compaction empties the others: when the dead bytes pass
+// 1/16 of the arena (and two segments), the owner (Table::CompactStep) walks the segment with
+// the fewest live bytes, a few records at a time, moves each live one to the head and re-points
+// its slot; once the walk is done the segment is released. The owner decides which records are
+// live, since only it knows which slot points where.
+//
+// Segment layout: a 64-byte header (live bytes, bump offset, its index in segments_), then
+// records. Not thread-safe: the shard's owner only.
+//
+//   Arena arena;
+//   char* r = arena.Allocate(Arena::Round(1032));  // 1,040 bytes
+//   arena.Free(r, 1040);
+#ifndef RINGKV_SHARD_INTERNAL_ARENA_H_
+#define RINGKV_SHARD_INTERNAL_ARENA_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ringkv::internal {
+
+class Arena {
+ public:
+  static constexpr size_t kSegmentBytes = size_t{1} << 20;
+  static constexpr size_t kGrain = 16;
+  // Records above this go to the allocator: at most 1/64 of a segment is left unused at its
+  // end when the next record does not fit.
+  static constexpr size_t kMaxRecord = size_t{16} << 10;
+
+  static size_t Round(size_t bytes) { return (bytes + kGrain - 1) / kGrain * kGrain; }
+
+  Arena() = default;
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  // `bytes` (a multiple of kGrain, at most kMaxRecord), from the head segment; never from the
+  // segment being compacted.
+  char* Allocate(size_t bytes);
+  // Counts the record at `p` of `bytes` dead; releases its segment if that leaves it empty
+  // (unless it is the head, or the one being walked).
+  void Free(char* p, size_t bytes);
+
+  // Compaction. NeedsCompaction: the dead bytes are past the threshold. NextToMove: the next
+  // record of the segment being compacted (picking one if none is), or null when there is
+  // nothing to compact; the caller reads its size from its header and passes it to Skip,
+  // after moving the record (Allocate, copy, Free) if it is live. A segment whose walk is done
+  // is released once every record in it is freed, which the walk has made sure of.
+  bool NeedsCompaction() const {
+    return dead_ > 2 * kSegmentBytes && dead_ > segments_.size() * kSegmentBytes / 16;
+  }
+  bool compacting() const { return victim_ != nullptr; }
+  char* NextToMove();
+  void Skip(size_t bytes) { cursor_ += bytes; }
+
+  // Bytes: in segments (what the arena holds), in live records, and dead (freed records, and
+  // segments' unused ends) in segments not yet released.
+  size_t segment_bytes() const { return segments_.size() * kSegmentBytes; }
+  size_t live_bytes() const { return live_; }
+  size_t dead_bytes() const { return dead_; }
+  uint64_t moved_bytes() const { return moved_; }
+  void CountMoved(size_t bytes) { moved_ += bytes; }
+
+ private:
+  struct Header {
+    uint32_t live;   // Bytes of records not freed.
+    uint32_t used;   // Bump offset: records end here (header included).
+    uint32_t index;  // In segments_.
+  };
+  static constexpr size_t kHeaderBytes = 64;
+  static_assert(sizeof(Header) <= kHeaderBytes);
+
+  static Header* HeaderOf(const void* p) {
+    return reinterpret_cast<Header*>(reinterpret_cast<uintptr_t>(p) & ~(kSegmentBytes - 1));
+  }
+  char* NewSegment();
+  void Release(Header* h);
+  // The head's unused end becomes dead, and the head a sealed segment.
+  void Seal();
+
+  std::vector<char*> segments_;
+  char* head_ = nullptr;
+  // The segment being compacted, and the next record in it.
+  char* victim_ = nullptr;
+  size_t cursor_ = 0;
+  size_t live_ = 0;
+  size_t dead_ = 0;
+  uint64_t moved_ = 0;
+};
+
+}  // namespace ringkv::internal
+
+#endif  // RINGKV_SHARD_INTERNAL_ARENA_H_
