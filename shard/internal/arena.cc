@@ -1,5 +1,7 @@
 #include "shard/internal/arena.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <new>
 
@@ -7,11 +9,18 @@ namespace ringkv::internal {
 
 Arena::~Arena() {
   for (char* segment : segments_) std::free(segment);
+  for (char* segment : spare_) std::free(segment);
 }
 
 char* Arena::NewSegment() {
-  char* segment = static_cast<char*>(std::aligned_alloc(kSegmentBytes, kSegmentBytes));
-  if (segment == nullptr) throw std::bad_alloc();
+  char* segment;
+  if (!spare_.empty()) {
+    segment = spare_.back();
+    spare_.pop_back();
+  } else {
+    segment = static_cast<char*>(std::aligned_alloc(kSegmentBytes, kSegmentBytes));
+    if (segment == nullptr) throw std::bad_alloc();
+  }
   Header* h = HeaderOf(segment);
   h->live = 0;
   h->used = kHeaderBytes;
@@ -28,7 +37,10 @@ void Arena::Release(Header* h) {
   segments_[h->index] = last;
   HeaderOf(last)->index = h->index;
   segments_.pop_back();
-  std::free(segment);
+  // Kept for the next segment, its pages given back now: freed to jemalloc, a segment stayed
+  // resident until jemalloc's decay (10 s), and a compacting arena then held its whole history.
+  madvise(segment, kSegmentBytes, MADV_DONTNEED);  // Advice: failure only keeps the pages.
+  spare_.push_back(segment);
 }
 
 void Arena::Seal() {

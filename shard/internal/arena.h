@@ -6,11 +6,11 @@
 // Log-structured, as RAMCloud's and Seastar's memory: records are allocated at the end of the
 // head segment, and a freed record is only counted as dead, its bytes left as they were (so a
 // walk over a segment can still read every record's header). A segment whose records are all
-// freed goes back to the allocator. Compaction empties the others: when the dead bytes pass
-// 1/16 of the arena (and two segments), the owner (Table::CompactStep) walks the segment with
-// the fewest live bytes, a few records at a time, moves each live one to the head and re-points
-// its slot; once the walk is done the segment is released. The owner decides which records are
-// live, since only it knows which slot points where.
+// freed gives its pages back to the kernel (MADV_DONTNEED) and waits for reuse. Compaction
+// empties the others: when the dead bytes pass 1/16 of the arena (and a segment), the owner
+// (Table::CompactStep) walks the segment with the fewest live bytes, a few records at a time, moves
+// each live one to the head and re-points its slot; once the walk is done the segment is released.
+// The owner decides which records are live, since only it knows which slot points where.
 //
 // Segment layout: a 64-byte header (live bytes, bump offset, its index in segments_), then
 // records. Not thread-safe: the shard's owner only.
@@ -55,7 +55,7 @@ class Arena {
   // after moving the record (Allocate, copy, Free) if it is live. A segment whose walk is done
   // is released once every record in it is freed, which the walk has made sure of.
   bool NeedsCompaction() const {
-    return dead_ > 2 * kSegmentBytes && dead_ > segments_.size() * kSegmentBytes / 16;
+    return dead_ > kSegmentBytes && dead_ > segments_.size() * kSegmentBytes / 16;
   }
   bool compacting() const { return victim_ != nullptr; }
   char* NextToMove();
@@ -87,6 +87,7 @@ class Arena {
   void Seal();
 
   std::vector<char*> segments_;
+  std::vector<char*> spare_;  // Released segments, their pages given back, for reuse.
   char* head_ = nullptr;
   // The segment being compacted, and the next record in it.
   char* victim_ = nullptr;

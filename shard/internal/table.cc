@@ -101,7 +101,9 @@ bool Table::Matches(const Entry& e, std::string_view key, uint8_t tag) {
   return KeyLen(r) == key.size() && std::memcmp(r + kRecordHeader, key.data(), key.size()) == 0;
 }
 
-size_t Table::BlockBytes(const Entry& e) { return Capacity(e.record()); }
+size_t Table::BlockBytes(const Entry& e) {
+  return Charge(Capacity(e.record()), IsArenaRecord(e.record()));
+}
 
 char* Table::NewRecord(size_t bytes, size_t key_len) {
   char* record;
@@ -127,13 +129,13 @@ char* Table::NewRecord(size_t bytes, size_t key_len) {
   std::memcpy(record, &meta, sizeof(meta));
   std::memcpy(record + 8, &key_word, sizeof(key_word));
   std::memcpy(record + 12, &value_len, sizeof(value_len));
-  heap_bytes_ += capacity;
+  heap_bytes_ += Charge(capacity, InArena(bytes));
   return record;
 }
 
 void Table::FreeRecord(char* record) {
   const size_t capacity = Capacity(record);
-  heap_bytes_ -= capacity;
+  heap_bytes_ -= Charge(capacity, IsArenaRecord(record));
   if (IsArenaRecord(record)) {
     arena_.Free(record, capacity);
   } else {
@@ -165,7 +167,7 @@ size_t Table::CompactStep(size_t bytes) {
 
 char* Table::MoveRecord(Entry* e, size_t need, size_t keep) {
   // The move leaves a dead record behind: a compaction step keeps up with those.
-  if (arena_.compacting() || arena_.NeedsCompaction()) CompactStep(kCompactStepBytes);
+  if (arena_.compacting() || arena_.NeedsCompaction()) CompactStep(CompactBudget(need));
   char* old = e->record();
   const size_t key_len = KeyLen(old);
   char* record = NewRecord(need, key_len);
@@ -360,7 +362,10 @@ Table::Entry* Table::Insert(std::string_view key, uint64_t hash, bool* inserted,
   *inserted = true;
   if (!growing() && size_ >= grow_at_) StartGrowth();
   if (growing()) GrowStep(kGrowStepBuckets);
-  if (arena_.compacting() || arena_.NeedsCompaction()) CompactStep(kCompactStepBytes);
+  if (arena_.compacting() || arena_.NeedsCompaction()) {
+    // The key may have made room by evicting a record of about its size: keep up with that.
+    CompactStep(CompactBudget(kRecordHeader + key.size() + value_room));
+  }
   char* record = NewRecord(kRecordHeader + key.size() + value_room, key.size());
   std::memcpy(record + kRecordHeader, key.data(), key.size());
   Entry fresh;

@@ -70,6 +70,7 @@
 #ifndef RINGKV_SHARD_INTERNAL_TABLE_H_
 #define RINGKV_SHARD_INTERNAL_TABLE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -174,9 +175,11 @@ class Table {
   bool has_upkeep() const { return growing() || arena_.compacting() || arena_.NeedsCompaction(); }
   size_t Upkeep(size_t buckets) { return GrowStep(buckets) + CompactStep(buckets * 64); }
   // Bytes of arena records walked per Insert of a new key or record moved while a compaction
-  // is due: enough to free more than a write makes dead, where the segment walked is at most
-  // 15/16 live.
+  // is due: at least kCompactStepBytes, and 32 times the record written, so that a step frees
+  // more than a write makes dead (by evicting or moving a record of about its size) where the
+  // segment walked is 15/16 live.
   static constexpr size_t kCompactStepBytes = size_t{32} << 10;
+  static size_t CompactBudget(size_t record) { return std::max(kCompactStepBytes, 32 * record); }
   // Moves the live records of up to `bytes` of the arena's emptiest segment; returns the bytes
   // walked (0 when no compaction is due).
   size_t CompactStep(size_t bytes);
@@ -216,15 +219,21 @@ class Table {
   // Slots that growth has written so far (copies into the new array, and the entries Robin
   // Hood placement pushed along there): its work, for tests that bound a step.
   uint64_t growth_writes() const { return growth_writes_; }
-  // The record of an entry, as the allocator sized it.
+  // What the record of an entry counts for (RecordBytes).
   static size_t BlockBytes(const Entry& e);
   // About what the record of this key and value would take (jemalloc's size classes).
   static size_t BlockBytesFor(size_t key_len, size_t value_len, bool aux) {
     return RecordBytes(kRecordHeader + key_len + value_len + (aux ? sizeof(uint64_t) : 0));
   }
-  // What a record of `n` bytes takes: its jemalloc size class, or in the arena, `n` rounded up
-  // to 16.
-  static size_t RecordBytes(size_t n) { return InArena(n) ? Arena::Round(n) : SizeClass(n); }
+  // What a record of `n` bytes counts for (heap_bytes(), and so --max-memory).
+  static size_t RecordBytes(size_t n) { return Charge(AllocatedBytes(n), InArena(n)); }
+  // What a record of `n` bytes is allocated: its jemalloc size class, or in the arena, `n`
+  // rounded up to 16.
+  static size_t AllocatedBytes(size_t n) { return InArena(n) ? Arena::Round(n) : SizeClass(n); }
+  // What a record allocated `bytes` counts for: in the arena, 1/8 more, for the dead bytes
+  // compaction lets stand (1/16 of the arena, and a segment) and the newest segment's unused
+  // end, so that the limit bounds the memory the process holds.
+  static size_t Charge(size_t bytes, bool arena) { return arena ? bytes + bytes / 8 : bytes; }
   // jemalloc's size class for `n` bytes: multiples of 16 up to 128, then four classes per
   // doubling. A record takes exactly its class, in every build.
   static size_t SizeClass(size_t n) { return ClassBytes(ClassOf(n)); }
@@ -337,7 +346,7 @@ class Table {
   // Whether a record the allocator sized `usable` bytes is the right one for `need` bytes:
   // big enough, and not a size class too big.
   static bool Fits(size_t need, size_t usable) {
-    return need <= usable && usable <= RecordBytes(need + need / 4);
+    return need <= usable && usable <= AllocatedBytes(need + need / 4);
   }
   // Moves e's record to a new one of at least `need` bytes, copying its meta, its key and the
   // `keep` bytes after the key.
@@ -347,7 +356,7 @@ class Table {
   size_t mask_;
   size_t size_ = 0;
   size_t grow_at_;         // Size at which the next Insert starts a growth.
-  size_t heap_bytes_ = 0;  // Records, as the allocator sized them.
+  size_t heap_bytes_ = 0;  // Records, as they count (Charge).
   Arena arena_;
   // While growing: the old array (null otherwise), whose home buckets below moved_ are in
   // slots_ now, and the byte offset in it below which its emptied pages were given back.
