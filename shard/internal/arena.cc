@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 namespace ringkv::internal {
@@ -70,6 +71,14 @@ void Arena::Free(char* p, size_t bytes) {
   dead_ += bytes;
   char* segment = reinterpret_cast<char*>(h);
   if (h->live == 0 && segment != head_ && segment != victim_) Release(h);
+}
+
+char* Arena::Move(char* p, size_t bytes) {
+  char* to = Allocate(bytes);
+  std::memcpy(to, p, bytes);
+  Free(p, bytes);
+  moved_ += bytes;
+  return to;
 }
 
 char* Arena::NextToMove() {

@@ -8,9 +8,10 @@
 // walk over a segment can still read every record's header). A segment whose records are all
 // freed gives its pages back to the kernel (MADV_DONTNEED) and waits for reuse. Compaction
 // empties the others: when the dead bytes pass 1/16 of the arena (and a segment), the owner
-// (Table::CompactStep) walks the segment with the fewest live bytes, a few records at a time, moves
-// each live one to the head and re-points its slot; once the walk is done the segment is released.
-// The owner decides which records are live, since only it knows which slot points where.
+// (Table::CompactStep) walks the segment with the fewest live bytes, a bounded number of bytes
+// at a time, moves each live record to the head (Move) and re-points its slot; once the walk
+// is done the segment is released. The owner decides which records are live, since only it
+// knows which slot points where.
 //
 // Segment layout: a 64-byte header (live bytes, bump offset, its index in segments_), then
 // records. Not thread-safe: the shard's owner only.
@@ -52,22 +53,24 @@ class Arena {
   // Compaction. NeedsCompaction: the dead bytes are past the threshold. NextToMove: the next
   // record of the segment being compacted (picking one if none is), or null when there is
   // nothing to compact; the caller reads its size from its header and passes it to Skip,
-  // after moving the record (Allocate, copy, Free) if it is live. A segment whose walk is done
-  // is released once every record in it is freed, which the walk has made sure of.
+  // after moving the record if it is live. A segment whose walk is done is released once
+  // every record in it is freed, which the walk has made sure of.
   bool NeedsCompaction() const {
     return dead_ > kSegmentBytes && dead_ > segments_.size() * kSegmentBytes / 16;
   }
   bool compacting() const { return victim_ != nullptr; }
   char* NextToMove();
   void Skip(size_t bytes) { cursor_ += bytes; }
+  // Copies the record at `p` of `bytes` to the head and frees it there; returns the copy.
+  char* Move(char* p, size_t bytes);
 
   // Bytes: in segments (what the arena holds), in live records, and dead (freed records, and
   // segments' unused ends) in segments not yet released.
   size_t segment_bytes() const { return segments_.size() * kSegmentBytes; }
   size_t live_bytes() const { return live_; }
   size_t dead_bytes() const { return dead_; }
+  // Bytes Move has copied, since the arena was made.
   uint64_t moved_bytes() const { return moved_; }
-  void CountMoved(size_t bytes) { moved_ += bytes; }
 
  private:
   struct Header {

@@ -156,11 +156,7 @@ size_t Table::CompactStep(size_t bytes) {
     const std::string_view key(r + kRecordHeader, KeyLen(r));
     Entry* e = Find(key, Router::Hash(key));
     if (e == nullptr || e->record() != r) continue;
-    char* to = arena_.Allocate(capacity);
-    std::memcpy(to, r, capacity);
-    arena_.Free(r, capacity);
-    arena_.CountMoved(capacity);
-    e->set_record(to);
+    e->set_record(arena_.Move(r, capacity));
   }
   return walked;
 }
