@@ -405,17 +405,18 @@ int Stats(Invocation& in) {
     }
     if (!p.error().empty()) std::printf("WRITES REFUSED: %s\n", p.error().c_str());
   }
-  std::printf("%-6s %12s %14s %11s %10s %12s %12s %12s %14s %12s %12s %10s\n", "shard", "keys",
-              "payload_bytes", "memory_MiB", "limit_MiB", "ttl_keys", "expired", "evicted", "ops",
-              "ring_sent", "ring_recv", "full_waits");
+  std::printf("%-6s %12s %14s %11s %10s %10s %9s %12s %12s %12s %14s %12s %12s %10s\n", "shard",
+              "keys", "payload_bytes", "memory_MiB", "limit_MiB", "arena_MiB", "dead_MiB",
+              "ttl_keys", "expired", "evicted", "ops", "ring_sent", "ring_recv", "full_waits");
   for (const auto& s : stats->shards()) {
     const std::string limit = s.memory_limit_bytes() == 0
                                   ? std::string("-")
                                   : absl::StrFormat("%.1f", s.memory_limit_bytes() / 1048576.0);
-    std::printf("%-6u %12lu %14lu %11.1f %10s %12lu %12lu %12lu %14lu %12lu %12lu %10lu\n",
-                s.shard(), s.keys(), s.payload_bytes(), s.memory_bytes() / 1048576.0, limit.c_str(),
-                s.ttl_keys(), s.expired(), s.evicted(), s.ops(), s.ring_sent(), s.ring_received(),
-                s.ring_full_waits());
+    std::printf(
+        "%-6u %12lu %14lu %11.1f %10s %10.1f %9.1f %12lu %12lu %12lu %14lu %12lu %12lu %10lu\n",
+        s.shard(), s.keys(), s.payload_bytes(), s.memory_bytes() / 1048576.0, limit.c_str(),
+        s.arena_bytes() / 1048576.0, s.arena_dead_bytes() / 1048576.0, s.ttl_keys(), s.expired(),
+        s.evicted(), s.ops(), s.ring_sent(), s.ring_received(), s.ring_full_waits());
   }
   std::printf("in rings now: %lu\n", stats->ring_in_flight());
   return kOk;

@@ -181,6 +181,33 @@ class MetricsTest(unittest.TestCase):
                            text=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
+    def test_1b_the_arena(self):
+        # Records of 129 bytes to 16 KiB live in the arena; one overwritten at another size
+        # leaves its old bytes dead there (under the 1 MiB that starts compaction). MultiPut:
+        # test_2 counts Put calls.
+        import grpc
+        from ringkv.v1 import kv_pb2, kv_pb2_grpc
+
+        def arena():
+            text = http(self.base + "/metrics", token=TOKEN)[1]
+            return [sum(sample(text, name, shard=str(s)) for s in range(2))
+                    for name in ("ringkv_arena_bytes", "ringkv_arena_dead_bytes",
+                                 "ringkv_compacted_bytes_total", "ringkv_table_bytes")]
+
+        self.assertEqual(arena()[:3], [0, 0, 0])  # The 7 one-byte values are not in it.
+        with grpc.insecure_channel(self.server.address) as channel:
+            kv = kv_pb2_grpc.KVStub(channel)
+            for size in (1000, 2000):
+                items = [kv_pb2.KeyValue(key=b"arena%d" % i, value=b"x" * size)
+                         for i in range(20)]
+                kv.MultiPut(kv_pb2.MultiPutRequest(items=items), timeout=10)
+        segments, dead, compacted, table = arena()
+        self.assertGreaterEqual(segments, 1 << 20)
+        self.assertLessEqual(segments, 2 << 20)  # One segment per shard.
+        self.assertGreaterEqual(dead, 20 * 1000)  # The 1,000-byte records, overwritten.
+        self.assertEqual(compacted, 0)
+        self.assertGreater(table, 0)
+
     def test_2_a_real_prometheus_scrapes_it(self):
         port = free_port()
         target = self.base.removeprefix("http://")

@@ -316,6 +316,9 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
       shard->set_memory_bytes(WorkerCounters::Read(c.memory_bytes));
       shard->set_evicted(WorkerCounters::Read(c.evicted));
       shard->set_table_bytes(WorkerCounters::Read(c.table_bytes));
+      shard->set_arena_bytes(WorkerCounters::Read(c.arena_bytes));
+      shard->set_arena_dead_bytes(WorkerCounters::Read(c.arena_dead_bytes));
+      shard->set_compacted_bytes(WorkerCounters::Read(c.compacted_bytes));
       sent += shard->ring_sent();
       received += shard->ring_received();
     } else {
@@ -327,6 +330,9 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
       shard->set_memory_bytes(map.memory_bytes);
       shard->set_evicted(map.evicted);
       shard->set_table_bytes(map.table_bytes);
+      shard->set_arena_bytes(map.arena_bytes);
+      shard->set_arena_dead_bytes(map.arena_dead_bytes);
+      shard->set_compacted_bytes(map.compacted_bytes);
       shard->set_ops(loops_[i]->lock_ops());
     }
   }

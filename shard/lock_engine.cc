@@ -34,8 +34,10 @@ size_t LockEngine::ExpireDue(uint32_t i, size_t budget) {
 LockEngine::MapStats LockEngine::Stats(uint32_t i) const {
   std::shared_lock lock(maps_[i]->mu);
   const Shard& shard = maps_[i]->shard;
-  return {shard.size(),         shard.payload_bytes(), shard.ttl_keys(),   shard.expired(),
-          shard.memory_bytes(), shard.evicted(),       shard.table_bytes()};
+  return {shard.size(),           shard.payload_bytes(), shard.ttl_keys(),
+          shard.expired(),        shard.memory_bytes(),  shard.evicted(),
+          shard.table_bytes(),    shard.arena_bytes(),   shard.arena_dead_bytes(),
+          shard.compacted_bytes()};
 }
 
 }  // namespace ringkv

@@ -51,6 +51,9 @@ class LockEngine {
     uint64_t memory_bytes = 0;
     uint64_t evicted = 0;
     uint64_t table_bytes = 0;
+    uint64_t arena_bytes = 0;
+    uint64_t arena_dead_bytes = 0;
+    uint64_t compacted_bytes = 0;
   };
   MapStats Stats(uint32_t i) const;
   const Router& router() const { return router_; }

@@ -165,6 +165,10 @@ class Shard {
   // Bytes of records the table's arena moved to give back the space of freed ones, since the
   // shard was made (internal::Arena).
   uint64_t compacted_bytes() const { return table_.arena().moved_bytes(); }
+  // The arena's segments (records of 129 bytes to 16 KiB), and the dead bytes in them that
+  // compaction has yet to give back. memory_bytes counts the records instead (internal::Table).
+  size_t arena_bytes() const { return table_.arena().segment_bytes(); }
+  size_t arena_dead_bytes() const { return table_.arena().dead_bytes(); }
 
  private:
   using Entry = internal::Table::Entry;

@@ -88,6 +88,9 @@ void Worker::PublishShardCounters() {
   counters_.memory_bytes.store(shard_.memory_bytes(), std::memory_order_relaxed);
   counters_.evicted.store(shard_.evicted(), std::memory_order_relaxed);
   counters_.table_bytes.store(shard_.table_bytes(), std::memory_order_relaxed);
+  counters_.arena_bytes.store(shard_.arena_bytes(), std::memory_order_relaxed);
+  counters_.arena_dead_bytes.store(shard_.arena_dead_bytes(), std::memory_order_relaxed);
+  counters_.compacted_bytes.store(shard_.compacted_bytes(), std::memory_order_relaxed);
 }
 
 namespace {

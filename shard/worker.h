@@ -114,11 +114,14 @@ struct alignas(64) WorkerCounters {
   std::atomic<uint64_t> full_waits{0};  // Outbox flushes that a full ring cut short.
   std::atomic<uint64_t> keys{0};        // The shard's size and payload after the last batch.
   std::atomic<uint64_t> payload_bytes{0};
-  std::atomic<uint64_t> ttl_keys{0};      // Keys with a TTL, after the last batch.
-  std::atomic<uint64_t> expired{0};       // Keys reclaimed because their TTL passed.
-  std::atomic<uint64_t> memory_bytes{0};  // The shard's data memory (Shard::memory_bytes).
-  std::atomic<uint64_t> evicted{0};       // Keys evicted to make room.
-  std::atomic<uint64_t> table_bytes{0};   // Of memory_bytes, the table's slots.
+  std::atomic<uint64_t> ttl_keys{0};          // Keys with a TTL, after the last batch.
+  std::atomic<uint64_t> expired{0};           // Keys reclaimed because their TTL passed.
+  std::atomic<uint64_t> memory_bytes{0};      // The shard's data memory (Shard::memory_bytes).
+  std::atomic<uint64_t> evicted{0};           // Keys evicted to make room.
+  std::atomic<uint64_t> table_bytes{0};       // Of memory_bytes, the table's slots.
+  std::atomic<uint64_t> arena_bytes{0};       // The records' arena (Shard::arena_bytes) ...
+  std::atomic<uint64_t> arena_dead_bytes{0};  // ... and its dead bytes.
+  std::atomic<uint64_t> compacted_bytes{0};   // Bytes the arena's compaction moved.
   // RDTSCP cycle accounting, kept only when EngineOptions::profile is set. Ring polls count as
   // the report counted them: a poll that moves n counts n, an empty poll counts 1.
   std::atomic<uint64_t> hash_cycles{0};
