@@ -30,6 +30,10 @@ class Journal {
   virtual void SetDeadline(std::string_view key, int64_t deadline_ms) = 0;
   // The key is gone (deleted or evicted).
   virtual void Delete(std::string_view key) = 0;
+  // The key's deadline passed and the shard reclaimed it. A log need not record it (a replay
+  // drops keys whose deadline has passed); a replication stream must (replicas never expire
+  // keys on their own).
+  virtual void Expired(std::string_view /*key*/) {}
 
   // Records so far; record n is covered by durable() >= n.
   virtual uint64_t appended() const = 0;

@@ -27,6 +27,9 @@ enum class Op : uint8_t {
   // `number` keys or a budget of buckets. Out: `version` is the position reached (every key
   // before it is in `out`), and `number` is 1 if the shard has no more keys, else 0.
   kScan,
+  // Runs on shard `target`: a step of one replica's flow of this worker's changes, served by
+  // the worker's ReplicationPort (shard/replication_port.h), which says what the fields carry.
+  kReplicate,
 };
 
 // What must hold for a Put or Delete to happen.

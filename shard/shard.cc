@@ -4,6 +4,7 @@
 #include <bit>
 #include <charconv>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,7 @@ Shard::Entry* Shard::LiveForWrite(const HashedKey& key, int64_t now_ms) {
   Entry* e = table_.Find(key.bytes, key.hash);
   if (e != nullptr && e->has_aux() && static_cast<int64_t>(Table::Aux(*e)) <= now_ms) {
     Remove(key, e);
+    if (journal_ != nullptr) journal_->Expired(key.bytes);
     ++expired_;
     return nullptr;
   }
@@ -179,6 +181,8 @@ void Shard::Execute(Request& r, int64_t now_ms) {
     case Op::kGet:
     case Op::kScan:
       break;  // Above.
+    case Op::kReplicate:
+      return;  // The worker's (Worker::Execute); never here.
     case Op::kPut:
       if (!ConditionHolds(r, e)) return;
       e = Write(key, e, r.value);
@@ -422,6 +426,17 @@ void Shard::LoadDelete(const HashedKey& key) {
   if (Entry* e = table_.Find(key.bytes, key.hash); e != nullptr) Remove(key, e);
 }
 
+void Shard::Clear() {
+  if (snapshot_sink_ != nullptr) {
+    while (!SnapshotStep(size_t{1} << 20)) {
+    }
+  }
+  std::destroy_at(&table_);
+  std::construct_at(&table_, 0);
+  by_deadline_.clear();
+  payload_bytes_ = 0;
+}
+
 size_t Shard::FinishLoad(int64_t now_ms) {
   return RemoveDue(now_ms, std::numeric_limits<size_t>::max());
 }
@@ -439,6 +454,8 @@ size_t Shard::RemoveDue(int64_t now_ms, size_t budget) {
     const auto [deadline, hash] = *by_deadline_.begin();
     Entry* e = table_.FindByAux(hash, static_cast<uint64_t>(deadline));
     BeforeChange(e);
+    // The key's bytes live in its record, which Erase frees.
+    if (journal_ != nullptr) journal_->Expired(Table::KeyOf(*e));
     Table::ClearAux(e);
     payload_bytes_ -= Table::KeyOf(*e).size() + Table::ValueOf(*e).size();
     table_.Erase(e);

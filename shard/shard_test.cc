@@ -135,6 +135,65 @@ TEST(Shard, ExpiredKeysAreNeverReturnedAndAreReclaimedInDeadlineOrder) {
   EXPECT_EQ(shard.expired(), 3u);
 }
 
+// What a shard tells its journal, as text: "set k=v@version", "deadline k", "delete k",
+// "expired k".
+struct RecordingJournal : Journal {
+  std::vector<std::string> said;
+  void Set(std::string_view key, std::string_view value, uint64_t version, int64_t) override {
+    said.push_back(absl::StrCat("set ", std::string(key), "=", std::string(value), "@", version));
+  }
+  void SetDeadline(std::string_view key, int64_t) override {
+    said.push_back(absl::StrCat("deadline ", std::string(key)));
+  }
+  void Delete(std::string_view key) override {
+    said.push_back(absl::StrCat("delete ", std::string(key)));
+  }
+  void Expired(std::string_view key) override {
+    said.push_back(absl::StrCat("expired ", std::string(key)));
+  }
+  uint64_t appended() const override { return said.size(); }
+  uint64_t durable() const override { return said.size(); }
+  bool holds_acks() const override { return false; }
+  void Commit() override {}
+  bool failed() const override { return false; }
+  bool backlogged() const override { return false; }
+  void Cut() override {}
+};
+
+TEST(Shard, TellsItsJournalOfEveryExpiryForReplicas) {
+  Shard shard;
+  RecordingJournal journal;
+  shard.set_journal(&journal);
+  Driver run{shard};
+  run.Put("a", "1", run.now + 10);
+  run.Put("b", "2", run.now + 20);
+  run.now += 10;
+  EXPECT_EQ(run.Get("a").result, Result::kNotFound);  // A read hides it and tells no one.
+  EXPECT_EQ(journal.said.size(), 2u);
+  run.Put("a", "3");  // A write reclaims it first.
+  run.now += 10;
+  EXPECT_EQ(shard.ExpireDue(run.now, 10), 1u);  // "b", reclaimed by the sweep.
+  EXPECT_EQ(journal.said, (std::vector<std::string>{"set a=1@1", "set b=2@2", "expired a",
+                                                    "set a=3@3", "expired b"}));
+}
+
+TEST(Shard, ClearDropsEveryKeyAndKeepsTheRevision) {
+  Shard shard;
+  Driver run{shard};
+  for (int i = 0; i < 1000; ++i) {
+    run.Put(absl::StrCat("k", i), std::string(i % 3 == 0 ? 300 : 10, 'v'),
+            i % 2 == 0 ? run.now + 1000 : 0);
+  }
+  shard.Clear();
+  EXPECT_EQ(shard.size(), 0u);
+  EXPECT_EQ(shard.ttl_keys(), 0u);
+  EXPECT_EQ(shard.payload_bytes(), 0u);
+  EXPECT_EQ(shard.arena_bytes(), 0u);
+  EXPECT_EQ(run.Get("k0").result, Result::kNotFound);
+  EXPECT_EQ(run.Put("k0", "again").version, 1001u);  // Versions never come back.
+  EXPECT_EQ(shard.ExpireDue(run.now + 5000, 10), 0u);
+}
+
 TEST(Shard, ExpireAndPersistChangeOnlyTheTtl) {
   Shard shard;
   Driver run{shard};

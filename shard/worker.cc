@@ -40,8 +40,12 @@ size_t Worker::RunOnce(RequestSource& source) {
   }
   handled += DrainInbound(source);
   if (journal_ != nullptr) handled += CommitJournal(source);
+  if (replication_ != nullptr) handled += ReplicationTurn(source);
   if (backlog_ > 0) Flush();
-  if (shard_.has_ttls()) handled += ExpireDue();
+  // A replica's keys expire when its primary says (reads hide them meanwhile).
+  if (shard_.has_ttls() && (replication_ == nullptr || !replication_->follows())) {
+    handled += ExpireDue();
+  }
   if (snapshot_ != nullptr) {
     handled += WalkSnapshot(handled > 0 ? kBusySnapshotSlice : kSnapshotSlice);
   }
@@ -50,9 +54,14 @@ size_t Worker::RunOnce(RequestSource& source) {
   return handled;
 }
 
+void Worker::StartSnapshot(SnapshotJob* job) {
+  while (!TryStartSnapshot(job)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 void Worker::CutSnapshot() {
   SnapshotJob* job = next_snapshot_.exchange(nullptr, std::memory_order_acquire);
-  if (journal_ != nullptr) journal_->Cut();
+  job->OnCut();
+  if (journal_ != nullptr && job->cuts_journal()) journal_->Cut();
   shard_.BeginSnapshot(job, clock_());
   snapshot_ = job;
 }
@@ -65,6 +74,7 @@ size_t Worker::WalkSnapshot(std::chrono::microseconds slice) {
     if (shard_.SnapshotStep(kSnapshotBuckets)) {
       snapshot_->Finish(shard_.snapshot_revision());
       snapshot_ = nullptr;
+      snapshot_claimed_.store(false, std::memory_order_release);
       break;
     }
     if (std::chrono::steady_clock::now() >= deadline) break;
@@ -121,7 +131,9 @@ void Worker::Admit(Request** batch, size_t n, RequestSource& source) {
   for (size_t i = 0; i < n; ++i) {
     Request* r = batch[i];
     r->hash = Router::Hash(r->key);
-    r->owner = r->op == Op::kScan ? r->target : static_cast<uint16_t>(router_.ShardOf(r->hash));
+    r->owner = r->op == Op::kScan || r->op == Op::kReplicate
+                   ? r->target
+                   : static_cast<uint16_t>(router_.ShardOf(r->hash));
     r->origin = id_;
     r->result = Result::kPending;
   }
@@ -142,6 +154,8 @@ void Worker::Admit(Request** batch, size_t n, RequestSource& source) {
 }
 
 void Worker::Answer(Request* request, RequestSource& source, bool hold_if_needed) {
+  // Kept by the replication port, which gives it back in a later turn.
+  if (request->result == Result::kPending && request->op == Op::kReplicate) return;
   // Without a journal log_seq is never read: it sits on the request's second cache line.
   if (hold_if_needed && journal_ != nullptr && request->log_seq != 0) {
     held_.push_back(request);
@@ -210,7 +224,13 @@ void Worker::Execute(Request** batch, size_t n) {
   // The clock only matters to keys with a TTL; a shard without any never reads it.
   const int64_t now_ms = shard_.has_ttls() ? clock_() : 0;
   if (journal_ == nullptr) {
-    for (size_t i = 0; i < n; ++i) shard_.Execute(*batch[i], now_ms);
+    for (size_t i = 0; i < n; ++i) {
+      if (batch[i]->op == Op::kReplicate) [[unlikely]] {
+        ServeReplication(*batch[i], clock_());
+        continue;
+      }
+      shard_.Execute(*batch[i], now_ms);
+    }
   } else {
     ExecuteJournaled(batch, n, now_ms);
   }
@@ -228,6 +248,10 @@ void Worker::ExecuteJournaled(Request** batch, size_t n, int64_t now_ms) {
   for (size_t i = 0; i < n; ++i) {
     Request& r = *batch[i];
     r.log_seq = 0;
+    if (r.op == Op::kReplicate) [[unlikely]] {
+      ServeReplication(r, clock_());
+      continue;
+    }
     if (refuse_writes && r.op != Op::kGet && r.op != Op::kScan) {
       r.result = Result::kUnavailable;
       continue;
@@ -236,6 +260,23 @@ void Worker::ExecuteJournaled(Request** batch, size_t n, int64_t now_ms) {
     shard_.Execute(r, now_ms);
     if (hold && journal_->appended() != before) r.log_seq = journal_->appended();
   }
+}
+
+void Worker::ServeReplication(Request& request, int64_t now_ms) {
+  if (replication_ == nullptr) {
+    request.result = Result::kUnavailable;
+    return;
+  }
+  request.result = Result::kOk;
+  if (!replication_->Serve(request, shard_, now_ms)) request.result = Result::kPending;
+}
+
+size_t Worker::ReplicationTurn(RequestSource& source) {
+  replicated_.clear();
+  const size_t work = replication_->Turn(shard_, clock_(), &replicated_);
+  for (Request* request : replicated_) Answer(request, source, false);
+  if (work > 0) PublishShardCounters();
+  return work + replicated_.size();
 }
 
 void Worker::Push(uint16_t to, Request* request) {

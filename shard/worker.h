@@ -52,6 +52,7 @@
 #include "shard/clock.h"
 #include "shard/journal.h"
 #include "shard/memory.h"
+#include "shard/replication_port.h"
 #include "shard/request.h"
 #include "shard/router.h"
 #include "shard/shard.h"
@@ -102,6 +103,11 @@ class SnapshotJob : public SnapshotSink {
   // Every key is handed over; `revision` is the shard's at the cut (Shard::revision): every
   // version it had given by then, deleted keys' included, is at most this.
   virtual void Finish(uint64_t revision) = 0;
+  // At the cut, on the worker's thread, before the first key is handed over.
+  virtual void OnCut() {}
+  // Whether the cut also cuts the journal (Journal::Cut): a data directory's snapshot does; a
+  // replica's full sync reads no log, and leaves the journal alone.
+  virtual bool cuts_journal() const { return true; }
 };
 
 // Written by one worker only (a relaxed load and store, no read-modify-write), read by any thread
@@ -200,9 +206,23 @@ class Worker {
   void PublishShardCounters();
 
   // Any thread: the worker takes a snapshot of its shard into `job`, which outlives it, making
-  // the cut at the start of its next turn (the caller wakes its loop). One at a time: not again
-  // before the job's Finish().
-  void StartSnapshot(SnapshotJob* job) { next_snapshot_.store(job, std::memory_order_release); }
+  // the cut at the start of its next turn (the caller wakes its loop). One at a time: false,
+  // and nothing started, while another job (a replica's full sync, or the data directory's
+  // snapshot) has not had its Finish() yet.
+  bool TryStartSnapshot(SnapshotJob* job) {
+    bool idle = false;
+    if (!snapshot_claimed_.compare_exchange_strong(idle, true, std::memory_order_acq_rel)) {
+      return false;
+    }
+    next_snapshot_.store(job, std::memory_order_release);
+    return true;
+  }
+  // As TryStartSnapshot, waiting (sleeping a millisecond at a time) for the other job to finish.
+  void StartSnapshot(SnapshotJob* job);
+
+  // Replication (repl/): Op::kReplicate requests go to `port`, and it takes a part of every
+  // turn. Before the worker runs; not owned.
+  void set_replication(ReplicationPort* port) { replication_ = port; }
 
   uint16_t id() const { return id_; }
   // The shard, for its owning thread, or for anyone once the workers have stopped.
@@ -228,6 +248,10 @@ class Worker {
   size_t ExpireDue();
   // The snapshot's cut, at the start of a turn.
   void CutSnapshot();
+  // An Op::kReplicate request, for the replication port (kept: result kPending).
+  void ServeReplication(Request& request, int64_t now_ms);
+  // The port's part of the turn; returns its work done.
+  size_t ReplicationTurn(RequestSource& source);
   // Step 6 of the turn, for `slice`; returns how many steps it walked.
   size_t WalkSnapshot(std::chrono::microseconds slice);
   void Push(uint16_t to, Request* request);
@@ -252,9 +276,13 @@ class Worker {
   Journal* journal_ = nullptr;
   std::deque<Request*> held_;        // Answers waiting for the journal, in log_seq order.
   SnapshotJob* snapshot_ = nullptr;  // Under way.
+  ReplicationPort* replication_ = nullptr;
+  std::vector<Request*> replicated_;  // Answers the port gave back this turn.
 
-  // Shared: set by StartSnapshot, taken (exchanged for null) at the cut.
+  // Shared: set by StartSnapshot, taken (exchanged for null) at the cut; and whether a job
+  // holds the worker's one snapshot (from StartSnapshot to just after its Finish).
   std::atomic<SnapshotJob*> next_snapshot_{nullptr};
+  std::atomic<bool> snapshot_claimed_{false};
 };
 
 }  // namespace ringkv

@@ -1,0 +1,41 @@
+// ReplicationPort: what a worker asks of replication (repl/), once per turn and for each
+// Op::kReplicate request, so that everything replication touches on the worker runs on the
+// worker's own thread and the data path takes no lock.
+//
+// A primary's port serves the flows of this worker's changes to replicas: a request that
+// asks for what is not there yet (the next changes, the next part of a snapshot) is kept,
+// and given back by a later Turn once it can be answered, or once it has waited long enough
+// (its answer then says so), so that the caller's loop is never left without an answer.
+// A replica's port applies, in Turn, what came from the primary to the worker's shard.
+//
+// Threads: the owning worker's thread only (each port says what else it does).
+#ifndef RINGKV_SHARD_REPLICATION_PORT_H_
+#define RINGKV_SHARD_REPLICATION_PORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "shard/request.h"
+
+namespace ringkv {
+
+class Shard;
+
+class ReplicationPort {
+ public:
+  virtual ~ReplicationPort() = default;
+
+  // An Op::kReplicate request for this worker: true if it is answered (its result set);
+  // false if the port keeps it for a later Turn.
+  virtual bool Serve(Request& request, Shard& shard, int64_t now_ms) = 0;
+  // Once per turn, after the journal's commit: the kept requests that are answered now go to
+  // `answered`; a replica's port applies what came. Returns the work done (0: none).
+  virtual size_t Turn(Shard& shard, int64_t now_ms, std::vector<Request*>* answered) = 0;
+  // Whether the worker must not expire keys on its own (a replica: the primary's deletes do).
+  virtual bool follows() const = 0;
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SHARD_REPLICATION_PORT_H_
