@@ -357,6 +357,26 @@ int Scan(Invocation& in) {
   return kOk;
 }
 
+// One line for the role, then one per worker: a primary's flow, or a replica's.
+void PrintReplication(const ringkv::v1::ReplicationStats& r) {
+  if (r.role() == "replica") {
+    std::printf("replication: replica of %s\n", r.primary().c_str());
+    for (const auto& f : r.flows()) {
+      std::printf("  worker %u: %s, applied %lu, lag %lu records, %lu full syncs%s%s\n", f.worker(),
+                  f.state().c_str(), f.applied_lsn(), f.lag_records(), f.full_syncs(),
+                  f.last_error().empty() ? "" : "; last error: ", f.last_error().c_str());
+    }
+    return;
+  }
+  std::printf("replication: primary, backlog %.1f MiB per worker\n",
+              r.backlog_limit_bytes() / 1048576.0);
+  for (const auto& f : r.flows()) {
+    if (f.lsn() == 0 && f.replicas() == 0) continue;  // No replica ever followed it.
+    std::printf("  worker %u: %u replicas, at %lu, backlog from %lu (%.1f MiB)\n", f.worker(),
+                f.replicas(), f.lsn(), f.backlog_first_lsn(), f.backlog_bytes() / 1048576.0);
+  }
+}
+
 int Stats(Invocation& in) {
   auto stats = in.client.Stats();
   if (!stats.ok()) return FailStatus(stats.status());
@@ -405,6 +425,7 @@ int Stats(Invocation& in) {
     }
     if (!p.error().empty()) std::printf("WRITES REFUSED: %s\n", p.error().c_str());
   }
+  PrintReplication(stats->replication());
   std::printf("%-6s %12s %14s %11s %10s %10s %9s %12s %12s %12s %14s %12s %12s %10s\n", "shard",
               "keys", "payload_bytes", "memory_MiB", "limit_MiB", "arena_MiB", "dead_MiB",
               "ttl_keys", "expired", "evicted", "ops", "ring_sent", "ring_recv", "full_waits");

@@ -127,6 +127,18 @@ ABSL_FLAG(std::string, metrics_token_file, "",
           "--auth-token-file (it may be the same file; any role may read the metrics), re-read "
           "on SIGHUP. Scrapers send `Authorization: Bearer TOKEN`; /healthz stays open for load "
           "balancers. Empty: /metrics is open to anyone who reaches --metrics-listen");
+ABSL_FLAG(std::string, replica_of, "",
+          "follow the primary at HOST:PORT as a read-only replica: one stream per worker, each "
+          "a full sync (the primary's live snapshot) then every change as it is made. Writes "
+          "are refused with UNAVAILABLE naming the primary; reads are served and may lag it "
+          "(`ringkv stats` gives the lag). Needs the primary's --threads, and no --data-dir "
+          "yet. Empty: this server is a primary");
+ABSL_FLAG(std::string, primary_token_file, "",
+          "with --replica-of: a file whose first line is the token to present to the primary "
+          "(it needs the admin role there under --auth-token-file)");
+ABSL_FLAG(std::string, repl_backlog, "32MiB",
+          "a primary keeps this many bytes of each worker's latest changes for replicas that "
+          "read behind; a replica that falls further behind is cut off and full-syncs again");
 ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
 
 // LeakSanitizer's entry point, present only in sanitizer builds.
@@ -340,6 +352,22 @@ void ParsePersistenceFlags(const char* argv0, ServerOptions* options) {
   }
 }
 
+// --replica-of, --primary-token-file, --repl-backlog.
+void ParseReplicationFlags(const char* argv0, ServerOptions* options) {
+  options->replica_of = absl::GetFlag(FLAGS_replica_of);
+  if (!options->replica_of.empty() && options->replica_of.rfind(':') == std::string::npos) {
+    ExitUsageError(argv0, "--replica-of must be HOST:PORT, got '" + options->replica_of + "'");
+  }
+  options->primary_token_file = absl::GetFlag(FLAGS_primary_token_file);
+  const std::string backlog = absl::GetFlag(FLAGS_repl_backlog);
+  const std::optional<uint64_t> bytes = ParseByteSize(backlog);
+  if (!bytes || *bytes < 4096) {
+    ExitUsageError(argv0, "--repl-backlog must be a size of at least 4KiB (32MiB, 1GB), got '" +
+                              backlog + "'");
+  }
+  options->repl_backlog_bytes = *bytes;
+}
+
 // --metrics-listen, --metrics-token-file, --auth-token-file, --tls-cert, --tls-key,
 // --tls-client-ca.
 void ParseSecurityFlags(const char* argv0, ServerOptions* options) {
@@ -504,6 +532,7 @@ ServerOptions ParseServerFlags(int argc, char** argv) {
   ParseMemoryFlags(argv[0], &options);
   ParsePersistenceFlags(argv[0], &options);
   ParseSecurityFlags(argv[0], &options);
+  ParseReplicationFlags(argv[0], &options);
   return options;
 }
 

@@ -2,14 +2,19 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <random>
 
 #ifdef RINGKV_HAVE_JEMALLOC
 #include <jemalloc/jemalloc.h>
 #endif
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "ringkv/v1/kv.pb.h"
 #include "server/grpc/grpc_transport.h"
@@ -108,6 +113,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
       return s;
     }
   }
+  if (absl::Status s = server->SetUpReplication(); !s.ok()) {
+    server->stopped_ = true;  // Nothing listens and no loop runs.
+    return s;
+  }
 
   if (!options.metrics_token_file.empty()) {
     absl::StatusOr<std::unique_ptr<Authenticator>> tokens =
@@ -142,6 +151,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     server->threads_.emplace_back([loop = loop.get()] { loop->Run(); });
   }
   if (server->metrics_server_ != nullptr) server->metrics_server_->Start();
+  if (server->replica_client_ != nullptr) server->replica_client_->Start();
   if (server->data_dir_ != nullptr) {
     // Once the loops run: a snapshot waits for every worker's cut.
     RingEngine* engine = server->ring_engine_.get();
@@ -211,6 +221,92 @@ absl::Status Server::OpenDataDir() {
   return absl::OkStatus();
 }
 
+absl::Status Server::SetUpReplication() {
+  std::random_device random;
+  server_id_ = absl::StrFormat("%08x%08x%08x%08x", random(), random(), random(), random());
+  if (options_.replica_of.empty()) {
+    if (!options_.primary_token_file.empty()) {
+      return absl::InvalidArgumentError("--primary-token-file needs --replica-of");
+    }
+    if (ring_engine_ == nullptr) return absl::OkStatus();  // The lock engine: a baseline.
+    for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
+      Worker& worker = ring_engine_->worker(i);
+      Journal* log = data_dir_ != nullptr ? &data_dir_->log(i) : nullptr;
+      repl_sources_.push_back(
+          std::make_unique<repl::ReplSource>(log, worker, options_.repl_backlog_bytes));
+      worker.set_journal(repl_sources_.back().get());
+      worker.set_replication(repl_sources_.back().get());
+    }
+    return absl::OkStatus();
+  }
+  if (ring_engine_ == nullptr) {
+    return absl::InvalidArgumentError("--replica-of works with --engine=ring only");
+  }
+  if (data_dir_ != nullptr) {
+    return absl::InvalidArgumentError(
+        "--replica-of with --data-dir is not supported yet: a replica keeps what it follows in "
+        "memory only (it full-syncs from its primary at every start)");
+  }
+  std::string token;
+  if (!options_.primary_token_file.empty()) {
+    std::ifstream in(options_.primary_token_file);
+    if (!in || !std::getline(in, token)) {
+      return absl::InvalidArgumentError(absl::StrCat("--primary-token-file: cannot read ",
+                                                     options_.primary_token_file, ": ",
+                                                     std::strerror(errno)));
+    }
+    token = std::string(absl::StripAsciiWhitespace(token));
+    if (token.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--primary-token-file: the first line of ",
+                                                     options_.primary_token_file, " is empty"));
+    }
+  }
+  read_only_reason_ = absl::StrCat("this server is a read-only replica of ", options_.replica_of,
+                                   ": send writes to the primary");
+  std::vector<repl::ReplSink*> sinks;
+  for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
+    repl_sinks_.push_back(std::make_unique<repl::ReplSink>());
+    ring_engine_->worker(i).set_replication(repl_sinks_.back().get());
+    sinks.push_back(repl_sinks_.back().get());
+  }
+  replica_client_ = std::make_unique<repl::ReplicaClient>(
+      repl::ReplicaClient::Options{
+          .primary = options_.replica_of,
+          .token = token,
+          .server_id = server_id_,
+          .threads = ring_engine_->workers(),
+          .wake = [this](uint32_t worker) { Wake(static_cast<uint16_t>(worker)); }},
+      std::move(sinks));
+  return absl::OkStatus();
+}
+
+void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
+  ringkv::v1::ReplicationStats* out = stats->mutable_replication();
+  out->set_role(options_.replica_of.empty() ? "primary" : "replica");
+  out->set_primary(options_.replica_of);
+  if (!repl_sources_.empty()) out->set_backlog_limit_bytes(options_.repl_backlog_bytes);
+  for (size_t i = 0; i < repl_sources_.size(); ++i) {
+    const repl::ReplSource::Figures f = repl_sources_[i]->figures();
+    ringkv::v1::FlowStats* flow = out->add_flows();
+    flow->set_worker(static_cast<uint32_t>(i));
+    flow->set_replicas(f.flows);
+    flow->set_lsn(f.lsn);
+    flow->set_backlog_first_lsn(f.first_lsn);
+    flow->set_backlog_bytes(f.backlog_bytes);
+  }
+  for (size_t i = 0; i < repl_sinks_.size(); ++i) {
+    const repl::ReplSink::Figures f = repl_sinks_[i]->figures();
+    ringkv::v1::FlowStats* flow = out->add_flows();
+    flow->set_worker(static_cast<uint32_t>(i));
+    flow->set_state(f.state);
+    flow->set_applied_lsn(f.applied_lsn);
+    flow->set_primary_lsn(f.primary_lsn);
+    flow->set_lag_records(f.primary_lsn > f.applied_lsn ? f.primary_lsn - f.applied_lsn : 0);
+    flow->set_full_syncs(f.full_syncs);
+    flow->set_last_error(f.last_error);
+  }
+}
+
 const std::string& Server::journal_failure_message() const {
   if (data_dir_ != nullptr && !data_dir_->logs_failed()) return journal_stalled_;
   return journal_failure_;
@@ -242,6 +338,8 @@ absl::Status Server::Shutdown() {
     data_dir_->StopSnapshotter();
     data_dir_->StopRetrying();
   }
+  // A replica stops following before its loops stop applying.
+  if (replica_client_ != nullptr) replica_client_->Stop();
   Log(LogLevel::kDebug, "%d calls still in flight; stopping the transport",
       active_calls_.load(std::memory_order_acquire));
   // Ends whatever is left and closes the connections.
@@ -353,6 +451,7 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
   stats->set_ring(options_.lock_engine ? "" : (IsMultiProducer(options_.ring) ? "mpsc" : "spsc"));
   stats->set_max_memory_bytes(options_.memory.bytes);
   stats->set_eviction(std::string(EvictionName(options_.memory.eviction)));
+  FillReplicationStats(stats);
   if (data_dir_ != nullptr) {
     const persist::PersistenceStats p = data_dir_->Stats();
     ringkv::v1::PersistenceStats* out = stats->mutable_persistence();

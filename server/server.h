@@ -50,6 +50,9 @@
 #include "server/auth/authenticator.h"
 #include "server/metrics/metrics_server.h"
 #include "server/metrics/metrics_source.h"
+#include "server/repl/replica_client.h"
+#include "server/repl/sink.h"
+#include "server/repl/source.h"
 #include "server/server_context.h"
 #include "server/server_options.h"
 #include "server/shard_loop.h"
@@ -92,6 +95,8 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   void FillStats(ringkv::v1::StatsResponse* stats) const override;
   absl::Status RequestSnapshot(persist::DataDir::SnapshotDone done) override;
   const std::string& journal_failure_message() const override;
+  const std::string& read_only_reason() const override { return read_only_reason_; }
+  const std::string& server_id() const override { return server_id_; }
 
   // MetricsSource, for the /metrics scrape.
   const ServerContext& context() const override { return *this; }
@@ -105,6 +110,10 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   explicit Server(const ServerOptions& options);
   // Opens and locks the data directory, restores the shards and gives each worker its log.
   absl::Status OpenDataDir();
+  // Gives each worker its replication port: a ReplSource in front of its log (a primary), or
+  // a ReplSink and the client that fills it (a replica; the client starts with the loops).
+  absl::Status SetUpReplication();
+  void FillReplicationStats(ringkv::v1::StatsResponse* stats) const;
 
   // Constant after Start.
   const ServerOptions options_;
@@ -124,6 +133,11 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   std::string journal_failure_ = "the write could not be made durable; writes are refused";
   std::string journal_stalled_ = journal_failure_;  // While no log has failed for good.
   std::unique_ptr<FinishLine> finish_line_;
+  std::string read_only_reason_;
+  std::string server_id_;
+  std::vector<std::unique_ptr<repl::ReplSource>> repl_sources_;  // A primary's, per worker.
+  std::vector<std::unique_ptr<repl::ReplSink>> repl_sinks_;      // A replica's, per worker.
+  std::unique_ptr<repl::ReplicaClient> replica_client_;
 
   // Control thread only.
   std::vector<std::thread> threads_;

@@ -60,6 +60,12 @@ class ServerContext {
   // stalled for want of space (Result::kUnavailable).
   virtual const std::string& journal_failure_message() const = 0;
 
+  // Replication. Empty unless the server is a replica (--replica-of); then the UNAVAILABLE
+  // message of every write (it names the primary).
+  virtual const std::string& read_only_reason() const = 0;
+  // Random, made at start: a replica sends its own, so that a server never follows itself.
+  virtual const std::string& server_id() const = 0;
+
  protected:
   ~ServerContext() = default;
 };

@@ -68,6 +68,13 @@ struct ServerOptions {
   // --metrics-token-file: /metrics needs a bearer token from it, in --auth-token-file's format
   // (empty: /metrics is open). It may be the same file as auth_token_file.
   std::string metrics_token_file;
+  // Replication (server/repl/). --replica-of: HOST:PORT of the primary this server follows as
+  // a read-only replica (empty: it is a primary); --primary-token-file: the token it sends
+  // there (first line; empty: none). --repl-backlog: the bytes of changes a primary keeps per
+  // worker for replicas that read behind.
+  std::string replica_of;
+  std::string primary_token_file;
+  size_t repl_backlog_bytes = size_t{32} << 20;
 };
 
 }  // namespace ringkv

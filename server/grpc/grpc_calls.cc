@@ -75,6 +75,10 @@ class Adapter : public GrpcCall {
       Finish(absl::UnavailableError("ringkv-server is shutting down"), nullptr);
       return false;
     }
+    if (method_.needs == Role::kWrite && !context().read_only_reason().empty()) {
+      Finish(absl::UnavailableError(context().read_only_reason()), nullptr);
+      return false;
+    }
     if (method_.counted) {
       counted_ = true;
       context().CallStarted();

@@ -130,6 +130,9 @@ void H2Call::Start() {
   if (context.shutting_down() && !headers_.method->served_while_draining) {
     return SendTrailersOnly(absl::UnavailableError("ringkv-server is shutting down"));
   }
+  if (h.method->needs == Role::kWrite && !context.read_only_reason().empty()) {
+    return SendTrailersOnly(absl::UnavailableError(context.read_only_reason()));
+  }
   if (h.timeout_ns.has_value()) {
     const int64_t now = LoopIo::NowNs();
     deadline_ns_ = *h.timeout_ns > INT64_MAX - now ? INT64_MAX : now + *h.timeout_ns;

@@ -43,6 +43,8 @@ class TestContext final : public ServerContext {
     return absl::FailedPreconditionError("no --data-dir here");
   }
   const std::string& journal_failure_message() const override { return journal_failure_; }
+  const std::string& read_only_reason() const override { return read_only_; }
+  const std::string& server_id() const override { return read_only_; }
 
   bool draining = false;
   int calls = 0;
@@ -50,6 +52,7 @@ class TestContext final : public ServerContext {
  private:
   ServerOptions options_;
   const std::string journal_failure_ = "the test's log failed";
+  const std::string read_only_;
 };
 
 // One shard, run a turn at a time: Turn() executes what was submitted (or, with

@@ -362,11 +362,13 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
       const pb::Condition* condition = in.has_condition() ? &in.condition() : nullptr;
       absl::Status status;
       // Every type from PUT on writes (an unknown one is refused below).
-      if (caller_ < Role::kWrite && in.type() >= pb::OP_TYPE_PUT &&
-          in.type() <= pb::OP_TYPE_PERSIST) {
+      const bool writes = in.type() >= pb::OP_TYPE_PUT && in.type() <= pb::OP_TYPE_PERSIST;
+      if (writes && caller_ < Role::kWrite) {
         status = absl::PermissionDeniedError(
             absl::StrCat("Stream ", absl::StripPrefix(pb::OpType_Name(in.type()), "OP_TYPE_"),
                          " needs the write role; the token has ", std::string(RoleName(caller_))));
+      } else if (writes && !context_.read_only_reason().empty()) {
+        status = absl::UnavailableError(context_.read_only_reason());
       } else {
         switch (in.type()) {
           case pb::OP_TYPE_GET:

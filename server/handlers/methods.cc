@@ -10,6 +10,7 @@ namespace {
 
 using internal::MakeDeleteHandler;
 using internal::MakeExpireHandler;
+using internal::MakeFlowHandler;
 using internal::MakeGetHandler;
 using internal::MakeHealthCheckHandler;
 using internal::MakeHealthWatchHandler;
@@ -98,6 +99,13 @@ const std::array<Method, kMethodCount> kMethods = {{
      .kind = kBidiStreaming,
      .needs = kRead,
      .make = MakeReflectionV1Handler,
+     .counted = false},
+    // A replica's flow lasts as long as the replica follows: a drain does not wait for it.
+    {.id = MethodId::kReplicationFlow,
+     .path = "/ringkv.v1.Replication/Flow",
+     .kind = kServerStreaming,
+     .needs = kAdmin,
+     .make = MakeFlowHandler,
      .counted = false},
 }};
 

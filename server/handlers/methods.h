@@ -39,8 +39,9 @@ enum class MethodId {
   kHealthWatch,
   kReflectionV1alpha,
   kReflectionV1,
+  kReplicationFlow,
 };
-inline constexpr int kMethodCount = static_cast<int>(MethodId::kReflectionV1) + 1;
+inline constexpr int kMethodCount = static_cast<int>(MethodId::kReplicationFlow) + 1;
 
 // Written with designated initializers; the flags' defaults fit most methods.
 struct Method {

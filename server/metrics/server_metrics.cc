@@ -190,6 +190,51 @@ void AddPersistence(const ringkv::v1::PersistenceStats& p, std::vector<MetricFam
              MetricType::Gauge, p.error().empty() ? 0 : 1));
 }
 
+// Per worker: a primary's flow positions and replicas, or a replica's lag and syncs.
+void AddReplication(const ringkv::v1::ReplicationStats& r, std::vector<MetricFamily>* out) {
+  out->push_back(Single("replica", "1 on a replica (--replica-of), 0 on a primary.",
+                        MetricType::Gauge, r.role() == "replica" ? 1 : 0));
+  struct Field {
+    const char* name;
+    const char* help;
+    MetricType type;
+    uint64_t (ringkv::v1::FlowStats::*get)() const;
+  };
+  const bool replica = r.role() == "replica";
+  const std::vector<Field> fields =
+      replica ? std::vector<Field>{{"repl_applied_lsn", "Records of the worker's flow applied.",
+                                    MetricType::Gauge, &ringkv::v1::FlowStats::applied_lsn},
+                                   {"repl_lag_records",
+                                    "Records the primary has made that the worker has not "
+                                    "applied yet (as last heard).",
+                                    MetricType::Gauge, &ringkv::v1::FlowStats::lag_records},
+                                   {"repl_full_syncs_total", "Full syncs of the worker's flow.",
+                                    MetricType::Counter, &ringkv::v1::FlowStats::full_syncs}}
+              : std::vector<Field>{{"repl_lsn", "Records the worker's flow has made.",
+                                    MetricType::Gauge, &ringkv::v1::FlowStats::lsn},
+                                   {"repl_backlog_bytes", "Bytes of the worker's backlog.",
+                                    MetricType::Gauge, &ringkv::v1::FlowStats::backlog_bytes}};
+  for (const Field& field : fields) {
+    MetricFamily family = Family(field.name, field.help, field.type);
+    for (const ringkv::v1::FlowStats& flow : r.flows()) {
+      family.metric.push_back(Value(field.type, static_cast<double>((flow.*field.get)()),
+                                    {{"worker", std::to_string(flow.worker())}}));
+    }
+    out->push_back(std::move(family));
+  }
+  MetricFamily flows =
+      Family(replica ? "repl_stable" : "repl_replicas",
+             replica ? "1 while the worker's flow is connected and past its full sync."
+                     : "Replicas streaming the worker's flow now.",
+             MetricType::Gauge);
+  for (const ringkv::v1::FlowStats& flow : r.flows()) {
+    flows.metric.push_back(Value(MetricType::Gauge,
+                                 replica ? (flow.state() == "stable" ? 1 : 0) : flow.replicas(),
+                                 {{"worker", std::to_string(flow.worker())}}));
+  }
+  out->push_back(std::move(flows));
+}
+
 }  // namespace
 
 std::vector<MetricFamily> ServerMetrics::Collect() const {
@@ -232,6 +277,7 @@ std::vector<MetricFamily> ServerMetrics::Collect() const {
   out.push_back(Single("jemalloc_resident_bytes", "jemalloc's stats.resident: the heap only.",
                        MetricType::Gauge, static_cast<double>(stats.memory_resident_bytes())));
   if (stats.has_persistence()) AddPersistence(stats.persistence(), &out);
+  AddReplication(stats.replication(), &out);
   return out;
 }
 

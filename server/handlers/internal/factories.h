@@ -23,6 +23,9 @@ std::unique_ptr<Handler> MakeIncrementHandler(HandlerHost& host, CallSink& sink)
 std::unique_ptr<Handler> MakeScanHandler(HandlerHost& host, CallSink& sink);
 std::unique_ptr<Handler> MakeSnapshotHandler(HandlerHost& host, CallSink& sink);
 
+// repl_handlers.cc: ringkv.v1.Replication.
+std::unique_ptr<Handler> MakeFlowHandler(HandlerHost& host, CallSink& sink);
+
 // health_handlers.cc: grpc.health.v1.Health.
 std::unique_ptr<Handler> MakeHealthCheckHandler(HandlerHost& host, CallSink& sink);
 std::unique_ptr<Handler> MakeHealthWatchHandler(HandlerHost& host, CallSink& sink);

@@ -1,0 +1,164 @@
+// ringkv.v1.Replication's handler: Flow streams one worker's changes to a replica (issue 22).
+// The worker's ReplSource (server/repl/source.h) does the work; this handler walks its steps
+// with one Op::kReplicate request at a time, and writes each answer before asking for the
+// next, so that HTTP/2 flow control (a replica that reads slowly) holds the primary back
+// instead of filling its memory:
+//
+//   kBegin -> FULL_SYNC, then kImage -> IMAGE ... until IMAGE_DONE, then kTail -> TAIL ...
+//
+// until the call ends (the replica went away, the server stops, or the replica fell behind by
+// more than the backlog: ABORTED, and it starts over with a full sync). kEnd always goes last.
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "ringkv/v1/kv.pb.h"
+#include "server/handlers/internal/factories.h"
+#include "server/repl/source.h"
+
+namespace ringkv::internal {
+namespace {
+
+namespace pb = ::ringkv::v1;
+using repl::Step;
+
+std::atomic<int64_t> next_flow_id{1};
+
+class FlowHandler : public Handler {
+ public:
+  using Handler::Handler;
+
+  google::protobuf::MessageLite* incoming() override { return &request_; }
+
+  void OnMessage() override {
+    const uint32_t threads = context_.options().threads;
+    if (request_.server_id() == context_.server_id()) {
+      return sink_.Finish(absl::FailedPreconditionError("--replica-of names this server itself"),
+                          nullptr);
+    }
+    if (!context_.read_only_reason().empty()) {
+      return sink_.Finish(absl::FailedPreconditionError(absl::StrCat(
+                              "--replica-of names a replica (", context_.read_only_reason(),
+                              "); replicas of replicas are not supported")),
+                          nullptr);
+    }
+    if (request_.threads() != threads) {
+      return sink_.Finish(absl::FailedPreconditionError(absl::StrCat(
+                              "the primary runs --threads=", threads, " and the replica --threads=",
+                              request_.threads(), ": they must be equal")),
+                          nullptr);
+    }
+    if (request_.worker() >= threads) {
+      return sink_.Finish(absl::InvalidArgumentError(absl::StrCat(
+                              "worker ", request_.worker(), " of ", threads, " does not exist")),
+                          nullptr);
+    }
+    op_.op = Op::kReplicate;
+    op_.target = static_cast<uint16_t>(request_.worker());
+    flow_id_ = next_flow_id.fetch_add(1, std::memory_order_relaxed);
+    Ask(Step::kBegin);
+  }
+
+  void OnRequestDone(Request* /*request*/) override {
+    out_ = false;
+    if (ending_) return sink_.Finish(end_, nullptr);
+    if (cancelled_) return End(absl::CancelledError("call cancelled"));
+    if (op_.result == Result::kUnavailable) {
+      return End(absl::AbortedError(
+          step_ == Step::kTail
+              ? "the replica fell behind by more than --repl-backlog; it must full-sync"
+              : "the full sync was dropped (the replica stopped reading); it must start over"));
+    }
+    message_.Clear();
+    switch (step_) {
+      case Step::kBegin:
+        message_.set_kind(pb::FlowMessage::FULL_SYNC);
+        message_.set_lsn(op_.version);
+        tail_from_ = op_.version;
+        next_ = Step::kImage;
+        break;
+      case Step::kImage:
+        if (op_.result == Result::kNotFound) {
+          message_.set_kind(pb::FlowMessage::IMAGE_DONE);
+          message_.set_revision(op_.version);
+          next_ = Step::kTail;
+        } else {
+          message_.set_kind(pb::FlowMessage::IMAGE);
+          message_.mutable_records()->swap(op_.out);
+          message_.set_count(static_cast<uint32_t>(op_.number));
+        }
+        break;
+      case Step::kTail:
+        message_.set_kind(pb::FlowMessage::TAIL);
+        message_.set_lsn(tail_from_);
+        message_.mutable_records()->swap(op_.out);
+        message_.set_count(static_cast<uint32_t>(op_.number));
+        message_.set_head_lsn(static_cast<uint64_t>(op_.deadline_ms));
+        tail_from_ = op_.version;
+        next_ = Step::kTail;
+        break;
+      case Step::kEnd:
+        return;
+    }
+    writing_ = true;
+    sink_.Write(message_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    writing_ = false;
+    if (!ok || cancelled_) return End(absl::CancelledError("call cancelled"));
+    Ask(next_);
+  }
+
+  void OnCancel() override {
+    cancelled_ = true;
+    writing_ = false;  // A Write outstanding is void: no OnWriteDone comes for it.
+    if (!out_ && !ending_) End(absl::CancelledError("call cancelled"));
+  }
+
+ private:
+  void Ask(Step step) {
+    step_ = step;
+    op_.number = static_cast<int64_t>(step);
+    op_.deadline_ms = flow_id_;
+    if (step == Step::kTail) op_.version = tail_from_;
+    op_.out.clear();
+    out_ = true;
+    Submit(op_);
+  }
+
+  // Tells the worker the flow is over, then finishes with `status`.
+  void End(absl::Status status) {
+    if (op_.op != Op::kReplicate) return sink_.Finish(status, nullptr);  // Nothing asked yet.
+    ending_ = true;
+    end_ = std::move(status);
+    step_ = Step::kEnd;
+    op_.number = static_cast<int64_t>(Step::kEnd);
+    op_.deadline_ms = flow_id_;
+    out_ = true;
+    Submit(op_);
+  }
+
+  pb::FlowRequest request_;
+  pb::FlowMessage message_;
+  Request op_;
+  int64_t flow_id_ = 0;
+  Step step_ = Step::kBegin;
+  Step next_ = Step::kBegin;
+  uint64_t tail_from_ = 0;
+  bool out_ = false;      // op_ is with the worker.
+  bool writing_ = false;  // message_ is being written.
+  bool cancelled_ = false;
+  bool ending_ = false;  // kEnd is out; then Finish(end_).
+  absl::Status end_;
+};
+
+}  // namespace
+
+std::unique_ptr<Handler> MakeFlowHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<FlowHandler>(host, sink);
+}
+
+}  // namespace ringkv::internal

@@ -1,0 +1,146 @@
+#include "server/repl/replica_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+#include "persist/format.h"
+#include "ringkv/v1/kv.grpc.pb.h"
+
+namespace ringkv::repl {
+namespace {
+
+namespace pb = ::ringkv::v1;
+
+// The records in `records`, or -1 if they do not parse.
+int64_t CountRecords(std::string_view records) {
+  persist::RecordReader reader(records);
+  persist::Record r;
+  int64_t n = 0;
+  while (reader.Next(&r)) ++n;
+  return reader.malformed() ? -1 : n;
+}
+
+}  // namespace
+
+ReplicaClient::ReplicaClient(Options options, std::vector<ReplSink*> sinks)
+    : options_(std::move(options)), sinks_(std::move(sinks)), calls_(sinks_.size(), nullptr) {}
+
+ReplicaClient::~ReplicaClient() { Stop(); }
+
+void ReplicaClient::Start() {
+  for (uint32_t w = 0; w < sinks_.size(); ++w) threads_.emplace_back([this, w] { Follow(w); });
+}
+
+void ReplicaClient::Stop() {
+  stopping_.store(true, std::memory_order_release);
+  {
+    std::lock_guard lock(mu_);
+    for (grpc::ClientContext* call : calls_) {
+      if (call != nullptr) call->TryCancel();
+    }
+  }
+  for (ReplSink* sink : sinks_) sink->Stop();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+void ReplicaClient::Follow(uint32_t worker) {
+  ReplSink& sink = *sinks_[worker];
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // An image part or a turn's records can be large.
+  // A channel of its own per flow: one TCP connection each, as the primary's workers are.
+  args.SetInt("grpc.use_local_subchannel_pool", 1);
+  auto channel =
+      grpc::CreateCustomChannel(options_.primary, grpc::InsecureChannelCredentials(), args);
+  auto stub = pb::Replication::NewStub(channel);
+  auto backoff = std::chrono::milliseconds(100);
+  std::string logged;  // The last failure logged: each kind once, not every retry.
+  while (!stopping_.load(std::memory_order_acquire)) {
+    grpc::ClientContext context;
+    if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_.load(std::memory_order_acquire)) break;
+      calls_[worker] = &context;
+    }
+    pb::FlowRequest request;
+    request.set_worker(worker);
+    request.set_threads(options_.threads);
+    request.set_server_id(options_.server_id);
+    std::unique_ptr<grpc::ClientReader<pb::FlowMessage>> reader = stub->Flow(&context, request);
+    pb::FlowMessage message;
+    std::string error;
+    bool synced = false;
+    while (error.empty() && reader->Read(&message)) {
+      sink.set_primary_lsn(message.head_lsn());
+      ReplSink::Item item;
+      item.count = message.count();
+      item.lsn = message.lsn();
+      switch (message.kind()) {
+        case pb::FlowMessage::FULL_SYNC:
+          item.kind = ReplSink::Item::Kind::kFullSync;
+          sink.set_connected(true);
+          sink.CountFullSync();
+          Log(LogLevel::kInfo, "replica: worker %d: full sync from %s", worker, options_.primary);
+          break;
+        case pb::FlowMessage::IMAGE:
+          item.kind = ReplSink::Item::Kind::kImage;
+          break;
+        case pb::FlowMessage::IMAGE_DONE:
+          item.kind = ReplSink::Item::Kind::kImageDone;
+          item.revision = message.revision();
+          synced = true;
+          backoff = std::chrono::milliseconds(100);
+          break;
+        case pb::FlowMessage::TAIL:
+          item.kind = ReplSink::Item::Kind::kTail;
+          if (message.count() == 0) continue;  // A heartbeat: its head is all it says.
+          break;
+        default:
+          error = absl::StrCat("the primary sent a message of unknown kind ",
+                               static_cast<int>(message.kind()));
+          continue;
+      }
+      if (!message.records().empty() || item.count > 0) {
+        if (CountRecords(message.records()) != item.count) {
+          error = "the primary sent records that do not parse";
+          continue;
+        }
+        item.records = std::move(*message.mutable_records());
+      }
+      if (!sink.Push(std::move(item))) break;  // Stopping.
+      if (options_.wake) options_.wake(worker);
+    }
+    if (!error.empty()) context.TryCancel();
+    const grpc::Status status = reader->Finish();
+    {
+      std::lock_guard lock(mu_);
+      calls_[worker] = nullptr;
+    }
+    sink.set_connected(false);
+    if (stopping_.load(std::memory_order_acquire)) break;
+    if (error.empty()) {
+      error = status.ok() ? std::string("the primary ended the flow")
+                          : absl::StrCat(status.error_message(), " (",
+                                         static_cast<int>(status.error_code()), ")");
+    }
+    error = absl::StrCat("worker ", worker, ": ", options_.primary, ": ", error);
+    sink.set_last_error(error);
+    if (error != logged) {
+      Log(synced ? LogLevel::kInfo : LogLevel::kWarning, "replica: %s; retrying", error);
+      logged = error;
+    }
+    const auto until = std::chrono::steady_clock::now() + backoff;
+    while (!stopping_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  }
+}
+
+}  // namespace ringkv::repl

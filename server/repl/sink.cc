@@ -1,0 +1,108 @@
+#include "server/repl/sink.h"
+
+#include <utility>
+
+#include "persist/format.h"
+#include "shard/router.h"
+#include "shard/shard.h"
+
+namespace ringkv::repl {
+
+bool ReplSink::Push(Item item) {
+  std::unique_lock lock(mu_);
+  room_.wait(lock, [&] { return stopped_ || queued_bytes_ < kMaxQueuedBytes; });
+  if (stopped_) return false;
+  queued_bytes_ += item.records.size();
+  queue_.push_back(std::move(item));
+  waiting_.store(true, std::memory_order_release);
+  return true;
+}
+
+void ReplSink::Stop() {
+  std::lock_guard lock(mu_);
+  stopped_ = true;
+  room_.notify_all();
+}
+
+void ReplSink::set_last_error(std::string error) {
+  std::lock_guard lock(mu_);
+  last_error_ = std::move(error);
+}
+
+ReplSink::Figures ReplSink::figures() const {
+  Figures f;
+  f.state = !connected_.load(std::memory_order_relaxed) ? "connecting"
+            : synced_.load(std::memory_order_relaxed)   ? "stable"
+                                                        : "full_sync";
+  f.applied_lsn = applied_lsn_.load(std::memory_order_relaxed);
+  f.primary_lsn = primary_lsn_.load(std::memory_order_relaxed);
+  f.full_syncs = full_syncs_.load(std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  f.last_error = last_error_;
+  return f;
+}
+
+bool ReplSink::Serve(Request& request, Shard& /*shard*/, int64_t /*now_ms*/) {
+  request.result = Result::kUnavailable;  // A replica streams to no one (no chains yet).
+  return true;
+}
+
+size_t ReplSink::Turn(Shard& shard, int64_t /*now_ms*/, std::vector<Request*>* /*answered*/) {
+  if (taken_.empty()) {
+    if (!waiting_.load(std::memory_order_acquire)) return 0;
+    std::lock_guard lock(mu_);
+    taken_.swap(queue_);
+    queued_bytes_ = 0;
+    waiting_.store(false, std::memory_order_relaxed);
+    room_.notify_all();
+  }
+  size_t bytes = 0;
+  size_t applied = 0;
+  while (!taken_.empty() && bytes < kTurnBytes) {
+    bytes += taken_.front().records.size();
+    applied += Apply(shard, taken_.front()) + 1;
+    taken_.pop_front();
+  }
+  return applied;
+}
+
+size_t ReplSink::Apply(Shard& shard, const Item& item) {
+  switch (item.kind) {
+    case Item::Kind::kFullSync:
+      synced_.store(false, std::memory_order_relaxed);
+      shard.Clear();
+      applied_lsn_.store(item.lsn, std::memory_order_relaxed);
+      return 0;
+    case Item::Kind::kImageDone:
+      shard.RaiseRevision(item.revision);
+      synced_.store(true, std::memory_order_relaxed);
+      return 0;
+    case Item::Kind::kImage:
+    case Item::Kind::kTail:
+      break;
+  }
+  persist::RecordReader reader(item.records);
+  persist::Record r;
+  size_t n = 0;
+  while (reader.Next(&r)) {
+    const HashedKey key{r.key, Router::Hash(r.key)};
+    switch (r.kind) {
+      case persist::RecordKind::kSet:
+        shard.LoadSet(key, r.value, r.version, r.deadline_ms);
+        break;
+      case persist::RecordKind::kDeadline:
+        shard.LoadDeadline(key, r.deadline_ms);
+        break;
+      case persist::RecordKind::kDelete:
+        shard.LoadDelete(key);
+        break;
+    }
+    ++n;
+  }
+  if (item.kind == Item::Kind::kTail) {
+    applied_lsn_.store(item.lsn + item.count, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+}  // namespace ringkv::repl

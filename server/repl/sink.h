@@ -1,0 +1,96 @@
+// ReplSink: a replica's side of one worker's flow (issue 22, step 1). The flow's client thread
+// (server/repl/replica_client.h) hands in what the primary sent; the worker applies it in its
+// turns, in order, to its shard, with the primary's versions and deadlines (Shard::LoadSet and
+// the like: no condition is checked, no memory limit applies, nothing is journaled here).
+//
+// The worker never expires keys of a replica on its own (follows()): reads hide an expired
+// key, and the primary's delete removes it. The hand-over is a small queue under a mutex that
+// the worker looks at only when an atomic flag says something waits, and takes whole; the
+// client thread waits while more than kMaxQueuedBytes are queued, so a slow worker slows the
+// stream (and HTTP/2 flow control, the primary's sender) instead of growing memory.
+//
+// Threads: Push, Stop and the setters from the client thread; Serve and Turn from the worker;
+// figures() from any thread.
+#ifndef RINGKV_SERVER_REPL_SINK_H_
+#define RINGKV_SERVER_REPL_SINK_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "shard/replication_port.h"
+
+namespace ringkv::repl {
+
+class ReplSink final : public ReplicationPort {
+ public:
+  static constexpr size_t kMaxQueuedBytes = size_t{16} << 20;
+  // What the worker applies in one turn, at most (one item more if the first is bigger), so
+  // that reads keep being served during a full sync.
+  static constexpr size_t kTurnBytes = size_t{256} << 10;
+
+  struct Item {
+    enum class Kind { kFullSync, kImage, kImageDone, kTail } kind;
+    std::string records;
+    uint32_t count = 0;
+    uint64_t lsn = 0;       // kFullSync: the cut; kTail: its first record's position.
+    uint64_t revision = 0;  // kImageDone.
+  };
+
+  // Client thread: queues `item` for the worker; waits while the queue is full. False (nothing
+  // queued) once Stop was called.
+  bool Push(Item item);
+  // Any thread: Push returns false from now on, at once.
+  void Stop();
+
+  // Client thread: whether the flow is connected, the primary's position as last heard, a
+  // full sync began, and the connection's last error (empty: none).
+  void set_connected(bool connected) { connected_.store(connected, std::memory_order_relaxed); }
+  void set_primary_lsn(uint64_t lsn) { primary_lsn_.store(lsn, std::memory_order_relaxed); }
+  void CountFullSync() { full_syncs_.fetch_add(1, std::memory_order_relaxed); }
+  void set_last_error(std::string error);
+
+  // ReplicationPort.
+  bool Serve(Request& request, Shard& shard, int64_t now_ms) override;
+  size_t Turn(Shard& shard, int64_t now_ms, std::vector<Request*>* answered) override;
+  bool follows() const override { return true; }
+
+  struct Figures {
+    const char* state;  // "connecting", "full_sync" or "stable".
+    uint64_t applied_lsn;
+    uint64_t primary_lsn;
+    uint64_t full_syncs;
+    std::string last_error;
+  };
+  Figures figures() const;
+
+ private:
+  // Worker: applies one item; returns the records it applied.
+  size_t Apply(Shard& shard, const Item& item);
+
+  mutable std::mutex mu_;
+  std::condition_variable room_;
+  std::deque<Item> queue_;            // Guarded by mu_.
+  size_t queued_bytes_ = 0;           // Guarded by mu_.
+  bool stopped_ = false;              // Guarded by mu_.
+  std::string last_error_;            // Guarded by mu_.
+  std::atomic<bool> waiting_{false};  // queue_ is not empty.
+
+  // Worker only.
+  std::deque<Item> taken_;  // Taken from queue_, not applied yet.
+
+  std::atomic<bool> connected_{false};
+  std::atomic<bool> synced_{false};  // The last full sync's image is applied.
+  std::atomic<uint64_t> applied_lsn_{0};
+  std::atomic<uint64_t> primary_lsn_{0};
+  std::atomic<uint64_t> full_syncs_{0};
+};
+
+}  // namespace ringkv::repl
+
+#endif  // RINGKV_SERVER_REPL_SINK_H_

@@ -1,0 +1,225 @@
+#include "server/repl/source.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "persist/format.h"
+
+namespace ringkv::repl {
+
+ReplSource::ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes)
+    : inner_(inner), worker_(worker), backlog_limit_(backlog_bytes) {}
+
+void ReplSource::Set(std::string_view key, std::string_view value, uint64_t version,
+                     int64_t deadline_ms) {
+  if (inner_) inner_->Set(key, value, version, deadline_ms);
+  if (!active_) return;
+  persist::AppendSet(&turn_, key, value, version, deadline_ms);
+  ++turn_count_;
+}
+
+void ReplSource::SetDeadline(std::string_view key, int64_t deadline_ms) {
+  if (inner_) inner_->SetDeadline(key, deadline_ms);
+  if (!active_) return;
+  persist::AppendDeadline(&turn_, key, deadline_ms);
+  ++turn_count_;
+}
+
+void ReplSource::Delete(std::string_view key) {
+  if (inner_) inner_->Delete(key);
+  if (!active_) return;
+  persist::AppendDelete(&turn_, key);
+  ++turn_count_;
+}
+
+void ReplSource::Expired(std::string_view key) {
+  if (inner_) inner_->Expired(key);
+  if (!active_) return;
+  persist::AppendDelete(&turn_, key);
+  ++turn_count_;
+}
+
+void ReplSource::Commit() {
+  if (inner_) inner_->Commit();
+  if (turn_count_ > 0) Publish();
+}
+
+void ReplSource::Publish() {
+  backlog_.push_back({next_lsn_, turn_count_, std::move(turn_)});
+  backlog_bytes_ += backlog_.back().records.size();
+  next_lsn_ += turn_count_;
+  turn_ = {};
+  turn_count_ = 0;
+  // The newest chunk stays, whatever its size: a flow that keeps up never loses it.
+  while (backlog_bytes_ > backlog_limit_ && backlog_.size() > 1) {
+    backlog_bytes_ -= backlog_.front().records.size();
+    backlog_.pop_front();
+  }
+  PublishFigures();
+}
+
+void ReplSource::PublishFigures() {
+  flows_figure_.store(flows_, std::memory_order_relaxed);
+  lsn_figure_.store(next_lsn_, std::memory_order_relaxed);
+  first_lsn_figure_.store(backlog_.empty() ? next_lsn_ : backlog_.front().first,
+                          std::memory_order_relaxed);
+  bytes_figure_.store(backlog_bytes_, std::memory_order_relaxed);
+}
+
+ReplSource::Figures ReplSource::figures() const {
+  return {flows_figure_.load(std::memory_order_relaxed),
+          lsn_figure_.load(std::memory_order_relaxed),
+          first_lsn_figure_.load(std::memory_order_relaxed),
+          bytes_figure_.load(std::memory_order_relaxed)};
+}
+
+void ReplSource::Image::Add(std::string_view key, std::string_view value, uint64_t version,
+                            int64_t deadline_ms) {
+  if (!source_.sync_.has_value()) return;  // Dropped: the walk runs on to its end, for nothing.
+  persist::AppendSet(&source_.sync_->part, key, value, version, deadline_ms);
+  ++source_.sync_->count;
+}
+
+bool ReplSource::Image::backlogged() const {
+  return source_.sync_.has_value() && source_.sync_->part.size() >= kImageBytes;
+}
+
+void ReplSource::Image::Finish(uint64_t revision) {
+  source_.walking_ = false;
+  if (!source_.sync_.has_value()) return;
+  source_.sync_->done = true;
+  source_.sync_->revision = revision;
+}
+
+void ReplSource::Image::OnCut() {
+  // Records made before the cut are in the image: they end the chunk before it, so the tail
+  // starts exactly at the cut.
+  if (source_.turn_count_ > 0) source_.Publish();
+  source_.active_ = true;
+  if (source_.sync_.has_value()) {
+    source_.sync_->cut = true;
+    source_.sync_->cut_lsn = source_.next_lsn_;
+  }
+  source_.PublishFigures();
+}
+
+bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
+  const Step step = static_cast<Step>(request.number);
+  if (step == Step::kEnd) {
+    if (sync_.has_value() && sync_->flow == request.deadline_ms) sync_.reset();
+    if (flows_ > 0) --flows_;
+    PublishFigures();
+    request.result = Result::kOk;
+    return true;
+  }
+  if (step == Step::kBegin) {
+    ++flows_;
+    PublishFigures();
+  }
+  if (TryAnswer(request, now_ms)) return true;
+  kept_.push_back({&request, now_ms + kHeartbeatMs});
+  return false;
+}
+
+bool ReplSource::TryAnswer(Request& request, int64_t now_ms) {
+  switch (static_cast<Step>(request.number)) {
+    case Step::kBegin:
+      return AnswerBegin(request, now_ms);
+    case Step::kImage:
+      return AnswerImage(request, now_ms);
+    case Step::kTail:
+      return AnswerTail(request, now_ms, false);
+    case Step::kEnd:
+      break;
+  }
+  request.result = Result::kUnavailable;
+  return true;
+}
+
+bool ReplSource::AnswerBegin(Request& request, int64_t now_ms) {
+  if (sync_.has_value() && sync_->flow != request.deadline_ms) return false;  // Another's.
+  if (!sync_.has_value()) {
+    if (walking_) return false;  // A dropped full sync's walk is still running.
+    sync_.emplace();
+    sync_->flow = request.deadline_ms;
+  }
+  if (!sync_->started) {
+    if (!worker_.TryStartSnapshot(&image_)) return false;  // The data directory's snapshot.
+    sync_->started = true;
+    walking_ = true;
+    sync_->last_read_ms = now_ms;
+  }
+  if (!sync_->cut) return false;
+  request.version = sync_->cut_lsn;
+  request.result = Result::kOk;
+  return true;
+}
+
+bool ReplSource::AnswerImage(Request& request, int64_t now_ms) {
+  if (!sync_.has_value() || sync_->flow != request.deadline_ms) {
+    request.result = Result::kUnavailable;  // Dropped.
+    return true;
+  }
+  FullSync& sync = *sync_;
+  sync.last_read_ms = now_ms;
+  if (sync.count > 0) {
+    request.out.clear();
+    request.out.swap(sync.part);
+    request.number = sync.count;
+    sync.count = 0;
+    request.result = Result::kOk;
+    return true;
+  }
+  if (!sync.done) return false;
+  request.version = sync.revision;
+  request.result = Result::kNotFound;
+  sync_.reset();
+  return true;
+}
+
+bool ReplSource::AnswerTail(Request& request, int64_t /*now_ms*/, bool waited_enough) {
+  const uint64_t from = request.version;
+  const uint64_t first = backlog_.empty() ? next_lsn_ : backlog_.front().first;
+  if (!active_ || from < first || from > next_lsn_) {
+    request.result = Result::kUnavailable;
+    return true;
+  }
+  if (from == next_lsn_ && !waited_enough) return false;
+  request.out.clear();
+  uint32_t count = 0;
+  // Chunks start at positions the flow reads from: the cut, and the ends of earlier answers.
+  auto it = std::lower_bound(backlog_.begin(), backlog_.end(), from,
+                             [](const Chunk& c, uint64_t lsn) { return c.first < lsn; });
+  for (; it != backlog_.end() && (count == 0 || request.out.size() < kTailBytes); ++it) {
+    request.out.append(it->records);
+    count += it->count;
+  }
+  request.number = count;
+  request.version = from + count;
+  request.deadline_ms = static_cast<int64_t>(next_lsn_);
+  request.result = Result::kOk;
+  return true;
+}
+
+size_t ReplSource::Turn(Shard& /*shard*/, int64_t now_ms, std::vector<Request*>* answered) {
+  if (sync_.has_value() && sync_->started && now_ms - sync_->last_read_ms > kStaleImageMs &&
+      image_.backlogged()) {
+    sync_.reset();  // Its flow stopped reading: the walk runs on without it, and it starts over.
+  }
+  if (kept_.empty()) return 0;
+  size_t kept = 0;
+  for (Kept& k : kept_) {
+    Request& r = *k.request;
+    const bool heartbeat = static_cast<Step>(r.number) == Step::kTail && now_ms >= k.until_ms;
+    const bool done = heartbeat ? AnswerTail(r, now_ms, true) : TryAnswer(r, now_ms);
+    if (done) {
+      answered->push_back(&r);
+    } else {
+      kept_[kept++] = k;
+    }
+  }
+  kept_.resize(kept);
+  return 0;
+}
+
+}  // namespace ringkv::repl

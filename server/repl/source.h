@@ -1,0 +1,167 @@
+// ReplSource: a primary's side of one worker's replication flow (issue 22, step 1). It is the
+// worker's journal (a tee in front of the data directory's log, if any) and its
+// ReplicationPort, so everything it keeps is the worker's own: no lock on the data path.
+//
+// Positions (LSNs). From the first replica's full sync on, every record the worker's shard
+// makes (shard/journal.h: a key's state after a change, an expiry as a delete) gets the next
+// position. Each turn's records become one chunk at the journal's Commit; the last
+// --repl-backlog bytes of chunks are kept, so that a flow reads them at its own pace.
+//
+// A flow (server/handlers/repl_handlers.cc) asks with Op::kReplicate requests on shard
+// `target`. Fields: `number` in is the Step; `deadline_ms` in is the flow's id (unique per
+// process); `version` in is, for kTail, the position to read from. Answers:
+//   kBegin  starts the full sync: the worker's live snapshot (a SnapshotJob that cuts no log),
+//           answered once the cut is made: `version` is the cut's position, where the tail
+//           starts. Waits while another flow's full sync, or the data directory's snapshot,
+//           holds the worker's snapshot.
+//   kImage  the next part of the image: `out` holds set records, `number` how many (kOk);
+//           once all is handed over, kNotFound with `version` the worker's revision at the
+//           cut. Waits while the walk has nothing new.
+//   kTail   the records from `version` on (whole chunks, about 1 MiB at most): `out`,
+//           `number` of them, `version` the position after them, `deadline_ms` the head (the
+//           position after the last record made). Waits up to kHeartbeatMs for a record, then
+//           answers with none. kUnavailable if the backlog no longer holds `version`: the flow
+//           must start over with a full sync.
+//   kEnd    the flow is over (its image, if one is under way, is dropped).
+// A flow whose image was dropped (kEnd, or not read for kStaleImageMs while its buffer was
+// full) gets kUnavailable for kImage.
+//
+// Threads: the owning worker's, except the stats (any thread).
+#ifndef RINGKV_SERVER_REPL_SOURCE_H_
+#define RINGKV_SERVER_REPL_SOURCE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shard/journal.h"
+#include "shard/replication_port.h"
+#include "shard/worker.h"
+
+namespace ringkv::repl {
+
+enum class Step : int64_t { kBegin = 1, kImage = 2, kTail = 3, kEnd = 4 };
+
+class ReplSource final : public Journal, public ReplicationPort {
+ public:
+  static constexpr int64_t kHeartbeatMs = 200;
+  static constexpr int64_t kStaleImageMs = 10'000;
+  // An image part is handed over once it holds this much; the walk waits beyond it.
+  static constexpr size_t kImageBytes = size_t{4} << 20;
+  // A kTail answer stops adding chunks past this.
+  static constexpr size_t kTailBytes = size_t{1} << 20;
+
+  // `inner`: the data directory's log for this worker (null: none), which every Journal call
+  // reaches as before. `worker`: whose snapshot a full sync takes.
+  ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes);
+
+  // Journal.
+  void Set(std::string_view key, std::string_view value, uint64_t version,
+           int64_t deadline_ms) override;
+  void SetDeadline(std::string_view key, int64_t deadline_ms) override;
+  void Delete(std::string_view key) override;
+  void Expired(std::string_view key) override;
+  uint64_t appended() const override { return inner_ ? inner_->appended() : 0; }
+  uint64_t durable() const override { return inner_ ? inner_->durable() : 0; }
+  bool holds_acks() const override { return inner_ && inner_->holds_acks(); }
+  void Commit() override;
+  bool failed() const override { return inner_ && inner_->failed(); }
+  bool stalled() const override { return inner_ && inner_->stalled(); }
+  bool backlogged() const override { return inner_ && inner_->backlogged(); }
+  void Cut() override {
+    if (inner_) inner_->Cut();
+  }
+
+  // ReplicationPort.
+  bool Serve(Request& request, Shard& shard, int64_t now_ms) override;
+  size_t Turn(Shard& shard, int64_t now_ms, std::vector<Request*>* answered) override;
+  bool follows() const override { return false; }
+
+  // Any thread, for stats: flows open, the head position, the oldest one kept, and the
+  // backlog's bytes.
+  struct Figures {
+    uint32_t flows = 0;
+    uint64_t lsn = 0;
+    uint64_t first_lsn = 0;
+    uint64_t backlog_bytes = 0;
+  };
+  Figures figures() const;
+  size_t backlog_limit() const { return backlog_limit_; }
+
+ private:
+  struct Chunk {
+    uint64_t first;  // The position of its first record.
+    uint32_t count;
+    std::string records;
+  };
+  // The live snapshot of a full sync: hands keys to the flow's buffer.
+  class Image final : public SnapshotJob {
+   public:
+    explicit Image(ReplSource& source) : source_(source) {}
+    void Add(std::string_view key, std::string_view value, uint64_t version,
+             int64_t deadline_ms) override;
+    bool backlogged() const override;
+    void Finish(uint64_t revision) override;
+    void OnCut() override;
+    bool cuts_journal() const override { return false; }
+
+   private:
+    ReplSource& source_;
+  };
+  struct FullSync {
+    int64_t flow = 0;
+    bool started = false;  // The snapshot is asked for.
+    bool cut = false;      // ... and cut: cut_lsn holds.
+    bool done = false;     // Every key handed over: revision holds.
+    uint64_t cut_lsn = 0;
+    uint64_t revision = 0;
+    std::string part;    // Set records not handed to the flow yet ...
+    uint32_t count = 0;  // ... and how many.
+    int64_t last_read_ms = 0;
+  };
+  struct Kept {
+    Request* request;
+    int64_t until_ms;  // kTail: answered empty from then on.
+  };
+
+  void Record(std::string_view encoded_by_caller);
+  // A chunk of the records recorded since the last one.
+  void Publish();
+  // Answers `request` if it can be; false if it must wait.
+  bool TryAnswer(Request& request, int64_t now_ms);
+  bool AnswerBegin(Request& request, int64_t now_ms);
+  bool AnswerImage(Request& request, int64_t now_ms);
+  bool AnswerTail(Request& request, int64_t now_ms, bool waited_enough);
+  void PublishFigures();
+
+  Journal* const inner_;
+  Worker& worker_;
+  const size_t backlog_limit_;
+
+  bool active_ = false;  // A full sync has cut: every record gets a position.
+  std::string turn_;     // This turn's records, encoded.
+  uint32_t turn_count_ = 0;
+  std::deque<Chunk> backlog_;
+  size_t backlog_bytes_ = 0;
+  uint64_t next_lsn_ = 0;  // The position the next record gets.
+  std::optional<FullSync> sync_;
+  // The worker may still be walking for a dropped full sync: no new one until it finishes.
+  bool walking_ = false;
+  Image image_{*this};
+  std::vector<Kept> kept_;
+  uint32_t flows_ = 0;
+
+  std::atomic<uint32_t> flows_figure_{0};
+  std::atomic<uint64_t> lsn_figure_{0};
+  std::atomic<uint64_t> first_lsn_figure_{0};
+  std::atomic<uint64_t> bytes_figure_{0};
+};
+
+}  // namespace ringkv::repl
+
+#endif  // RINGKV_SERVER_REPL_SOURCE_H_

@@ -1,0 +1,620 @@
+#!/usr/bin/env python3
+"""Replication (issue 22, step 1) between real ringkv-servers on loopback.
+
+- A replica (--replica-of) follows a primary under four writers (Put with and without TTLs,
+  compare-and-set Puts, Deletes, Increments, Expire, Persist): once the writers stop and every
+  flow is stable at the primary's position, both hold the same keys with the same values,
+  versions and TTLs, after one full sync per flow; the replica expired nothing on its own.
+- A replica refuses every write (UNAVAILABLE, "read-only replica of" and the primary's address;
+  nothing stored), in unary calls, MultiPut, Stream and through the CLI, and serves reads (Get,
+  MultiGet, Scan, Stream GET). Stats give the roles.
+- An expired key: the replica answers it as missing while the primary is stopped (SIGSTOP), yet
+  keeps it; the primary's expiry reaches it as a delete once the primary runs again.
+- A replica killed with SIGKILL, replaced by a new one after more writes: the new one full-syncs
+  and holds what the primary holds; the primary drops the dead one's flows.
+- --repl-backlog=64KiB and a replica stopped (SIGSTOP) while megabytes are written: it is cut
+  off, full-syncs again, and ends equal; the primary's backlog stays bounded meanwhile.
+- Bad setups: --threads unlike the primary's, a replica of itself, a port that is no ringkv
+  server: each keeps retrying with a clear last_error and serves reads; --replica-of with
+  --data-dir refuses the start (exit status 2).
+
+Every wait polls with a deadline. Usage:
+  replication_test.py SERVER_BINARY CLI_BINARY PROTO_DIR TOOLS_DIR [SERVER_FLAG...]
+RINGKV_SANITIZER (meson's b_sanitize) stretches the deadlines under a sanitizer. This script
+re-runs itself under the venv's Python (grpcio).
+"""
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
+import python_stubs  # noqa: E402
+from ringkv_server import LogReader, RingkvServer  # noqa: E402
+import venv_main  # noqa: E402
+
+SERVER, CLI, PROTO_DIR, TOOLS = sys.argv[1:5] if len(sys.argv) >= 5 else (None,) * 4
+SERVER_FLAGS = sys.argv[5:]
+SLOW = 1 if os.environ.get("RINGKV_SANITIZER", "none") == "none" else 3  # Deadlines' factor.
+
+CALL_TIMEOUT = 10  # Seconds, per RPC.
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20)]
+SOON_MS = 1500  # A key with less TTL left than this may expire mid-comparison: not compared.
+TTL_SLACK_MS = 1000  # The remaining TTLs the two sides give for a key may differ by this.
+BACKLOG = 64 << 10
+
+# Imported by setUpModule, under the venv, once the stubs exist.
+grpc = kv_pb2 = kv_pb2_grpc = text_format = None
+
+
+def setUpModule():
+    global grpc, kv_pb2, kv_pb2_grpc, text_format
+    python_stubs.generate(PROTO_DIR)
+    import grpc as grpc_module
+    from google.protobuf import text_format as text_format_module
+    from ringkv.v1 import kv_pb2 as pb, kv_pb2_grpc as pb_grpc
+    grpc, kv_pb2, kv_pb2_grpc, text_format = grpc_module, pb, pb_grpc, text_format_module
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition, timeout, describe):
+    """Polls condition() until it is true (and returns it); AssertionError with describe() if
+    it is still false after timeout * SLOW seconds."""
+    deadline = time.time() + timeout * SLOW
+    while True:
+        got = condition()
+        if got:
+            return got
+        if time.time() >= deadline:
+            raise AssertionError(f"not so within {timeout * SLOW} s: {describe()}")
+        time.sleep(0.05)
+
+
+# The calls the tests make, on a KVStub.
+
+def get(kv, key):
+    """The GetResponse, or None if the key is absent."""
+    try:
+        return kv.Get(kv_pb2.GetRequest(key=key), timeout=CALL_TIMEOUT)
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.NOT_FOUND:
+            return None
+        raise
+
+
+def put_many(kv, items):
+    """MultiPuts (key, value, ttl_ms) items, 100 a call; each must succeed."""
+    for i in range(0, len(items), 100):
+        batch = [kv_pb2.KeyValue(key=k, value=v, ttl_ms=t) for k, v, t in items[i:i + 100]]
+        results = kv.MultiPut(kv_pb2.MultiPutRequest(items=batch), timeout=CALL_TIMEOUT).results
+        bad = [(item.key, r.code, r.message) for item, r in zip(batch, results) if r.code != 0]
+        assert not bad, f"MultiPut failed: {bad[:5]}"
+
+
+def stats(kv):
+    return kv.Stats(kv_pb2.StatsRequest(), timeout=CALL_TIMEOUT)
+
+
+def flows(kv):
+    """The server's replication flows, by worker."""
+    return {f.worker: f for f in stats(kv).replication.flows}
+
+
+def show(kv):
+    """The server's replication stats on one line, for failure messages."""
+    try:
+        return text_format.MessageToString(stats(kv).replication, as_one_line=True)
+    except grpc.RpcError as e:
+        return f"(Stats failed: {e.code()} {e.details()})"
+
+
+def caught_up(primary, replica):
+    """Whether each of the replica's flows is stable, without lag, at the position of the
+    primary's flow of that worker, and the primary did not move while this looked."""
+    before = {w: f.lsn for w, f in flows(primary).items()}
+    mine = flows(replica)
+    after = {w: f.lsn for w, f in flows(primary).items()}
+    return (before == after and len(mine) == len(before) > 0 and
+            all(f.state == "stable" and f.lag_records == 0 and f.applied_lsn == before.get(w)
+                for w, f in mine.items()))
+
+
+def scan_keys(kv):
+    """Every key, paging with the cursor."""
+    found, cursor = set(), 0
+    for _ in range(100000):
+        page = kv.Scan(kv_pb2.ScanRequest(cursor=cursor, limit=1000), timeout=CALL_TIMEOUT)
+        found.update(page.keys)
+        cursor = page.cursor
+        if cursor == 0:
+            return found
+    raise AssertionError("Scan never gave cursor 0")
+
+
+def read(kv, keys):
+    """key -> (value, version, ttl_ms) for the keys present, with one MultiGet."""
+    results = kv.MultiGet(kv_pb2.MultiGetRequest(keys=keys), timeout=CALL_TIMEOUT).results
+    assert len(results) == len(keys), (len(results), len(keys))
+    out = {}
+    for key, r in zip(keys, results):
+        assert r.code in (0, 5), f"MultiGet of {key!r}: code {r.code} {r.message}"
+        if r.code == 0:
+            out[key] = (r.value, r.version, r.ttl_ms)
+    return out
+
+
+def brief(entry):
+    if entry is None:
+        return "absent"
+    value, version, ttl_ms = entry
+    return f"version {version}, ttl_ms {ttl_ms}, {len(value)} bytes {value[:16]!r}"
+
+
+def run_writers(address, seconds, writers=4, keys=2000):
+    """`writers` threads, each on its own channel, write a random mix for `seconds`: Put (some
+    with a TTL of 200 ms to 2 s), compare-and-set Put on the version a Get gave, Delete,
+    Increment of counter keys, Expire, Persist. Returns (calls made, unexpected errors):
+    NOT_FOUND and FAILED_PRECONDITION are expected."""
+    stop_at = time.time() + seconds
+    counts, errors = [0] * writers, []
+
+    def value(rng):
+        roll = rng.random()
+        size = (20000 if roll < 0.02 else rng.randint(1000, 3000) if roll < 0.12
+                else rng.randint(1, 200))
+        return rng.randbytes(size)
+
+    def write(n):
+        rng = random.Random(n)
+        expected = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
+        try:
+            with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+                kv = kv_pb2_grpc.KVStub(channel)
+                while time.time() < stop_at:
+                    key = b"k%04d" % rng.randrange(keys)
+                    roll = rng.random()
+                    try:
+                        if roll < 0.35:
+                            kv.Put(kv_pb2.PutRequest(key=key, value=value(rng)),
+                                   timeout=CALL_TIMEOUT)
+                        elif roll < 0.50:
+                            kv.Put(kv_pb2.PutRequest(key=key, value=value(rng),
+                                                     ttl_ms=rng.randint(200, 2000)),
+                                   timeout=CALL_TIMEOUT)
+                        elif roll < 0.65:
+                            current = get(kv, key)
+                            version = current.version if current is not None else 0
+                            kv.Put(kv_pb2.PutRequest(key=key, value=value(rng),
+                                                     condition=kv_pb2.Condition(version=version)),
+                                   timeout=CALL_TIMEOUT)
+                        elif roll < 0.75:
+                            kv.Delete(kv_pb2.DeleteRequest(key=key), timeout=CALL_TIMEOUT)
+                        elif roll < 0.87:
+                            kv.Increment(kv_pb2.IncrementRequest(
+                                key=b"counter%02d" % rng.randrange(20),
+                                delta=rng.randint(-3, 10)), timeout=CALL_TIMEOUT)
+                        elif roll < 0.94:
+                            kv.Expire(kv_pb2.ExpireRequest(key=key,
+                                                           ttl_ms=rng.randint(200, 2000)),
+                                      timeout=CALL_TIMEOUT)
+                        else:
+                            kv.Persist(kv_pb2.PersistRequest(key=key), timeout=CALL_TIMEOUT)
+                    except grpc.RpcError as e:
+                        if e.code() not in expected:
+                            errors.append(f"{e.code()}: {e.details()}")
+                    counts[n] += 1
+        except Exception as e:  # noqa: BLE001 -- reported by the test, not lost in a thread.
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=seconds + 60)
+    assert not any(t.is_alive() for t in threads), "a writer hung"
+    return sum(counts), errors
+
+
+class ClosingListener:
+    """A TCP port that accepts connections and closes them at once: no ringkv server."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.done.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.accepted += 1
+            conn.close()
+
+    def close(self):
+        self.done.set()
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+class ReplicationTest(unittest.TestCase):
+    # Servers: each test starts its own, and its cleanups stop them.
+
+    def start(self, *flags, threads=2):
+        """A server, stopped (SIGTERM, exit status 0) when the test ends; one that a test
+        killed is only reaped, and one that died on its own fails the test."""
+        server = RingkvServer(SERVER, f"--threads={threads}", *flags, *SERVER_FLAGS)
+        server.log = LogReader(server)
+        server.killed = False
+
+        def cleanup():
+            if server.process.poll() is None:
+                server.process.send_signal(signal.SIGCONT)  # In case a test left it stopped.
+                server.stop()
+                return
+            status = server.process.wait()
+            server.process.stderr.close()
+            if not server.killed:
+                raise AssertionError(f"ringkv-server {flags} exited {status} on its own: "
+                                     + "".join(server.log.lines[-20:]))
+        self.addCleanup(cleanup)
+        return server
+
+    def replica_of(self, primary, *flags, threads=2):
+        return self.start(f"--replica-of={primary.address}", *flags, threads=threads)
+
+    def kv(self, server):
+        channel = grpc.insecure_channel(server.address, options=CHANNEL_OPTIONS)
+        self.addCleanup(channel.close)
+        return kv_pb2_grpc.KVStub(channel)
+
+    def kill9(self, server):
+        server.killed = True
+        server.process.kill()
+        server.process.wait(timeout=10)
+
+    def pause(self, server):
+        """SIGSTOP; a cleanup sends SIGCONT, so that the stop at the end finds it running."""
+        os.kill(server.process.pid, signal.SIGSTOP)
+        self.addCleanup(self.resume, server)
+
+    def resume(self, server):
+        if server.process.poll() is None:
+            os.kill(server.process.pid, signal.SIGCONT)
+
+    # Checks.
+
+    def wait_stable(self, primary_kv, replica_kv, replica, timeout=20, extra=None):
+        """Waits until the replica is caught up (caught_up) and, if given, extra() holds."""
+        wait_until(lambda: caught_up(primary_kv, replica_kv) and (extra is None or extra()),
+                   timeout,
+                   lambda: (f"\nprimary: {show(primary_kv)}\nreplica: {show(replica_kv)}\n"
+                            f"replica's log: {''.join(replica.log.lines[-20:])}"))
+
+    def compare(self, primary_kv, replica_kv, at_least):
+        """Every key either side lists, unless it has less than SOON_MS of TTL left: present
+        on both, with the same value and version, and a TTL on both or neither (the remaining
+        times within TTL_SLACK_MS). Each batch is read from both sides at once, so that the
+        remaining TTLs are comparable."""
+        keys = sorted(scan_keys(primary_kv) | scan_keys(replica_kv))
+        compared, problems = 0, []
+        for i in range(0, len(keys), 100):
+            batch = keys[i:i + 100]
+            mine, theirs = read(primary_kv, batch), read(replica_kv, batch)
+            for key in batch:
+                p, r = mine.get(key), theirs.get(key)
+                if p is None and r is None:
+                    continue  # Expired between the scan and the read.
+                if any(e is not None and 0 <= e[2] <= SOON_MS for e in (p, r)):
+                    continue  # About to expire: may be gone from one side by now.
+                if (p is None or r is None or p[:2] != r[:2] or (p[2] < 0) != (r[2] < 0)
+                        or abs(p[2] - r[2]) > TTL_SLACK_MS):
+                    problems.append(f"{key!r}: primary {brief(p)}; replica {brief(r)}")
+                else:
+                    compared += 1
+        self.assertEqual(problems[:20], [], f"{len(problems)} of {len(keys)} keys differ")
+        self.assertGreaterEqual(compared, at_least, f"of {len(keys)} keys listed")
+        return compared
+
+    def assertRefused(self, call, primary):
+        """The call fails with UNAVAILABLE, naming the server a read-only replica of primary."""
+        with self.assertRaises(grpc.RpcError) as raised:
+            call()
+        e = raised.exception
+        self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
+        self.assertIn("read-only replica of", e.details())
+        self.assertIn(primary, e.details())
+
+    def cli(self, server, *args):
+        return subprocess.run([CLI, f"--addr={server.address}", *args], capture_output=True,
+                              text=True, timeout=30)
+
+    # The tests.
+
+    def test_follows_writes(self):
+        primary = self.start()
+        pkv = self.kv(primary)
+        # Keys the writers never touch, there before the replica: its full sync's image brings
+        # them. One in five has a TTL that outlives the test.
+        put_many(pkv, [(b"base%04d" % i, b"base-%d" % i, 60000 if i % 5 == 0 else 0)
+                       for i in range(600)])
+        replica = self.replica_of(primary)
+        rkv = self.kv(replica)
+        # The writers start at once: some of their writes come during the full sync.
+        calls, errors = run_writers(primary.address, seconds=3)
+        self.assertEqual(errors[:10], [], f"{len(errors)} unexpected errors")
+        self.assertGreater(calls, 100)
+        self.wait_stable(pkv, rkv, replica)
+        self.compare(pkv, rkv, at_least=600)
+        self.assertEqual({w: f.full_syncs for w, f in flows(rkv).items()}, {0: 1, 1: 1},
+                         show(rkv))
+        # Expiry is the primary's: the replica removed no key because its TTL passed.
+        self.assertEqual(sum(s.expired for s in stats(rkv).shards), 0)
+
+    def test_refuses_writes(self):
+        primary = self.start()
+        replica = self.replica_of(primary)
+        pkv, rkv = self.kv(primary), self.kv(replica)
+        pkv.Put(kv_pb2.PutRequest(key=b"there", value=b"1"), timeout=CALL_TIMEOUT)
+        self.wait_stable(pkv, rkv, replica)
+        # The roles, in Stats.
+        mine, theirs = stats(pkv).replication, stats(rkv).replication
+        self.assertEqual((mine.role, mine.primary), ("primary", ""))
+        self.assertEqual((theirs.role, theirs.primary), ("replica", primary.address))
+        self.assertEqual(len(theirs.flows), 2)
+        self.assertEqual([f.replicas for f in mine.flows], [1, 1])
+
+        p = primary.address
+        refused = {
+            "Put": lambda: rkv.Put(kv_pb2.PutRequest(key=b"w", value=b"v"), timeout=CALL_TIMEOUT),
+            "Put with a condition": lambda: rkv.Put(
+                kv_pb2.PutRequest(key=b"w", value=b"v", condition=kv_pb2.Condition(absent=True)),
+                timeout=CALL_TIMEOUT),
+            "Delete": lambda: rkv.Delete(kv_pb2.DeleteRequest(key=b"there"), timeout=CALL_TIMEOUT),
+            "Increment": lambda: rkv.Increment(kv_pb2.IncrementRequest(key=b"n", delta=1),
+                                               timeout=CALL_TIMEOUT),
+            "Expire": lambda: rkv.Expire(kv_pb2.ExpireRequest(key=b"there", ttl_ms=1000),
+                                         timeout=CALL_TIMEOUT),
+            "Persist": lambda: rkv.Persist(kv_pb2.PersistRequest(key=b"there"),
+                                           timeout=CALL_TIMEOUT),
+        }
+        for name, call in refused.items():
+            with self.subTest(name):
+                self.assertRefused(call, p)
+        # MultiPut: the whole call refused, or else each item.
+        items = [kv_pb2.KeyValue(key=b"m1", value=b"v"), kv_pb2.KeyValue(key=b"m2", value=b"v")]
+        try:
+            results = rkv.MultiPut(kv_pb2.MultiPutRequest(items=items),
+                                   timeout=CALL_TIMEOUT).results
+        except grpc.RpcError as e:
+            self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
+            self.assertIn("read-only replica of " + p, e.details())
+        else:
+            for r in results:
+                self.assertEqual(r.code, grpc.StatusCode.UNAVAILABLE.value[0], r.message)
+                self.assertIn("read-only replica of " + p, r.message)
+        # Stream: each write refused on its own; its GET served.
+        ops = kv_pb2.StreamRequest(ops=[
+            kv_pb2.StreamOp(id=1, type=kv_pb2.OP_TYPE_GET, key=b"there"),
+            kv_pb2.StreamOp(id=2, type=kv_pb2.OP_TYPE_PUT, key=b"s", value=b"v"),
+            kv_pb2.StreamOp(id=3, type=kv_pb2.OP_TYPE_DELETE, key=b"there")])
+        results = {}
+        for response in rkv.Stream(iter([ops]), timeout=CALL_TIMEOUT):
+            for r in response.results:
+                results[r.id] = r.result
+        self.assertEqual((results[1].code, results[1].value), (0, b"1"))
+        for i in (2, 3):
+            self.assertEqual(results[i].code, grpc.StatusCode.UNAVAILABLE.value[0])
+            self.assertIn("read-only replica of " + p, results[i].message)
+        # The CLI: reads work; a write exits 3 (a server error) with the server's reason.
+        r = self.cli(replica, "get", "there")
+        self.assertEqual((r.returncode, r.stdout), (0, "1"), r.stderr)
+        r = self.cli(replica, "put", "c", "v")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("read-only replica of " + p, r.stderr)
+
+        # Nothing was stored or changed, on either side.
+        self.wait_stable(pkv, rkv, replica)
+        for kv in (pkv, rkv):
+            for key in (b"w", b"n", b"m1", b"m2", b"s", b"c"):
+                self.assertIsNone(get(kv, key), key)
+            there = get(kv, b"there")
+            self.assertEqual((there.value, there.ttl_ms), (b"1", -1))
+        # Reads on the replica: Get, MultiGet, Scan.
+        self.assertEqual(get(rkv, b"there").version, get(pkv, b"there").version)
+        self.assertEqual(list(read(rkv, [b"there", b"w"])), [b"there"])
+        self.assertEqual(scan_keys(rkv), {b"there"})
+
+    def test_expiry_comes_from_the_primary(self):
+        primary = self.start()
+        replica = self.replica_of(primary)
+        pkv, rkv = self.kv(primary), self.kv(replica)
+        put_many(pkv, [(b"stays%d" % i, b"v", 0) for i in range(10)])
+        pkv.Put(kv_pb2.PutRequest(key=b"short", value=b"v", ttl_ms=2500), timeout=CALL_TIMEOUT)
+        self.wait_stable(pkv, rkv, replica)
+        keys = lambda: sum(s.keys for s in stats(rkv).shards)  # noqa: E731
+        # With the primary stopped, no delete can come: the replica hides the key when its
+        # time is up, and keeps it.
+        self.pause(primary)
+        self.assertEqual(keys(), 11, "the key expired before the primary was stopped")
+        wait_until(lambda: get(rkv, b"short") is None, 10,
+                   lambda: f"the replica still answers {get(rkv, b'short')}")
+        self.assertEqual(read(rkv, [b"short", b"stays0"]).keys(), {b"stays0"})
+        self.assertNotIn(b"short", scan_keys(rkv))
+        replica_stats = stats(rkv)
+        self.assertEqual(sum(s.keys for s in replica_stats.shards), 11)
+        self.assertEqual(sum(s.expired for s in replica_stats.shards), 0)
+        # The primary expires it (a Get of it too, if it expires lazily) and the delete comes.
+        self.resume(primary)
+        self.assertIsNone(get(pkv, b"short"))
+        wait_until(lambda: keys() == 10, 10, lambda: f"replica keys {keys()}: {show(rkv)}")
+        self.wait_stable(pkv, rkv, replica)
+        self.compare(pkv, rkv, at_least=10)
+        self.assertEqual(sum(s.expired for s in stats(rkv).shards), 0)
+
+    def test_restart_full_syncs(self):
+        primary = self.start()
+        pkv = self.kv(primary)
+        put_many(pkv, [(b"a%04d" % i, b"first-%d" % i, 0) for i in range(500)])
+        replica = self.replica_of(primary)
+        rkv = self.kv(replica)
+        self.wait_stable(pkv, rkv, replica)
+        self.compare(pkv, rkv, at_least=500)
+        self.kill9(replica)
+        # More writes while no replica follows: new keys, overwrites, deletes.
+        put_many(pkv, [(b"b%04d" % i, b"second-%d" % i, 0) for i in range(500)])
+        put_many(pkv, [(b"a%04d" % i, b"again-%d" % i, 60000) for i in range(100)])
+        for i in range(100, 200):
+            pkv.Delete(kv_pb2.DeleteRequest(key=b"a%04d" % i), timeout=CALL_TIMEOUT)
+        again = self.replica_of(primary)  # A new process on a new port.
+        akv = self.kv(again)
+        # The primary has dropped the dead replica's flows: one replica per worker.
+        self.wait_stable(pkv, akv, again,
+                         extra=lambda: all(f.replicas == 1 for f in flows(pkv).values()))
+        self.assertEqual(self.compare(pkv, akv, at_least=900), 900)
+        self.assertEqual({w: f.full_syncs for w, f in flows(akv).items()}, {0: 1, 1: 1})
+
+    def test_backlog_overflow_full_syncs(self):
+        primary = self.start(f"--repl-backlog={BACKLOG >> 10}KiB")
+        pkv = self.kv(primary)
+        self.assertEqual(stats(pkv).replication.backlog_limit_bytes, BACKLOG)
+        put_many(pkv, [(b"small%03d" % i, b"v", 0) for i in range(100)])
+        replica = self.replica_of(primary)
+        rkv = self.kv(replica)
+        self.wait_stable(pkv, rkv, replica)
+        self.assertEqual({w: f.full_syncs for w, f in flows(rkv).items()}, {0: 1, 1: 1})
+        # 40 MB while the replica reads nothing: 300 times each worker's backlog, and more
+        # than what is in transit can hold (the primary's send buffer, 256 KiB, the socket
+        # buffers of both ends, a few MB each on loopback, and the replica's HTTP/2 window).
+        # The primary goes on serving writes.
+        self.pause(replica)
+        big = [(b"big%05d" % i, (b"%05d" % i) * 20000, 0) for i in range(400)]
+        for i in range(0, len(big), 20):
+            put_many(pkv, big[i:i + 20])
+        # The backlog keeps its limit, or its newest turn's records if they alone pass it
+        # (one MultiPut here: at most 2 MB).
+        for w, f in flows(pkv).items():
+            self.assertLessEqual(f.backlog_bytes, BACKLOG + 20 * 100_000, f"worker {w}: {show(pkv)}")
+            self.assertGreater(f.backlog_first_lsn, 0, f"worker {w}: {show(pkv)}")
+        self.resume(replica)
+        # Cut off, each flow full-syncs again (3 in all at least, on top of the first 2).
+        self.wait_stable(pkv, rkv, replica, timeout=30,
+                         extra=lambda: sum(f.full_syncs for f in flows(rkv).values()) >= 3)
+        self.compare(pkv, rkv, at_least=500)
+
+    def test_primary_with_a_data_dir_snapshots_and_restarts(self):
+        # The data directory's snapshots and the replicas' full syncs share each worker's one
+        # snapshot; a primary restarted from its disk on the same port is followed again.
+        data = tempfile.mkdtemp(prefix="ringkv-replication-")
+        self.addCleanup(shutil.rmtree, data, True)
+        port = free_port()
+        flags = (f"--listen=127.0.0.1:{port}", f"--data-dir={os.path.join(data, 'data')}")
+        primary = self.start(*flags)
+        pkv = self.kv(primary)
+        put_many(pkv, [(b"d%05d" % i, b"x" * (i % 500), 0) for i in range(3000)])
+        replica = self.replica_of(primary)
+        rkv = self.kv(replica)
+        snapshot = pkv.Snapshot(kv_pb2.SnapshotRequest(), timeout=CALL_TIMEOUT * SLOW)
+        self.assertEqual(snapshot.keys, 3000)
+        put_many(pkv, [(b"e%05d" % i, b"y", 0) for i in range(500)])
+        self.wait_stable(pkv, rkv, replica)
+        self.compare(pkv, rkv, at_least=3500)
+        primary.stop()
+        primary.killed = True  # Stopped here, not by the cleanup.
+        again = self.start(*flags)  # Restored from its snapshot, on the same port.
+        akv = self.kv(again)
+        put_many(akv, [(b"f%05d" % i, b"z", 0) for i in range(10)])
+        self.wait_stable(akv, rkv, replica,
+                         extra=lambda: sum(f.full_syncs for f in flows(rkv).values()) >= 4)
+        self.assertEqual(self.compare(akv, rkv, at_least=3510), 3510)
+
+    # Bad setups: each gets a clear error, and the replica stays up, retrying and serving reads.
+
+    def wait_flows(self, kv, count, predicate, timeout=10):
+        """Waits until the server has `count` flows and predicate(flow) holds for each;
+        returns them, by worker."""
+        def check():
+            got = flows(kv)
+            return got if len(got) == count and all(map(predicate, got.values())) else None
+        return wait_until(check, timeout, lambda: show(kv))
+
+    def assertServesReads(self, server, kv):
+        self.assertIsNone(server.process.poll(), "the replica exited")
+        self.assertIsNone(get(kv, b"k"))
+        self.assertEqual(scan_keys(kv), set())
+
+    def test_bad_setup_threads_mismatch(self):
+        primary = self.start()
+        replica = self.replica_of(primary, threads=1)
+        pkv, rkv = self.kv(primary), self.kv(replica)
+        f = self.wait_flows(rkv, 1, lambda f: "--threads" in f.last_error)[0]
+        self.assertNotEqual(f.state, "stable")
+        self.assertEqual(f.full_syncs, 0)
+        self.assertServesReads(replica, rkv)
+        self.assertTrue(all(f.replicas == 0 for f in flows(pkv).values()), show(pkv))
+
+    def test_bad_setup_replica_of_itself(self):
+        port = free_port()
+        # A --listen after RingkvServer's own --listen=127.0.0.1:0 wins (the last one does).
+        server = self.start(f"--listen=127.0.0.1:{port}", f"--replica-of=127.0.0.1:{port}")
+        self.assertEqual(server.address, f"127.0.0.1:{port}")
+        kv = self.kv(server)
+        got = self.wait_flows(kv, 2, lambda f: re.search(r"\bitself\b", f.last_error))
+        for f in got.values():
+            # Not the refusal of chains ("--replica-of names a replica"): it is the same one.
+            self.assertNotIn("names a replica", f.last_error)
+            self.assertNotEqual(f.state, "stable")
+            self.assertEqual(f.full_syncs, 0)
+        self.assertServesReads(server, kv)
+
+    def test_bad_setup_data_dir_refused(self):
+        data = tempfile.mkdtemp(prefix="ringkv-replication-")
+        self.addCleanup(shutil.rmtree, data, True)
+        r = subprocess.run([SERVER, "--listen=127.0.0.1:0", "--threads=2",
+                            f"--replica-of=127.0.0.1:{free_port()}",
+                            f"--data-dir={os.path.join(data, 'data')}", *SERVER_FLAGS],
+                           capture_output=True, text=True, timeout=10 * SLOW)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--replica-of", r.stderr)
+        self.assertIn("--data-dir", r.stderr)
+
+    def test_bad_setup_not_a_ringkv_port(self):
+        listener = ClosingListener()
+        self.addCleanup(listener.close)
+        address = f"127.0.0.1:{listener.port}"
+        replica = self.start(f"--replica-of={address}")
+        kv = self.kv(replica)
+        got = self.wait_flows(kv, 2, lambda f: f.last_error)
+        self.assertGreater(listener.accepted, 0)
+        for f in got.values():
+            self.assertNotEqual(f.state, "stable")
+            self.assertEqual(f.full_syncs, 0)
+        self.assertServesReads(replica, kv)
+        self.assertRefused(lambda: kv.Put(kv_pb2.PutRequest(key=b"k", value=b"v"),
+                                          timeout=CALL_TIMEOUT), address)
+
+
+if __name__ == "__main__":
+    venv_main.run(TOOLS)
