@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "shard/clock.h"
 #include "shard/request.h"
 
 namespace ringkv {
@@ -30,8 +31,9 @@ class ReplicationPort {
   // false if the port keeps it for a later Turn.
   virtual bool Serve(Request& request, Shard& shard, int64_t now_ms) = 0;
   // Once per turn, after the journal's commit: the kept requests that are answered now go to
-  // `answered`; a replica's port applies what came. Returns the work done (0: none).
-  virtual size_t Turn(Shard& shard, int64_t now_ms, std::vector<Request*>* answered) = 0;
+  // `answered`; a replica's port applies what came. Returns the work done (0: none). `clock`
+  // is read only when needed: this runs on every turn.
+  virtual size_t Turn(Shard& shard, Clock clock, std::vector<Request*>* answered) = 0;
   // Whether the worker must not expire keys on its own (a replica: the primary's deletes do).
   virtual bool follows() const = 0;
 };

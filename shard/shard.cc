@@ -393,8 +393,20 @@ bool Shard::SnapshotStep(size_t buckets) {
   const int bits = std::countr_zero(table_.capacity());
   const uint64_t count = table_.capacity();
   uint64_t p = snapshot_position_ >> (64 - bits);
+  // Scan order visits the slots far apart: fetch them, then their records, ahead of the walk.
+  constexpr uint64_t kSlotsAhead = 16;
+  constexpr uint64_t kRecordsAhead = 8;
+  auto bucket_at = [bits](uint64_t q) {
+    return static_cast<size_t>(ReverseBits(q) >> (64 - bits));
+  };
+  for (uint64_t q = p; q < p + kSlotsAhead && q < count; ++q) {
+    table_.PrefetchBucket(bucket_at(q));
+    if (q < p + kRecordsAhead) table_.PrefetchBucketRecords(bucket_at(q));
+  }
   for (size_t visited = 0; p < count && visited < buckets; ++p, ++visited) {
-    const size_t bucket = static_cast<size_t>(ReverseBits(p) >> (64 - bits));
+    if (p + kSlotsAhead < count) table_.PrefetchBucket(bucket_at(p + kSlotsAhead));
+    if (p + kRecordsAhead < count) table_.PrefetchBucketRecords(bucket_at(p + kRecordsAhead));
+    const size_t bucket = bucket_at(p);
     table_.ForEachInBucket(bucket, [&](Entry& e) {
       if (ScanPosition(Table::HashOf(e)) < snapshot_position_) return;
       if (InSnapshot(e)) {
@@ -426,13 +438,13 @@ void Shard::LoadDelete(const HashedKey& key) {
   if (Entry* e = table_.Find(key.bytes, key.hash); e != nullptr) Remove(key, e);
 }
 
-void Shard::Clear() {
+void Shard::Clear(size_t reserve) {
   if (snapshot_sink_ != nullptr) {
     while (!SnapshotStep(size_t{1} << 20)) {
     }
   }
   std::destroy_at(&table_);
-  std::construct_at(&table_, 0);
+  std::construct_at(&table_, reserve);
   by_deadline_.clear();
   payload_bytes_ = 0;
 }

@@ -94,8 +94,9 @@ class Shard {
   void LoadDeadline(const HashedKey& key, int64_t deadline_ms);
   void LoadDelete(const HashedKey& key);
   // Every key goes at once, journaled nowhere (a replica's full sync starts from nothing); the
-  // revision stays. A snapshot under way is walked to its end first.
-  void Clear();
+  // revision stays, and the table is made anew for `reserve` keys. A snapshot under way is
+  // walked to its end first.
+  void Clear(size_t reserve = 0);
   // The end of a restore: removes the keys whose deadline is at or before `now_ms` (not
   // counted as expired()); how many.
   size_t FinishLoad(int64_t now_ms);

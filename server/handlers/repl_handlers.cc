@@ -76,6 +76,7 @@ class FlowHandler : public Handler {
       case Step::kBegin:
         message_.set_kind(pb::FlowMessage::FULL_SYNC);
         message_.set_lsn(op_.version);
+        message_.set_keys(static_cast<uint64_t>(op_.number));
         tail_from_ = op_.version;
         next_ = Step::kImage;
         break;

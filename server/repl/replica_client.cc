@@ -84,6 +84,7 @@ void ReplicaClient::Follow(uint32_t worker) {
       switch (message.kind()) {
         case pb::FlowMessage::FULL_SYNC:
           item.kind = ReplSink::Item::Kind::kFullSync;
+          item.keys = message.keys();
           sink.set_connected(true);
           sink.CountFullSync();
           Log(LogLevel::kInfo, "replica: worker %d: full sync from %s", worker, options_.primary);

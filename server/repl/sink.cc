@@ -47,7 +47,7 @@ bool ReplSink::Serve(Request& request, Shard& /*shard*/, int64_t /*now_ms*/) {
   return true;
 }
 
-size_t ReplSink::Turn(Shard& shard, int64_t /*now_ms*/, std::vector<Request*>* /*answered*/) {
+size_t ReplSink::Turn(Shard& shard, Clock /*clock*/, std::vector<Request*>* /*answered*/) {
   if (taken_.empty()) {
     if (!waiting_.load(std::memory_order_acquire)) return 0;
     std::lock_guard lock(mu_);
@@ -70,7 +70,7 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
   switch (item.kind) {
     case Item::Kind::kFullSync:
       synced_.store(false, std::memory_order_relaxed);
-      shard.Clear();
+      shard.Clear(item.keys);
       applied_lsn_.store(item.lsn, std::memory_order_relaxed);
       return 0;
     case Item::Kind::kImageDone:
@@ -81,23 +81,37 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
     case Item::Kind::kTail:
       break;
   }
+  // A burst at a time, as the worker runs requests: every slot's DRAM fetch starts before the
+  // first record is applied, then every likely record's.
+  constexpr size_t kBurst = 32;
   persist::RecordReader reader(item.records);
-  persist::Record r;
+  persist::Record records[kBurst];
+  HashedKey keys[kBurst];
   size_t n = 0;
-  while (reader.Next(&r)) {
-    const HashedKey key{r.key, Router::Hash(r.key)};
-    switch (r.kind) {
-      case persist::RecordKind::kSet:
-        shard.LoadSet(key, r.value, r.version, r.deadline_ms);
-        break;
-      case persist::RecordKind::kDeadline:
-        shard.LoadDeadline(key, r.deadline_ms);
-        break;
-      case persist::RecordKind::kDelete:
-        shard.LoadDelete(key);
-        break;
+  for (;;) {
+    size_t got = 0;
+    while (got < kBurst && reader.Next(&records[got])) {
+      keys[got] = {records[got].key, Router::Hash(records[got].key)};
+      shard.Prefetch(keys[got]);
+      ++got;
     }
-    ++n;
+    if (got == 0) break;
+    for (size_t i = 0; i < got; ++i) shard.PrefetchRecord(keys[i]);
+    for (size_t i = 0; i < got; ++i) {
+      const persist::Record& r = records[i];
+      switch (r.kind) {
+        case persist::RecordKind::kSet:
+          shard.LoadSet(keys[i], r.value, r.version, r.deadline_ms);
+          break;
+        case persist::RecordKind::kDeadline:
+          shard.LoadDeadline(keys[i], r.deadline_ms);
+          break;
+        case persist::RecordKind::kDelete:
+          shard.LoadDelete(keys[i]);
+          break;
+      }
+    }
+    n += got;
   }
   if (item.kind == Item::Kind::kTail) {
     applied_lsn_.store(item.lsn + item.count, std::memory_order_relaxed);

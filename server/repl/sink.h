@@ -40,6 +40,7 @@ class ReplSink final : public ReplicationPort {
     uint32_t count = 0;
     uint64_t lsn = 0;       // kFullSync: the cut; kTail: its first record's position.
     uint64_t revision = 0;  // kImageDone.
+    uint64_t keys = 0;      // kFullSync: the image's keys, at most.
   };
 
   // Client thread: queues `item` for the worker; waits while the queue is full. False (nothing
@@ -57,7 +58,7 @@ class ReplSink final : public ReplicationPort {
 
   // ReplicationPort.
   bool Serve(Request& request, Shard& shard, int64_t now_ms) override;
-  size_t Turn(Shard& shard, int64_t now_ms, std::vector<Request*>* answered) override;
+  size_t Turn(Shard& shard, Clock clock, std::vector<Request*>* answered) override;
   bool follows() const override { return true; }
 
   struct Figures {

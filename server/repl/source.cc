@@ -45,8 +45,10 @@ void ReplSource::Commit() {
 }
 
 void ReplSource::Publish() {
-  backlog_.push_back({next_lsn_, turn_count_, std::move(turn_)});
-  backlog_bytes_ += backlog_.back().records.size();
+  published_bytes_ += turn_.size();
+  backlog_bytes_ += turn_.size();
+  backlog_.push_back({next_lsn_, turn_count_, std::move(turn_), published_bytes_, now_ms_});
+  busy_ = true;
   next_lsn_ += turn_count_;
   turn_ = {};
   turn_count_ = 0;
@@ -99,11 +101,13 @@ void ReplSource::Image::OnCut() {
   if (source_.sync_.has_value()) {
     source_.sync_->cut = true;
     source_.sync_->cut_lsn = source_.next_lsn_;
+    source_.sync_->keys = source_.worker_.shard().size();
   }
   source_.PublishFigures();
 }
 
 bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
+  now_ms_ = now_ms;
   const Step step = static_cast<Step>(request.number);
   if (step == Step::kEnd) {
     if (sync_.has_value() && sync_->flow == request.deadline_ms) sync_.reset();
@@ -151,6 +155,7 @@ bool ReplSource::AnswerBegin(Request& request, int64_t now_ms) {
   }
   if (!sync_->cut) return false;
   request.version = sync_->cut_lsn;
+  request.number = static_cast<int64_t>(sync_->keys);
   request.result = Result::kOk;
   return true;
 }
@@ -162,7 +167,7 @@ bool ReplSource::AnswerImage(Request& request, int64_t now_ms) {
   }
   FullSync& sync = *sync_;
   sync.last_read_ms = now_ms;
-  if (sync.count > 0) {
+  if (sync.count > 0 && (sync.part.size() >= kImageSendBytes || sync.done)) {
     request.out.clear();
     request.out.swap(sync.part);
     request.number = sync.count;
@@ -177,17 +182,28 @@ bool ReplSource::AnswerImage(Request& request, int64_t now_ms) {
   return true;
 }
 
-bool ReplSource::AnswerTail(Request& request, int64_t /*now_ms*/, bool waited_enough) {
+bool ReplSource::WorthSending(uint64_t from, int64_t now_ms, bool busy) const {
+  if (from == next_lsn_) return false;
+  if (!busy) return true;
+  // Chunks start at positions the flow reads from: the cut, and the ends of earlier answers.
+  auto it = std::lower_bound(backlog_.begin(), backlog_.end(), from,
+                             [](const Chunk& c, uint64_t lsn) { return c.first < lsn; });
+  const uint64_t before = it->end_bytes - it->records.size();
+  return published_bytes_ - before >= kBatchBytes || now_ms - it->made_ms >= kBatchMs;
+}
+
+bool ReplSource::AnswerTail(Request& request, int64_t now_ms, bool waited_enough) {
   const uint64_t from = request.version;
   const uint64_t first = backlog_.empty() ? next_lsn_ : backlog_.front().first;
   if (!active_ || from < first || from > next_lsn_) {
     request.result = Result::kUnavailable;
     return true;
   }
-  if (from == next_lsn_ && !waited_enough) return false;
+  // In Serve (during the turn's requests) the last turn says whether the worker is busy; in
+  // Turn (after the commit), this one.
+  if (!waited_enough && !WorthSending(from, now_ms, in_turn_ ? busy_ : was_busy_)) return false;
   request.out.clear();
   uint32_t count = 0;
-  // Chunks start at positions the flow reads from: the cut, and the ends of earlier answers.
   auto it = std::lower_bound(backlog_.begin(), backlog_.end(), from,
                              [](const Chunk& c, uint64_t lsn) { return c.first < lsn; });
   for (; it != backlog_.end() && (count == 0 || request.out.size() < kTailBytes); ++it) {
@@ -201,12 +217,19 @@ bool ReplSource::AnswerTail(Request& request, int64_t /*now_ms*/, bool waited_en
   return true;
 }
 
-size_t ReplSource::Turn(Shard& /*shard*/, int64_t now_ms, std::vector<Request*>* answered) {
+size_t ReplSource::Turn(Shard& /*shard*/, Clock clock, std::vector<Request*>* answered) {
+  if (kept_.empty() && !sync_.has_value()) {
+    was_busy_ = busy_;
+    busy_ = false;
+    return 0;
+  }
+  const int64_t now_ms = clock();
+  now_ms_ = now_ms;
   if (sync_.has_value() && sync_->started && now_ms - sync_->last_read_ms > kStaleImageMs &&
       image_.backlogged()) {
     sync_.reset();  // Its flow stopped reading: the walk runs on without it, and it starts over.
   }
-  if (kept_.empty()) return 0;
+  in_turn_ = true;
   size_t kept = 0;
   for (Kept& k : kept_) {
     Request& r = *k.request;
@@ -219,6 +242,9 @@ size_t ReplSource::Turn(Shard& /*shard*/, int64_t now_ms, std::vector<Request*>*
     }
   }
   kept_.resize(kept);
+  in_turn_ = false;
+  was_busy_ = busy_;
+  busy_ = false;
   return 0;
 }
 

@@ -12,16 +12,18 @@
 // process); `version` in is, for kTail, the position to read from. Answers:
 //   kBegin  starts the full sync: the worker's live snapshot (a SnapshotJob that cuts no log),
 //           answered once the cut is made: `version` is the cut's position, where the tail
-//           starts. Waits while another flow's full sync, or the data directory's snapshot,
+//           starts, and `number` the keys the shard held then (the image holds at most
+//           these). Waits while another flow's full sync, or the data directory's snapshot,
 //           holds the worker's snapshot.
 //   kImage  the next part of the image: `out` holds set records, `number` how many (kOk);
 //           once all is handed over, kNotFound with `version` the worker's revision at the
-//           cut. Waits while the walk has nothing new.
+//           cut. Waits until the walk has kImageSendBytes for it, or is done.
 //   kTail   the records from `version` on (whole chunks, about 1 MiB at most): `out`,
 //           `number` of them, `version` the position after them, `deadline_ms` the head (the
 //           position after the last record made). Waits up to kHeartbeatMs for a record, then
-//           answers with none. kUnavailable if the backlog no longer holds `version`: the flow
-//           must start over with a full sync.
+//           answers with none; while the worker is busy, waits for kBatchBytes or kBatchMs.
+//           kUnavailable if the backlog no longer holds `version`: the flow must start over with a
+//           full sync.
 //   kEnd    the flow is over (its image, if one is under way, is dropped).
 // A flow whose image was dropped (kEnd, or not read for kStaleImageMs while its buffer was
 // full) gets kUnavailable for kImage.
@@ -51,10 +53,18 @@ class ReplSource final : public Journal, public ReplicationPort {
  public:
   static constexpr int64_t kHeartbeatMs = 200;
   static constexpr int64_t kStaleImageMs = 10'000;
-  // An image part is handed over once it holds this much; the walk waits beyond it.
+  // An image part is handed over once it holds kImageSendBytes (or the walk is done); the
+  // walk waits while it holds kImageBytes.
+  static constexpr size_t kImageSendBytes = size_t{1} << 20;
   static constexpr size_t kImageBytes = size_t{4} << 20;
   // A kTail answer stops adding chunks past this.
   static constexpr size_t kTailBytes = size_t{1} << 20;
+  // While the worker is busy (it published records in this turn), a kTail waits until this
+  // much is there, or its oldest record is kBatchMs old: each message costs both sides far more
+  // than a record, so a few large ones beat many small ones. A turn without new records sends
+  // what is there at once.
+  static constexpr size_t kBatchBytes = size_t{64} << 10;
+  static constexpr int64_t kBatchMs = 1;
 
   // `inner`: the data directory's log for this worker (null: none), which every Journal call
   // reaches as before. `worker`: whose snapshot a full sync takes.
@@ -79,7 +89,7 @@ class ReplSource final : public Journal, public ReplicationPort {
 
   // ReplicationPort.
   bool Serve(Request& request, Shard& shard, int64_t now_ms) override;
-  size_t Turn(Shard& shard, int64_t now_ms, std::vector<Request*>* answered) override;
+  size_t Turn(Shard& shard, Clock clock, std::vector<Request*>* answered) override;
   bool follows() const override { return false; }
 
   // Any thread, for stats: flows open, the head position, the oldest one kept, and the
@@ -98,6 +108,8 @@ class ReplSource final : public Journal, public ReplicationPort {
     uint64_t first;  // The position of its first record.
     uint32_t count;
     std::string records;
+    uint64_t end_bytes;  // Bytes published up to its end, since the start.
+    int64_t made_ms;
   };
   // The live snapshot of a full sync: hands keys to the flow's buffer.
   class Image final : public SnapshotJob {
@@ -119,6 +131,7 @@ class ReplSource final : public Journal, public ReplicationPort {
     bool cut = false;      // ... and cut: cut_lsn holds.
     bool done = false;     // Every key handed over: revision holds.
     uint64_t cut_lsn = 0;
+    uint64_t keys = 0;  // At the cut.
     uint64_t revision = 0;
     std::string part;    // Set records not handed to the flow yet ...
     uint32_t count = 0;  // ... and how many.
@@ -137,6 +150,8 @@ class ReplSource final : public Journal, public ReplicationPort {
   bool AnswerBegin(Request& request, int64_t now_ms);
   bool AnswerImage(Request& request, int64_t now_ms);
   bool AnswerTail(Request& request, int64_t now_ms, bool waited_enough);
+  // Whether what a flow at `from` has to read is worth a message now (kBatchBytes, kBatchMs).
+  bool WorthSending(uint64_t from, int64_t now_ms, bool busy) const;
   void PublishFigures();
 
   Journal* const inner_;
@@ -149,6 +164,13 @@ class ReplSource final : public Journal, public ReplicationPort {
   std::deque<Chunk> backlog_;
   size_t backlog_bytes_ = 0;
   uint64_t next_lsn_ = 0;  // The position the next record gets.
+  uint64_t published_bytes_ = 0;
+  int64_t now_ms_ = 0;  // The worker's clock at the last Serve or Turn.
+  // Records were published in this turn (Commit comes before Turn), and in the last one (what
+  // Serve, which comes before Commit, goes by).
+  bool busy_ = false;
+  bool was_busy_ = false;
+  bool in_turn_ = false;
   std::optional<FullSync> sync_;
   // The worker may still be walking for a dropped full sync: no new one until it finishes.
   bool walking_ = false;

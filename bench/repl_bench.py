@@ -1,0 +1,284 @@
+#!/usr/bin/python3
+"""Replication (issue 22) as clients see it, ringkv against Redis in the same run.
+
+Part 1, PUT with and without a replica. 50 connections x 1 call, 32-byte values over 100,000
+keys of 16 bytes, SECONDS each: ringkv-loadgen --mode=unary --ratio=0:1 against ringkv,
+redis-benchmark -t set -c 50 -P 1 against Redis. Each system alone, then with one replica
+following it (ringkv --replica-of, Redis --replicaof: both asynchronous), and BASELINE (another
+ringkv-server binary, say the commit before replication) alone. Every server runs one worker
+(--threads=1; Redis is single-threaded), all on the same 2 cores as the client, so a replica
+takes CPU from its primary here: the CPU per operation of primary, replica and client is given
+beside the rate.
+
+Part 2, full sync of SYNC_KEYS keys (16-byte keys, 32-byte values): the primary is loaded
+(ringkv-loadgen's MultiPut pre-load; Redis DEBUG POPULATE with 32-byte values), then a replica
+starts, and the time until it holds everything is taken (ringkv: every flow "stable" with no
+lag; Redis: master_link_status up, no sync in progress, and the key count). Redis syncs
+diskless (repl-diskless-sync yes, delay 0; the replica loads from the socket,
+repl-diskless-load on-empty-db; each Redis in a directory of its own). The primary's resident size is sampled every 20 ms
+meanwhile: its growth, and for Redis the fork child's peak too.
+
+Usage: [PARTS=put,sync] bench/repl_bench.py [RUNS=3] [SECONDS=5] [SYNC_KEYS=1000000] [BASELINE]
+(repository root, after scripts/setup.sh). Prints markdown; raw results in bench-results/repl/.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchlib import cell, machine, rss_bytes, run_client, start_redis, start_ringkv, stop
+
+RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+SECONDS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+SYNC_KEYS = int(sys.argv[3]) if len(sys.argv) > 3 else 1_000_000
+BASELINE = sys.argv[4] if len(sys.argv) > 4 else None
+OUT = "bench-results/repl"
+LOADGEN = "build/bench/ringkv-loadgen"
+CLI = "build/client/ringkv"
+KEYS = 100_000
+PARTS = os.environ.get("PARTS", "put,sync").split(",")
+
+
+def log(name):
+    return os.path.abspath(os.path.join(OUT, name + ".log"))
+
+
+def redis(name, flags=()):
+    """A Redis of its own directory (a replica writes no dump.rdb where the next one starts):
+    the replica loads the primary's stream from the socket (repl-diskless-load on-empty-db)."""
+    work = tempfile.mkdtemp(prefix="ringkv-repl-bench-")
+    proc, port = start_redis(log(name), ["--dir", work, "--repl-diskless-load", "on-empty-db",
+                                         *flags])
+    proc.work = work
+    return proc, port
+
+
+def stop_redis(proc):
+    stop(proc)
+    shutil.rmtree(proc.work, ignore_errors=True)
+
+
+def cpu_of(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ringkv_stats(addr):
+    out = subprocess.run([CLI, f"--addr={addr}", "--json", "stats"], capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out)
+
+
+def ringkv_caught_up(primary, replica):
+    p, r = ringkv_stats(primary)["replication"], ringkv_stats(replica)["replication"]
+    head = {f["worker"]: int(f["lsn"]) for f in p["flows"]}
+    return all(f["state"] == "stable" and int(f["applied_lsn"]) == head[f["worker"]]
+               for f in r["flows"])
+
+
+def redis_info(port, section="replication"):
+    out = subprocess.run(["redis-cli", "-p", str(port), "info", section], capture_output=True,
+                         text=True, check=True).stdout
+    return dict(line.strip().split(":", 1) for line in out.splitlines() if ":" in line)
+
+
+def redis_keys(port):
+    return int(subprocess.run(["redis-cli", "-p", str(port), "dbsize"], capture_output=True,
+                              text=True, check=True).stdout)
+
+
+def wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise RuntimeError(f"not so within {timeout} s: {what}")
+
+
+def put_ringkv(binary, with_replica):
+    proc, addr = start_ringkv(log("ringkv"), ["--threads=1"], binary)
+    replica = None
+    try:
+        subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
+                        "--ops=1", "--concurrency=1", "--progress=false"],
+                       capture_output=True, check=True)
+        if with_replica:
+            replica, raddr = start_ringkv(log("ringkv-replica"),
+                                          ["--threads=1", f"--replica-of={addr}"])
+            wait(lambda: ringkv_caught_up(addr, raddr), 60, "the replica's full sync")
+        replica_cpu0 = cpu_of(replica.pid) if replica else 0
+        path = os.path.join(OUT, "loadgen.json")
+        _, cpu = run_client([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
+                             f"--duration={SECONDS}", "--progress=false", "--preload=false",
+                             f"--json={path}", "--mode=unary", "--ratio=0:1",
+                             "--connections=50", "--concurrency=50"], proc.pid, SECONDS * 10 + 60)
+        r = json.load(open(path))
+        result = {"ops_per_s": r["ops_per_s"], "ops": r["ops"], **cpu.per_op(r["ops"])}
+        if replica:
+            result["replica_us_per_op"] = (cpu_of(replica.pid) - replica_cpu0) * 1e6 / r["ops"]
+            wait(lambda: ringkv_caught_up(addr, raddr), 60, "the replica catching up")
+        return result
+    finally:
+        if replica:
+            stop(replica)
+        stop(proc)
+
+
+def put_redis(with_replica):
+    proc, port = redis("redis")
+    replica = None
+    try:
+        subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set", "-n", str(KEYS), "-r",
+                        str(KEYS), "-d", "32", "-P", "64", "-c", "50", "-q"],
+                       capture_output=True, check=True)
+        if with_replica:
+            replica, rport = redis("redis-replica", ["--replicaof", "127.0.0.1", str(port)])
+            wait(lambda: redis_info(rport).get("master_link_status") == "up"
+                 and redis_info(rport).get("master_sync_in_progress") == "0", 60,
+                 "the Redis replica's sync")
+        base = ["redis-benchmark", "-p", str(port), "-r", str(KEYS), "-d", "32", "--csv",
+                "-t", "set", "-c", "50", "-P", "1"]
+        out, _ = run_client(base + ["-n", "20000"], proc.pid, 120)
+        n = max(20000, int(float(out.strip().splitlines()[-1].split('","')[1]) * SECONDS))
+        replica_cpu0 = cpu_of(replica.pid) if replica else 0
+        out, cpu = run_client(base + ["-n", str(n)], proc.pid, SECONDS * 10 + 60)
+        row = out.strip().splitlines()[-1].strip('"').split('","')
+        result = {"ops_per_s": float(row[1]), "ops": n, **cpu.per_op(n)}
+        if replica:
+            result["replica_us_per_op"] = (cpu_of(replica.pid) - replica_cpu0) * 1e6 / n
+        return result
+    finally:
+        if replica:
+            stop_redis(replica)
+        stop_redis(proc)
+
+
+def children_rss(pid):
+    total = 0
+    for child in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                                text=True).stdout.split():
+        try:
+            total += rss_bytes(int(child))
+        except (FileNotFoundError, ProcessLookupError, TypeError):
+            pass
+    return total
+
+
+def sample_until(done, pid, timeout):
+    """Polls done() every 20 ms, sampling pid's RSS and its children's: (seconds, peak parent
+    RSS, peak children RSS)."""
+    start = time.monotonic()
+    peak, child_peak = rss_bytes(pid), 0
+    while not done():
+        if time.monotonic() - start > timeout:
+            raise RuntimeError("the full sync did not end")
+        peak = max(peak, rss_bytes(pid))
+        child_peak = max(child_peak, children_rss(pid))
+        time.sleep(0.02)
+    return time.monotonic() - start, peak, child_peak
+
+
+def sync_ringkv():
+    proc, addr = start_ringkv(log("ringkv-sync"), ["--threads=1"])
+    replica = None
+    try:
+        subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={SYNC_KEYS}", "--value-size=32",
+                        "--ops=1", "--concurrency=1", "--progress=false"],
+                       capture_output=True, check=True)
+        before = rss_bytes(proc.pid)
+        replica, raddr = start_ringkv(log("ringkv-sync-replica"),
+                                      ["--threads=1", f"--replica-of={addr}"])
+        seconds, peak, _ = sample_until(lambda: ringkv_caught_up(addr, raddr), proc.pid, 600)
+        keys = sum(int(s["keys"]) for s in ringkv_stats(raddr)["shards"])
+        assert keys == SYNC_KEYS, f"the replica holds {keys} keys"
+        return {"seconds": seconds, "rss_before": before, "rss_growth": peak - before,
+                "child_peak": 0}
+    finally:
+        if replica:
+            stop(replica)
+        stop(proc)
+
+
+def sync_redis():
+    proc, port = redis("redis-sync", ["--repl-diskless-sync", "yes",
+                                      "--repl-diskless-sync-delay", "0",
+                                      "--enable-debug-command", "local"])
+    replica = None
+    try:
+        subprocess.run(["redis-cli", "-p", str(port), "debug", "populate", str(SYNC_KEYS),
+                        "key", "32"], capture_output=True, check=True)
+        assert redis_keys(port) == SYNC_KEYS, "DEBUG POPULATE did not fill Redis"
+        before = rss_bytes(proc.pid)
+        replica, rport = redis("redis-sync-replica", ["--replicaof", "127.0.0.1", str(port)])
+
+        def done():
+            info = redis_info(rport)
+            return (info.get("master_link_status") == "up"
+                    and info.get("master_sync_in_progress") == "0"
+                    and redis_keys(rport) == SYNC_KEYS)
+        seconds, peak, child_peak = sample_until(done, proc.pid, 600)
+        return {"seconds": seconds, "rss_before": before, "rss_growth": peak - before,
+                "child_peak": child_peak}
+    finally:
+        if replica:
+            stop_redis(replica)
+        stop_redis(proc)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    rows = {name: [] for name in ("ringkv", "ringkv + replica", "ringkv baseline", "redis",
+                                  "redis + replica")}
+    syncs = {"ringkv": [], "redis": []}
+    for run in range(RUNS):
+        for name, fn in () if "put" not in PARTS else (("ringkv", lambda: put_ringkv("build/server/ringkv-server", False)),
+                         ("ringkv + replica", lambda: put_ringkv("build/server/ringkv-server",
+                                                                 True)),
+                         ("ringkv baseline", (lambda: put_ringkv(BASELINE, False))
+                          if BASELINE else None),
+                         ("redis", lambda: put_redis(False)),
+                         ("redis + replica", lambda: put_redis(True))):
+            if fn is None:
+                continue
+            r = fn()
+            rows[name].append(r)
+            print(f"run {run + 1} {name}: {r}", file=sys.stderr)
+        for name, fn in (("ringkv", sync_ringkv), ("redis", sync_redis)) if "sync" in PARTS else ():
+            r = fn()
+            syncs[name].append(r)
+            print(f"run {run + 1} sync {name}: {r}", file=sys.stderr)
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump({"put": rows, "sync": syncs}, f)
+    print(f"{machine()}; median (min .. max) of {RUNS} runs\n")
+    if "put" in PARTS:
+        print("| server | PUT ops/s | primary CPU us/op | replica CPU us/op | client CPU us/op |")
+        print("| --- | --- | --- | --- | --- |")
+    for name, rs in rows.items():
+        if not rs:
+            continue
+        print(f"| {name} | {cell([r['ops_per_s'] for r in rs])} "
+              f"| {cell([r['server_us_per_op'] for r in rs], '{:.1f}')} "
+              f"| {cell([r.get('replica_us_per_op', 0) for r in rs], '{:.1f}')} "
+              f"| {cell([r['client_us_per_op'] for r in rs], '{:.1f}')} |")
+    if "sync" in PARTS:
+        print(f"\nFull sync of {SYNC_KEYS:,} keys:\n")
+        print("| server | seconds | primary RSS before, MB | primary RSS growth, MB "
+              "| fork child's peak RSS, MB |")
+        print("| --- | --- | --- | --- | --- |")
+    for name, rs in syncs.items():
+        if not rs:
+            continue
+        print(f"| {name} | {cell([r['seconds'] for r in rs], '{:.2f}')} "
+              f"| {cell([r['rss_before'] / 1e6 for r in rs])} "
+              f"| {cell([r['rss_growth'] / 1e6 for r in rs], '{:.1f}')} "
+              f"| {cell([r['child_peak'] / 1e6 for r in rs])} |")
+
+
+if __name__ == "__main__":
+    main()
