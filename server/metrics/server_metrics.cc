@@ -95,14 +95,31 @@ void AddCalls(const MetricsSource& server, std::vector<MetricFamily>* out) {
   out->push_back(std::move(duration));
 }
 
+// A figure of a per-shard or per-worker message, as a metric family.
+template <typename Message>
+struct Field {
+  const char* name;
+  const char* help;
+  MetricType type;
+  uint64_t (Message::*get)() const;
+};
+
+// A family per field, with a sample per item labelled `label` = the item's `id`.
+template <typename Message, typename Items>
+void AddPerItem(const std::vector<Field<Message>>& fields, const Items& items, const char* label,
+                uint32_t (Message::*id)() const, std::vector<MetricFamily>* out) {
+  for (const Field<Message>& field : fields) {
+    MetricFamily family = Family(field.name, field.help, field.type);
+    for (const Message& item : items) {
+      family.metric.push_back(Value(field.type, static_cast<double>((item.*field.get)()),
+                                    {{label, std::to_string((item.*id)())}}));
+    }
+    out->push_back(std::move(family));
+  }
+}
+
 void AddShards(const ringkv::v1::StatsResponse& stats, std::vector<MetricFamily>* out) {
-  struct Field {
-    const char* name;
-    const char* help;
-    MetricType type;
-    uint64_t (ringkv::v1::ShardStats::*get)() const;
-  };
-  const Field fields[] = {
+  const std::vector<Field<ringkv::v1::ShardStats>> fields = {
       {"keys", "Keys held, per shard.", MetricType::Gauge, &ringkv::v1::ShardStats::keys},
       {"payload_bytes", "Key and value bytes held, per shard.", MetricType::Gauge,
        &ringkv::v1::ShardStats::payload_bytes},
@@ -132,14 +149,7 @@ void AddShards(const ringkv::v1::StatsResponse& stats, std::vector<MetricFamily>
       {"ring_full_waits_total", "Sends that a full ring held back.", MetricType::Counter,
        &ringkv::v1::ShardStats::ring_full_waits},
   };
-  for (const Field& field : fields) {
-    MetricFamily family = Family(field.name, field.help, field.type);
-    for (const ringkv::v1::ShardStats& shard : stats.shards()) {
-      family.metric.push_back(Value(field.type, static_cast<double>((shard.*field.get)()),
-                                    {{"shard", std::to_string(shard.shard())}}));
-    }
-    out->push_back(std::move(family));
-  }
+  AddPerItem(fields, stats.shards(), "shard", &ringkv::v1::ShardStats::shard, out);
 }
 
 void AddConnections(const Transport::Connections& c, std::vector<MetricFamily>* out) {
@@ -194,34 +204,22 @@ void AddPersistence(const ringkv::v1::PersistenceStats& p, std::vector<MetricFam
 void AddReplication(const ringkv::v1::ReplicationStats& r, std::vector<MetricFamily>* out) {
   out->push_back(Single("replica", "1 on a replica (--replica-of), 0 on a primary.",
                         MetricType::Gauge, r.role() == "replica" ? 1 : 0));
-  struct Field {
-    const char* name;
-    const char* help;
-    MetricType type;
-    uint64_t (ringkv::v1::FlowStats::*get)() const;
-  };
+  using FlowField = Field<ringkv::v1::FlowStats>;
   const bool replica = r.role() == "replica";
-  const std::vector<Field> fields =
-      replica ? std::vector<Field>{{"repl_applied_lsn", "Records of the worker's flow applied.",
-                                    MetricType::Gauge, &ringkv::v1::FlowStats::applied_lsn},
-                                   {"repl_lag_records",
-                                    "Records the primary has made that the worker has not "
-                                    "applied yet (as last heard).",
-                                    MetricType::Gauge, &ringkv::v1::FlowStats::lag_records},
-                                   {"repl_full_syncs_total", "Full syncs of the worker's flow.",
-                                    MetricType::Counter, &ringkv::v1::FlowStats::full_syncs}}
-              : std::vector<Field>{{"repl_lsn", "Records the worker's flow has made.",
-                                    MetricType::Gauge, &ringkv::v1::FlowStats::lsn},
-                                   {"repl_backlog_bytes", "Bytes of the worker's backlog.",
-                                    MetricType::Gauge, &ringkv::v1::FlowStats::backlog_bytes}};
-  for (const Field& field : fields) {
-    MetricFamily family = Family(field.name, field.help, field.type);
-    for (const ringkv::v1::FlowStats& flow : r.flows()) {
-      family.metric.push_back(Value(field.type, static_cast<double>((flow.*field.get)()),
-                                    {{"worker", std::to_string(flow.worker())}}));
-    }
-    out->push_back(std::move(family));
-  }
+  const std::vector<FlowField> fields =
+      replica ? std::vector<FlowField>{{"repl_applied_lsn", "Records of the worker's flow applied.",
+                                        MetricType::Gauge, &ringkv::v1::FlowStats::applied_lsn},
+                                       {"repl_lag_records",
+                                        "Records the primary has made that the worker has not "
+                                        "applied yet (as last heard).",
+                                        MetricType::Gauge, &ringkv::v1::FlowStats::lag_records},
+                                       {"repl_full_syncs_total", "Full syncs of the worker's flow.",
+                                        MetricType::Counter, &ringkv::v1::FlowStats::full_syncs}}
+              : std::vector<FlowField>{{"repl_lsn", "Records the worker's flow has made.",
+                                        MetricType::Gauge, &ringkv::v1::FlowStats::lsn},
+                                       {"repl_backlog_bytes", "Bytes of the worker's backlog.",
+                                        MetricType::Gauge, &ringkv::v1::FlowStats::backlog_bytes}};
+  AddPerItem(fields, r.flows(), "worker", &ringkv::v1::FlowStats::worker, out);
   MetricFamily flows =
       Family(replica ? "repl_stable" : "repl_replicas",
              replica ? "1 while the worker's flow is connected and past its full sync."
