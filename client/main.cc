@@ -362,9 +362,11 @@ void PrintReplication(const ringkv::v1::ReplicationStats& r) {
   if (r.role() == "replica") {
     std::printf("replication: replica of %s\n", r.primary().c_str());
     for (const auto& f : r.flows()) {
-      std::printf("  worker %u: %s, applied %lu, lag %lu records, %lu full syncs%s%s\n", f.worker(),
-                  f.state().c_str(), f.applied_lsn(), f.lag_records(), f.full_syncs(),
-                  f.last_error().empty() ? "" : "; last error: ", f.last_error().c_str());
+      std::printf(
+          "  worker %u: %s, applied %lu, lag %lu records, %lu full syncs, %lu partial%s%s\n",
+          f.worker(), f.state().c_str(), f.applied_lsn(), f.lag_records(), f.full_syncs(),
+          f.partial_syncs(),
+          f.last_error().empty() ? "" : "; last error: ", f.last_error().c_str());
     }
     return;
   }

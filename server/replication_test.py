@@ -12,6 +12,8 @@
   keeps it; the primary's expiry reaches it as a delete once the primary runs again.
 - A replica killed with SIGKILL, replaced by a new one after more writes: the new one full-syncs
   and holds what the primary holds; the primary drops the dead one's flows.
+- The replica's connections cut (ss -K) three times under writes: each flow goes on from its
+  position (partial resync, counted and logged), with no second full sync, and ends equal.
 - --repl-backlog=64KiB and a replica stopped (SIGSTOP) while megabytes are written: it is cut
   off, full-syncs again, and ends equal; the primary's backlog stays bounded meanwhile.
 - Bad setups: --threads unlike the primary's, a replica of itself, a port that is no ringkv
@@ -495,6 +497,39 @@ class ReplicationTest(unittest.TestCase):
                          extra=lambda: all(f.replicas == 1 for f in flows(pkv).values()))
         self.assertEqual(self.compare(pkv, akv, at_least=900), 900)
         self.assertEqual({w: f.full_syncs for w, f in flows(akv).items()}, {0: 1, 1: 1})
+
+    def test_partial_resync_after_a_broken_connection(self):
+        # The replica's connections to the primary are cut (ss -K: the kernel aborts the
+        # sockets) while writes go on: each flow asks to go on from its position, and the
+        # primary, whose backlog still holds it, sends only what was missed.
+        if shutil.which("ss") is None:
+            self.skipTest("no ss (iproute2) to cut the connections with")
+        primary = self.start()
+        pkv = self.kv(primary)
+        put_many(pkv, [(b"p%04d" % i, b"before-%d" % i, 0) for i in range(1000)])
+        replica = self.replica_of(primary)
+        rkv = self.kv(replica)
+        self.wait_stable(pkv, rkv, replica)
+        port = primary.address.rsplit(":", 1)[1]
+        for round in range(3):
+            cut = subprocess.run(["ss", "-K", "dst", "127.0.0.1", "dport", "=", f":{port}"],
+                                 capture_output=True, text=True)
+            self.assertEqual(cut.returncode, 0, cut.stderr)
+            # The test's own connections were cut too: a channel of its own, not the shared
+            # subchannel that was aborted.
+            channel = grpc.insecure_channel(
+                primary.address, options=CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
+            self.addCleanup(channel.close)
+            pkv = kv_pb2_grpc.KVStub(channel)
+            put_many(pkv, [(b"p%04d" % i, b"round-%d" % round, 0) for i in range(500)])
+            for i in range(900 + 30 * round, 930 + 30 * round):
+                pkv.Delete(kv_pb2.DeleteRequest(key=b"p%04d" % i), timeout=CALL_TIMEOUT)
+            self.wait_stable(pkv, rkv, replica, extra=lambda: all(
+                f.partial_syncs >= round + 1 for f in flows(rkv).values()))
+        self.assertEqual({w: f.full_syncs for w, f in flows(rkv).items()}, {0: 1, 1: 1})
+        self.assertEqual(self.compare(pkv, rkv, at_least=910), 910)
+        self.assertTrue(any("partial resync" in line for line in replica.log.lines),
+                        "".join(replica.log.lines[-20:]))
 
     def test_backlog_overflow_full_syncs(self):
         primary = self.start(f"--repl-backlog={BACKLOG >> 10}KiB")

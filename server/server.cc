@@ -303,6 +303,7 @@ void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
     flow->set_primary_lsn(f.primary_lsn);
     flow->set_lag_records(f.primary_lsn > f.applied_lsn ? f.primary_lsn - f.applied_lsn : 0);
     flow->set_full_syncs(f.full_syncs);
+    flow->set_partial_syncs(f.partial_syncs);
     flow->set_last_error(f.last_error);
   }
 }

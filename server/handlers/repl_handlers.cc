@@ -5,6 +5,8 @@
 // instead of filling its memory:
 //
 //   kBegin -> FULL_SYNC, then kImage -> IMAGE ... until IMAGE_DONE, then kTail -> TAIL ...
+//   kResume -> PARTIAL_SYNC, then kTail -> TAIL ...    (a replica that followed this run,
+//                                                       from its position, if still held)
 //
 // until the call ends (the replica went away, the server stops, or the replica fell behind by
 // more than the backlog: ABORTED, and it starts over with a full sync). kEnd always goes last.
@@ -58,6 +60,11 @@ class FlowHandler : public Handler {
     op_.op = Op::kReplicate;
     op_.target = static_cast<uint16_t>(request_.worker());
     flow_id_ = next_flow_id.fetch_add(1, std::memory_order_relaxed);
+    // A replica that followed this very run of this server asks to go on from its position.
+    if (!request_.history().empty() && request_.history() == context_.server_id()) {
+      tail_from_ = request_.lsn();
+      return Ask(Step::kResume);
+    }
     Ask(Step::kBegin);
   }
 
@@ -65,6 +72,9 @@ class FlowHandler : public Handler {
     out_ = false;
     if (ending_) return sink_.Finish(end_, nullptr);
     if (cancelled_) return End(absl::CancelledError("call cancelled"));
+    if (step_ == Step::kResume && op_.result == Result::kUnavailable) {
+      return Ask(Step::kBegin);  // The backlog no longer holds its position: a full sync.
+    }
     if (op_.result == Result::kUnavailable) {
       return End(absl::AbortedError(
           step_ == Step::kTail
@@ -73,8 +83,14 @@ class FlowHandler : public Handler {
     }
     message_.Clear();
     switch (step_) {
+      case Step::kResume:
+        message_.set_kind(pb::FlowMessage::PARTIAL_SYNC);
+        message_.set_lsn(tail_from_);
+        next_ = Step::kTail;
+        break;
       case Step::kBegin:
         message_.set_kind(pb::FlowMessage::FULL_SYNC);
+        message_.set_history(context_.server_id());
         message_.set_lsn(op_.version);
         message_.set_keys(static_cast<uint64_t>(op_.number));
         tail_from_ = op_.version;
@@ -124,7 +140,7 @@ class FlowHandler : public Handler {
     step_ = step;
     op_.number = static_cast<int64_t>(step);
     op_.deadline_ms = flow_id_;
-    if (step == Step::kTail) op_.version = tail_from_;
+    if (step == Step::kTail || step == Step::kResume) op_.version = tail_from_;
     op_.out.clear();
     out_ = true;
     Submit(op_);

@@ -214,7 +214,11 @@ void AddReplication(const ringkv::v1::ReplicationStats& r, std::vector<MetricFam
                                         "applied yet (as last heard).",
                                         MetricType::Gauge, &ringkv::v1::FlowStats::lag_records},
                                        {"repl_full_syncs_total", "Full syncs of the worker's flow.",
-                                        MetricType::Counter, &ringkv::v1::FlowStats::full_syncs}}
+                                        MetricType::Counter, &ringkv::v1::FlowStats::full_syncs},
+                                       {"repl_partial_syncs_total",
+                                        "Reconnections of the worker's flow that went on from "
+                                        "its position.",
+                                        MetricType::Counter, &ringkv::v1::FlowStats::partial_syncs}}
               : std::vector<FlowField>{{"repl_lsn", "Records the worker's flow has made.",
                                         MetricType::Gauge, &ringkv::v1::FlowStats::lsn},
                                        {"repl_backlog_bytes", "Bytes of the worker's backlog.",

@@ -60,6 +60,12 @@ void ReplicaClient::Follow(uint32_t worker) {
   auto stub = pb::Replication::NewStub(channel);
   auto backoff = std::chrono::milliseconds(100);
   std::string logged;  // The last failure logged: each kind once, not every retry.
+  // Where this flow stands, for a partial resync: the primary's history, the position after
+  // the last record handed to the worker (applied in order, so what the worker will hold), and
+  // whether the image was whole (a break in the middle of one needs a full sync).
+  std::string history;
+  uint64_t position = 0;
+  bool resumable = false;
   while (!stopping_.load(std::memory_order_acquire)) {
     grpc::ClientContext context;
     if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
@@ -72,6 +78,10 @@ void ReplicaClient::Follow(uint32_t worker) {
     request.set_worker(worker);
     request.set_threads(options_.threads);
     request.set_server_id(options_.server_id);
+    if (resumable) {
+      request.set_history(history);
+      request.set_lsn(position);
+    }
     std::unique_ptr<grpc::ClientReader<pb::FlowMessage>> reader = stub->Flow(&context, request);
     pb::FlowMessage message;
     std::string error;
@@ -85,10 +95,25 @@ void ReplicaClient::Follow(uint32_t worker) {
         case pb::FlowMessage::FULL_SYNC:
           item.kind = ReplSink::Item::Kind::kFullSync;
           item.keys = message.keys();
+          history = message.history();
+          position = message.lsn();
+          resumable = false;
           sink.set_connected(true);
           sink.CountFullSync();
           Log(LogLevel::kInfo, "replica: worker %d: full sync from %s", worker, options_.primary);
           break;
+        case pb::FlowMessage::PARTIAL_SYNC:
+          if (!resumable || message.lsn() != position) {
+            error = absl::StrCat("the primary went on from position ", message.lsn(),
+                                 " where this replica is at ", position);
+            continue;
+          }
+          sink.set_connected(true);
+          sink.CountPartialSync();
+          backoff = std::chrono::milliseconds(100);
+          Log(LogLevel::kInfo, "replica: worker %d: partial resync from %s at position %d", worker,
+              options_.primary, position);
+          continue;
         case pb::FlowMessage::IMAGE:
           item.kind = ReplSink::Item::Kind::kImage;
           break;
@@ -96,11 +121,17 @@ void ReplicaClient::Follow(uint32_t worker) {
           item.kind = ReplSink::Item::Kind::kImageDone;
           item.revision = message.revision();
           synced = true;
+          resumable = true;
           backoff = std::chrono::milliseconds(100);
           break;
         case pb::FlowMessage::TAIL:
           item.kind = ReplSink::Item::Kind::kTail;
           if (message.count() == 0) continue;  // A heartbeat: its head is all it says.
+          if (message.lsn() != position) {
+            error = absl::StrCat("the primary sent position ", message.lsn(), " where ", position,
+                                 " was next");
+            continue;
+          }
           break;
         default:
           error = absl::StrCat("the primary sent a message of unknown kind ",
@@ -114,7 +145,9 @@ void ReplicaClient::Follow(uint32_t worker) {
         }
         item.records = std::move(*message.mutable_records());
       }
+      const bool tail = item.kind == ReplSink::Item::Kind::kTail;
       if (!sink.Push(std::move(item))) break;  // Stopping.
+      if (tail) position += message.count();
       if (options_.wake) options_.wake(worker);
     }
     if (!error.empty()) context.TryCancel();

@@ -37,6 +37,7 @@ ReplSink::Figures ReplSink::figures() const {
   f.applied_lsn = applied_lsn_.load(std::memory_order_relaxed);
   f.primary_lsn = primary_lsn_.load(std::memory_order_relaxed);
   f.full_syncs = full_syncs_.load(std::memory_order_relaxed);
+  f.partial_syncs = partial_syncs_.load(std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   f.last_error = last_error_;
   return f;

@@ -54,6 +54,7 @@ class ReplSink final : public ReplicationPort {
   void set_connected(bool connected) { connected_.store(connected, std::memory_order_relaxed); }
   void set_primary_lsn(uint64_t lsn) { primary_lsn_.store(lsn, std::memory_order_relaxed); }
   void CountFullSync() { full_syncs_.fetch_add(1, std::memory_order_relaxed); }
+  void CountPartialSync() { partial_syncs_.fetch_add(1, std::memory_order_relaxed); }
   void set_last_error(std::string error);
 
   // ReplicationPort.
@@ -66,6 +67,7 @@ class ReplSink final : public ReplicationPort {
     uint64_t applied_lsn;
     uint64_t primary_lsn;
     uint64_t full_syncs;
+    uint64_t partial_syncs;
     std::string last_error;
   };
   Figures figures() const;
@@ -90,6 +92,7 @@ class ReplSink final : public ReplicationPort {
   std::atomic<uint64_t> applied_lsn_{0};
   std::atomic<uint64_t> primary_lsn_{0};
   std::atomic<uint64_t> full_syncs_{0};
+  std::atomic<uint64_t> partial_syncs_{0};
 };
 
 }  // namespace ringkv::repl

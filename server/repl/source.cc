@@ -116,6 +116,15 @@ bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
     request.result = Result::kOk;
     return true;
   }
+  if (step == Step::kResume) {
+    const uint64_t first = backlog_.empty() ? next_lsn_ : backlog_.front().first;
+    const uint64_t from = request.version;
+    request.result =
+        active_ && from >= first && from <= next_lsn_ ? Result::kOk : Result::kUnavailable;
+    if (request.result == Result::kOk) ++flows_;
+    PublishFigures();
+    return true;
+  }
   if (step == Step::kBegin) {
     ++flows_;
     PublishFigures();
@@ -134,6 +143,7 @@ bool ReplSource::TryAnswer(Request& request, int64_t now_ms) {
     case Step::kTail:
       return AnswerTail(request, now_ms, false);
     case Step::kEnd:
+    case Step::kResume:
       break;
   }
   request.result = Result::kUnavailable;

@@ -24,6 +24,8 @@
 //           answers with none; while the worker is busy, waits for kBatchBytes or kBatchMs.
 //           kUnavailable if the backlog no longer holds `version`: the flow must start over with a
 //           full sync.
+//   kResume a flow goes on from `version` (a partial resync): kOk if the backlog holds it (kTail
+//           follows), else kUnavailable (the flow full-syncs: kBegin).
 //   kEnd    the flow is over (its image, if one is under way, is dropped).
 // A flow whose image was dropped (kEnd, or not read for kStaleImageMs while its buffer was
 // full) gets kUnavailable for kImage.
@@ -47,7 +49,7 @@
 
 namespace ringkv::repl {
 
-enum class Step : int64_t { kBegin = 1, kImage = 2, kTail = 3, kEnd = 4 };
+enum class Step : int64_t { kBegin = 1, kImage = 2, kTail = 3, kEnd = 4, kResume = 5 };
 
 class ReplSource final : public Journal, public ReplicationPort {
  public:
