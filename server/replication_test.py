@@ -287,8 +287,12 @@ class ReplicationTest(unittest.TestCase):
     def replica_of(self, primary, *flags, threads=2):
         return self.start(f"--replica-of={primary.address}", *flags, threads=threads)
 
-    def kv(self, server):
-        channel = grpc.insecure_channel(server.address, options=CHANNEL_OPTIONS)
+    def kv(self, server, fresh=False):
+        """A stub on a channel to the server. fresh: on a connection of its own (grpcio shares
+        one per address between channels), for a server that restarted on the same port or
+        whose connections were cut."""
+        options = CHANNEL_OPTIONS + ([("grpc.use_local_subchannel_pool", 1)] if fresh else [])
+        channel = grpc.insecure_channel(server.address, options=options)
         self.addCleanup(channel.close)
         return kv_pb2_grpc.KVStub(channel)
 
@@ -515,12 +519,7 @@ class ReplicationTest(unittest.TestCase):
             cut = subprocess.run(["ss", "-K", "dst", "127.0.0.1", "dport", "=", f":{port}"],
                                  capture_output=True, text=True)
             self.assertEqual(cut.returncode, 0, cut.stderr)
-            # The test's own connections were cut too: a channel of its own, not the shared
-            # subchannel that was aborted.
-            channel = grpc.insecure_channel(
-                primary.address, options=CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
-            self.addCleanup(channel.close)
-            pkv = kv_pb2_grpc.KVStub(channel)
+            pkv = self.kv(primary, fresh=True)  # The test's own connections were cut too.
             put_many(pkv, [(b"p%04d" % i, b"round-%d" % round, 0) for i in range(500)])
             for i in range(900 + 30 * round, 930 + 30 * round):
                 pkv.Delete(kv_pb2.DeleteRequest(key=b"p%04d" % i), timeout=CALL_TIMEOUT)
@@ -579,7 +578,7 @@ class ReplicationTest(unittest.TestCase):
         primary.stop()
         primary.killed = True  # Stopped here, not by the cleanup.
         again = self.start(*flags)  # Restored from its snapshot, on the same port.
-        akv = self.kv(again)
+        akv = self.kv(again, fresh=True)
         put_many(akv, [(b"f%05d" % i, b"z", 0) for i in range(10)])
         self.wait_stable(akv, rkv, replica,
                          extra=lambda: sum(f.full_syncs for f in flows(rkv).values()) >= 4)
