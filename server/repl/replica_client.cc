@@ -110,6 +110,7 @@ void ReplicaClient::Follow(uint32_t worker) {
           }
           sink.set_connected(true);
           sink.CountPartialSync();
+          synced = true;
           backoff = std::chrono::milliseconds(100);
           Log(LogLevel::kInfo, "replica: worker %d: partial resync from %s at position %d", worker,
               options_.primary, position);

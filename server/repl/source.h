@@ -144,7 +144,6 @@ class ReplSource final : public Journal, public ReplicationPort {
     int64_t until_ms;  // kTail: answered empty from then on.
   };
 
-  void Record(std::string_view encoded_by_caller);
   // A chunk of the records recorded since the last one.
   void Publish();
   // Answers `request` if it can be; false if it must wait.
