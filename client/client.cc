@@ -74,6 +74,8 @@ Client::Client(std::string address, absl::Duration timeout, ClientCredentials cr
     : address_(std::move(address)),
       timeout_(timeout),
       authorization_(credentials.token.empty() ? "" : "Bearer " + credentials.token),
+      min_replicas_(credentials.min_replicas == 0 ? ""
+                                                  : std::to_string(credentials.min_replicas)),
       channel_(grpc::CreateCustomChannel(address_, ChannelCredentials(credentials), ChannelArgs())),
       stub_(pb::KV::NewStub(channel_)) {}
 
@@ -82,6 +84,7 @@ std::unique_ptr<grpc::ClientContext> Client::NewContext() const {
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::microseconds(absl::ToInt64Microseconds(timeout_)));
   if (!authorization_.empty()) context->AddMetadata("authorization", authorization_);
+  if (!min_replicas_.empty()) context->AddMetadata("ringkv-min-replicas", min_replicas_);
   return context;
 }
 

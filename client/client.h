@@ -66,6 +66,9 @@ struct ClientCredentials {
   std::string ca_pem;    // PEM CAs to trust; empty: the system's.
   std::string cert_pem;  // PEM client certificate chain and its key, for mTLS; empty: none.
   std::string key_pem;
+  // Sent as `ringkv-min-replicas` with every call (0: not sent): the server's answer to a write
+  // waits until this many replicas have applied it (or the server's --min-replicas, if more).
+  uint32_t min_replicas = 0;
 };
 
 // Where a program's credentials come from: its --token-file, --tls, --tls-ca, --tls-cert and
@@ -151,6 +154,7 @@ class Client {
   const std::string address_;
   const absl::Duration timeout_;
   const std::string authorization_;  // "Bearer TOKEN", or empty.
+  const std::string min_replicas_;   // The ringkv-min-replicas header, or empty.
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<ringkv::v1::KV::Stub> stub_;
 };

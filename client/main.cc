@@ -56,6 +56,11 @@ ABSL_FLAG(double, timeout, 0,
 ABSL_FLAG(std::string, ttl, "",
           "put, mput: the key expires this long after the write (a DURATION: 30, 1500ms, 10s, "
           "1.5h); without it, a put removes any TTL the key had");
+ABSL_FLAG(uint32_t, min_replicas, 0,
+          "writes: the answer waits until this many replicas have applied the write (sent as the "
+          "ringkv-min-replicas header; the server's --min-replicas applies if more). UNAVAILABLE "
+          "if fewer follow the server (the write was not run), or if they took longer than its "
+          "--min-replicas-timeout (it was run there, and may yet reach them)");
 ABSL_FLAG(bool, if_absent, false, "put, mput: write only if the key does not exist");
 ABSL_FLAG(bool, if_present, false, "put, mput: write only if the key exists");
 ABSL_FLAG(std::string, prefix, "", "scan: only keys that start with this");
@@ -374,8 +379,11 @@ void PrintReplication(const ringkv::v1::ReplicationStats& r) {
               r.backlog_limit_bytes() / 1048576.0);
   for (const auto& f : r.flows()) {
     if (f.lsn() == 0 && f.replicas() == 0) continue;  // No replica ever followed it.
-    std::printf("  worker %u: %u replicas, at %lu, backlog from %lu (%.1f MiB)\n", f.worker(),
-                f.replicas(), f.lsn(), f.backlog_first_lsn(), f.backlog_bytes() / 1048576.0);
+    std::printf(
+        "  worker %u: %u replicas, at %lu, acknowledged %lu, backlog from %lu (%.1f MiB), %lu "
+        "writes not replicated in time\n",
+        f.worker(), f.replicas(), f.lsn(), f.acked_lsn(), f.backlog_first_lsn(),
+        f.backlog_bytes() / 1048576.0, f.not_replicated());
   }
 }
 
@@ -570,6 +578,7 @@ int Main(int argc, char** argv) {
                        .tls_cert = absl::GetFlag(FLAGS_tls_cert),
                        .tls_key = absl::GetFlag(FLAGS_tls_key)});
   if (!credentials.ok()) return Fail(kUsage, std::string(credentials.status().message()));
+  credentials->min_replicas = absl::GetFlag(FLAGS_min_replicas);
   Client client(absl::GetFlag(FLAGS_addr), absl::Seconds(timeout), *std::move(credentials));
   Invocation in{client, operands, absl::GetFlag(FLAGS_json), {}};
   if (int rc = ParseWriteFlags(*command, &in.put); rc != kOk) return rc;

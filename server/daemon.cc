@@ -139,6 +139,15 @@ ABSL_FLAG(std::string, primary_token_file, "",
 ABSL_FLAG(std::string, repl_backlog, "32MiB",
           "a primary keeps this many bytes of each worker's latest changes for replicas that "
           "read behind; a replica that falls further behind is cut off and full-syncs again");
+ABSL_FLAG(uint32_t, min_replicas, 0,
+          "a write's answer waits until this many replicas have applied it, so that an "
+          "acknowledged write survives the loss of this server (0: answers do not wait; a call "
+          "may ask for more with the `ringkv-min-replicas` header). A write is refused with "
+          "UNAVAILABLE, and not run, while fewer replicas follow; one that waits longer than "
+          "--min-replicas-timeout gets UNAVAILABLE too, yet it was run here and may still reach "
+          "the replicas");
+ABSL_FLAG(absl::Duration, min_replicas_timeout, absl::Seconds(1),
+          "how long a write waits for its replicas (--min-replicas) before UNAVAILABLE");
 ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
 
 // LeakSanitizer's entry point, present only in sanitizer builds.
@@ -366,6 +375,20 @@ void ParseReplicationFlags(const char* argv0, ServerOptions* options) {
                               backlog + "'");
   }
   options->repl_backlog_bytes = *bytes;
+  options->min_replicas = absl::GetFlag(FLAGS_min_replicas);
+  if (options->min_replicas > ServerOptions::kMaxMinReplicas) {
+    ExitUsageError(argv0, absl::StrCat("--min-replicas is at most ", ServerOptions::kMaxMinReplicas,
+                                       ", got ", options->min_replicas));
+  }
+  if (options->min_replicas > 0 && !options->replica_of.empty()) {
+    ExitUsageError(argv0, "--min-replicas is for a primary; a replica takes no writes");
+  }
+  const absl::Duration timeout = absl::GetFlag(FLAGS_min_replicas_timeout);
+  if (timeout < absl::Milliseconds(1) || timeout > absl::Hours(1)) {
+    ExitUsageError(argv0, "--min-replicas-timeout must be between 1ms and 1h, got '" +
+                              absl::FormatDuration(timeout) + "'");
+  }
+  options->min_replicas_timeout_ms = absl::ToInt64Milliseconds(timeout);
 }
 
 // --metrics-listen, --metrics-token-file, --auth-token-file, --tls-cert, --tls-key,

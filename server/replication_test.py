@@ -584,6 +584,81 @@ class ReplicationTest(unittest.TestCase):
                          extra=lambda: sum(f.full_syncs for f in flows(rkv).values()) >= 4)
         self.assertEqual(self.compare(akv, rkv, at_least=3510), 3510)
 
+    def test_min_replicas(self):
+        # --min-replicas=1: a write is refused (not run) while no replica follows; once one
+        # does, each acknowledged write is already on it (read back from the replica at once);
+        # a replica that stops applying (SIGSTOP) makes writes time out with UNAVAILABLE,
+        # though they were run on the primary. A call's ringkv-min-replicas header asks for
+        # more; a malformed one is refused.
+        primary = self.start("--min-replicas=1", "--min-replicas-timeout=300ms")
+        pkv = self.kv(primary)
+        put = lambda key, value=b"v", metadata=(): pkv.Put(
+            kv_pb2.PutRequest(key=key, value=value), timeout=CALL_TIMEOUT, metadata=metadata)
+        with self.assertRaises(grpc.RpcError) as raised:
+            put(b"alone")
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("needs 1 replicas", raised.exception.details())
+        self.assertIn("it was not run", raised.exception.details())
+        self.assertIsNone(get(pkv, b"alone"))
+        replica = self.replica_of(primary)
+        rkv = self.kv(replica)
+
+        def accepted():
+            try:
+                return put(b"first")
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+        wait_until(accepted, 20, lambda: show(pkv))
+        # Four writers; each reads its acknowledged write back from the replica at once.
+        failures, done = [], [0]
+
+        def write(n):
+            try:
+                for i in range(150):
+                    key, value = b"w%d-%04d" % (n, i), b"value-%d-%d" % (n, i)
+                    version = put(key, value).version
+                    got = get(rkv, key)
+                    if got is None or (got.value, got.version) != (value, version):
+                        failures.append((key, version, got))
+                    done[0] += 1
+            except Exception as e:  # noqa: BLE001 - reported below
+                failures.append(repr(e))
+        threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(failures[:5], [], f"{len(failures)} acknowledged writes not on the replica")
+        self.assertEqual(done[0], 600)
+        self.assertTrue(all(f.replicas == 1 and f.acked_lsn > 0 for f in flows(pkv).values()),
+                        show(pkv))
+        # The call's header asks for more than the server's default; a malformed one is refused.
+        with self.assertRaises(grpc.RpcError) as raised:
+            put(b"two", metadata=(("ringkv-min-replicas", "2"),))
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("needs 2 replicas", raised.exception.details())
+        self.assertIsNone(get(pkv, b"two"))
+        for bad in ("x", "17", "-1"):
+            with self.assertRaises(grpc.RpcError) as raised:
+                put(b"bad", metadata=(("ringkv-min-replicas", bad),))
+            self.assertEqual(raised.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, bad)
+            self.assertIn("from 0 to 16", raised.exception.details())
+        # A replica that applies nothing: the write runs, but its answer says it was not
+        # replicated; the primary counts it.
+        self.pause(replica)
+        started = time.time()
+        with self.assertRaises(grpc.RpcError) as raised:
+            put(b"stopped", b"late")
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("0 of the 1 replicas", raised.exception.details())
+        self.assertGreaterEqual(time.time() - started, 0.25)
+        self.assertEqual(get(pkv, b"stopped").value, b"late")
+        self.assertGreaterEqual(sum(f.not_replicated for f in flows(pkv).values()), 1)
+        self.resume(replica)
+        wait_until(accepted, 20, lambda: show(pkv))
+        self.assertEqual(get(rkv, b"stopped").value, b"late")
+
     # Bad setups: each gets a clear error, and the replica stays up, retrying and serving reads.
 
     def wait_flows(self, kv, count, predicate, timeout=10):
@@ -633,6 +708,10 @@ class ReplicationTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--replica-of", r.stderr)
         self.assertIn("--data-dir", r.stderr)
+        r = subprocess.run([SERVER, "--replica-of=127.0.0.1:1", "--min-replicas=1"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--min-replicas is for a primary", r.stderr)
 
     def test_bad_setup_not_a_ringkv_port(self):
         listener = ClosingListener()

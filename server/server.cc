@@ -233,7 +233,8 @@ absl::Status Server::SetUpReplication() {
       Worker& worker = ring_engine_->worker(i);
       Journal* log = data_dir_ != nullptr ? &data_dir_->log(i) : nullptr;
       repl_sources_.push_back(
-          std::make_unique<repl::ReplSource>(log, worker, options_.repl_backlog_bytes));
+          std::make_unique<repl::ReplSource>(log, worker, options_.repl_backlog_bytes,
+                                             options_.min_replicas_timeout_ms));
       worker.set_journal(repl_sources_.back().get());
       worker.set_replication(repl_sources_.back().get());
     }
@@ -293,6 +294,8 @@ void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
     flow->set_lsn(f.lsn);
     flow->set_backlog_first_lsn(f.first_lsn);
     flow->set_backlog_bytes(f.backlog_bytes);
+    flow->set_acked_lsn(f.acked_lsn);
+    flow->set_not_replicated(f.not_replicated);
   }
   for (size_t i = 0; i < repl_sinks_.size(); ++i) {
     const repl::ReplSink::Figures f = repl_sinks_[i]->figures();

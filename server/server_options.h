@@ -75,6 +75,12 @@ struct ServerOptions {
   std::string replica_of;
   std::string primary_token_file;
   size_t repl_backlog_bytes = size_t{32} << 20;
+  // --min-replicas: the replicas that must have applied a write before its answer (0: none;
+  // a call's ringkv-min-replicas header may ask for more, up to kMaxMinReplicas);
+  // --min-replicas-timeout: how long a write waits for them before UNAVAILABLE.
+  static constexpr uint32_t kMaxMinReplicas = 16;
+  uint32_t min_replicas = 0;
+  int64_t min_replicas_timeout_ms = 1000;
 };
 
 }  // namespace ringkv

@@ -52,6 +52,11 @@ enum class Result : uint8_t {
                      // `no_memory` says how much.
   kUnavailable,      // A write the shard's journal could not make durable (its disk failed):
                      // not acknowledged. Once a journal fails, every write gets this.
+  kTooFewReplicas,   // A write that asked for `replicas` replicas while fewer follow this
+                     // worker (`acked_replicas` of them): refused, not run.
+  kNotReplicated,    // A write run here whose records `acked_replicas` of the `replicas` it
+                     // asked for applied within --min-replicas-timeout: not acknowledged, yet
+                     // it stays (and may still reach them).
 };
 
 struct Request {
@@ -69,6 +74,11 @@ struct Request {
   uint16_t owner = 0;
   // Set by the owning shard (here, in the padding after owner).
   Result result = Result::kPending;
+  // Set by the origin: the replicas that must have applied a write's records before its
+  // answer goes back (0: none; ReplicationPort::Await). Set by the owning worker: how many
+  // had, when that failed.
+  uint8_t replicas = 0;
+  uint8_t acked_replicas = 0;
   uint64_t hash = 0;
 
   // Both ways: the expected version in (Condition::kVersion), the key's version out (after a
@@ -81,6 +91,9 @@ struct Request {
   // Set by the owning worker: the journal record (shard/journal.h) that must be durable before
   // the answer goes back; 0 if none.
   uint64_t log_seq = 0;
+  // Set by the owning worker, for a write with `replicas`: the replication position after its
+  // records (ReplicationPort::position); 0 if it made none.
+  uint64_t repl_seq = 0;
 
   // Set by the owning shard, Result::kNoMemory only (last: the hot fields keep the first two
   // cache lines): the bytes the write needed, the shard's memory in use, and the limit

@@ -159,6 +159,9 @@ void Worker::Answer(Request* request, RequestSource& source, bool hold_if_needed
   // Without a journal log_seq is never read: it sits on the request's second cache line.
   if (hold_if_needed && journal_ != nullptr && request->log_seq != 0) {
     held_.push_back(request);
+  } else if (request->repl_seq != 0 && request->result == Result::kOk &&
+             replication_->Await(*request)) [[unlikely]] {
+    return;  // Given back by a later ReplicationTurn.
   } else if (request->origin == id_) {
     source.Complete(request);
   } else {
@@ -248,6 +251,7 @@ void Worker::ExecuteJournaled(Request** batch, size_t n, int64_t now_ms) {
   for (size_t i = 0; i < n; ++i) {
     Request& r = *batch[i];
     r.log_seq = 0;
+    r.repl_seq = 0;
     if (r.op == Op::kReplicate) [[unlikely]] {
       ServeReplication(r, clock_());
       continue;
@@ -256,9 +260,30 @@ void Worker::ExecuteJournaled(Request** batch, size_t n, int64_t now_ms) {
       r.result = Result::kUnavailable;
       continue;
     }
+    if (r.replicas > 0) [[unlikely]] {
+      ExecuteReplicated(r, now_ms, hold);
+      continue;
+    }
     const uint64_t before = journal_->appended();
     shard_.Execute(r, now_ms);
     if (hold && journal_->appended() != before) r.log_seq = journal_->appended();
+  }
+}
+
+void Worker::ExecuteReplicated(Request& r, int64_t now_ms, bool hold) {
+  const uint32_t in_sync = replication_ != nullptr ? replication_->in_sync() : 0;
+  if (in_sync < r.replicas) {
+    r.result = Result::kTooFewReplicas;
+    r.acked_replicas = static_cast<uint8_t>(in_sync);
+    return;
+  }
+  const uint64_t before = journal_->appended();
+  const uint64_t position = replication_->position();
+  shard_.Execute(r, now_ms);
+  if (hold && journal_->appended() != before) r.log_seq = journal_->appended();
+  if (replication_->position() != position) {
+    r.repl_seq = replication_->position();
+    replication_->Expect(r.repl_seq);
   }
 }
 

@@ -36,6 +36,10 @@
 // dropped: a full ring is back-pressure on the source (step 1 is skipped while the outboxes hold
 // more than kMaxBacklog requests), and the worker keeps draining its inbound rings meanwhile, so
 // two workers full towards each other cannot deadlock.
+// A write that asks for replicas (Request::replicas: --min-replicas, or the call's
+// ringkv-min-replicas) is refused unless that many replicas follow the worker, and once the
+// journal lets its answer go, the replication port keeps it until they have applied it, or
+// until it has waited too long (shard/replication_port.h).
 //
 // Threads: every method is for the worker's own thread, except counters(), which any thread may
 // read. Constructed by RingEngine.
@@ -239,6 +243,8 @@ class Worker {
   size_t DrainInbound(RequestSource& source);
   void Execute(Request** batch, size_t n);
   void ExecuteJournaled(Request** batch, size_t n, int64_t now_ms);
+  // A write that waits for `r.replicas` replicas (ReplicationPort::Await).
+  void ExecuteReplicated(Request& r, int64_t now_ms, bool hold);
   // Sends the answer to a request this shard ran: completes it (this worker's own) or queues it
   // back to its origin; or holds it while its journal record is not durable.
   void Answer(Request* request, RequestSource& source, bool hold_if_needed);

@@ -71,6 +71,16 @@ class Adapter : public GrpcCall {
       }
     }
     handler_->set_caller(caller);
+    const auto& metadata = context_.client_metadata();
+    if (const auto header = metadata.find(std::string(kMinReplicasHeader)); header != metadata.end()) {
+      absl::StatusOr<uint32_t> n =
+          ParseMinReplicas(std::string_view(header->second.data(), header->second.size()));
+      if (!n.ok()) {
+        Finish(n.status(), nullptr);
+        return false;
+      }
+      handler_->set_min_replicas(*n);
+    }
     if (context().shutting_down() && !method_.served_while_draining) {
       Finish(absl::UnavailableError("ringkv-server is shutting down"), nullptr);
       return false;

@@ -81,6 +81,8 @@ void H2Call::OnHeader(std::string_view name, std::string_view value) {
   } else if (name == "grpc-timeout") {
     headers_.timeout_ns = ParseGrpcTimeout(value);
     headers_.bad_timeout = !headers_.timeout_ns.has_value();
+  } else if (name == kMinReplicasHeader) {
+    headers_.min_replicas = ParseMinReplicas(value);
   } else if (name == "authorization") {
     headers_.sent_token = true;
     if (const Authenticator* auth = io_.loop().context().auth()) {
@@ -122,6 +124,7 @@ void H2Call::Start() {
   if (h.bad_timeout) {
     return SendTrailersOnly(absl::InvalidArgumentError("malformed grpc-timeout header"));
   }
+  if (!h.min_replicas.ok()) return SendTrailersOnly(h.min_replicas.status());
   ServerContext& context = io_.loop().context();
   const Role caller = context.auth() != nullptr ? h.caller : Role::kAdmin;
   if (absl::Status allowed = Authorize(*h.method, caller, h.sent_token); !allowed.ok()) {
@@ -140,6 +143,7 @@ void H2Call::Start() {
   }
   handler_ = headers_.method->make(io_.loop(), *this);
   handler_->set_caller(caller);
+  handler_->set_min_replicas(*h.min_replicas);
   if (headers_.method->counted) {
     counted_ = true;
     context.CallStarted();

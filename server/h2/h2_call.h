@@ -121,6 +121,7 @@ class H2Call final : public CallSink {
     size_t bytes = 0;           // As HTTP/2 counts a header list (name + value + 32).
     bool sent_token = false;    // An authorization header came.
     Role caller = Role::kNone;  // The role its token grants (with --auth-token-file).
+    absl::StatusOr<uint32_t> min_replicas = 0;  // ringkv-min-replicas.
   };
 
   // Starts the handler, or answers the call itself with the reason it cannot be served.

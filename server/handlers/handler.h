@@ -35,13 +35,35 @@
 
 #include <google/protobuf/message_lite.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "server/auth/role.h"
 #include "server/handlers/handler_host.h"
 #include "server/server_context.h"
 #include "shard/request.h"
 
 namespace ringkv {
+
+// The header by which a call asks its writes to wait for replicas, and its value: a number
+// from 0 to ServerOptions::kMaxMinReplicas, or an error that says so.
+inline constexpr std::string_view kMinReplicasHeader = "ringkv-min-replicas";
+inline absl::StatusOr<uint32_t> ParseMinReplicas(std::string_view value) {
+  uint32_t n = 0;
+  if (!absl::SimpleAtoi(absl::string_view(value.data(), value.size()), &n) ||
+      n > ServerOptions::kMaxMinReplicas) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", std::string(kMinReplicasHeader), " header must be a number from 0 to ",
+        ServerOptions::kMaxMinReplicas, ", got '", std::string(value), "'"));
+  }
+  return n;
+}
 
 // The transport's side of one call. Loop thread only.
 class CallSink {
@@ -85,11 +107,19 @@ class Handler {
   // The role the caller's token grants (kAdmin without --auth-token-file); set by the
   // transport before OnStart, once the call is authorized for its method.
   void set_caller(Role role) { caller_ = role; }
+  // The replicas the call's ringkv-min-replicas header asks its writes to wait for (at most
+  // ServerOptions::kMaxMinReplicas; the transport refuses more); set before OnStart. Its
+  // writes wait for this many or --min-replicas, whichever is more.
+  void set_min_replicas(uint32_t n) { min_replicas_ = n; }
 
  protected:
   // Hands a Request to the engine; OnRequestDone gets it back in a later engine turn.
   void Submit(Request& request) {
     request.tag = this;
+    const bool write = request.op != Op::kGet && request.op != Op::kScan &&
+                       request.op != Op::kReplicate;
+    request.replicas =
+        write ? static_cast<uint8_t>(std::max(min_replicas_, context_.options().min_replicas)) : 0;
     host_.Submit(&request);
   }
 
@@ -97,6 +127,7 @@ class Handler {
   ServerContext& context_;
   CallSink& sink_;
   Role caller_ = Role::kAdmin;
+  uint32_t min_replicas_ = 0;
 };
 
 }  // namespace ringkv

@@ -103,7 +103,7 @@ const std::array<Method, kMethodCount> kMethods = {{
     // A replica's flow lasts as long as the replica follows: a drain does not wait for it.
     {.id = MethodId::kReplicationFlow,
      .path = "/ringkv.v1.Replication/Flow",
-     .kind = kServerStreaming,
+     .kind = kBidiStreaming,
      .needs = kAdmin,
      .make = MakeFlowHandler,
      .counted = false},

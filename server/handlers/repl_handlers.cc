@@ -10,6 +10,9 @@
 //
 // until the call ends (the replica went away, the server stops, or the replica fell behind by
 // more than the backlog: ABORTED, and it starts over with a full sync). kEnd always goes last.
+// The replica's messages after its first acknowledge what it has applied: each becomes a kAck
+// request of its own (one out at a time; the newest of those that come meanwhile goes next),
+// so that an acknowledgement never waits behind a kTail the worker keeps.
 #include <atomic>
 #include <memory>
 #include <string>
@@ -34,7 +37,48 @@ class FlowHandler : public Handler {
 
   google::protobuf::MessageLite* incoming() override { return &request_; }
 
+  void OnStart() override {
+    reading_ = true;
+    sink_.Read();
+  }
+
+  void OnHalfClose() override { reading_ = false; }  // No more acknowledgements.
+
   void OnMessage() override {
+    reading_ = false;
+    if (started_) return TakeAck(request_.applied());
+    started_ = true;
+    Begin();
+  }
+
+  void OnRequestDone(Request* request) override {
+    if (request == &ack_op_) {
+      ack_out_ = false;
+      if (ending_) {
+        if (!out_) sink_.Finish(end_, nullptr);  // kEnd is back too.
+      } else if (!cancelled_ && ack_next_ > ack_sent_) {
+        SendAck(ack_next_);
+      }
+      return;
+    }
+    Answered();
+  }
+
+  void OnWriteDone(bool ok) override {
+    writing_ = false;
+    if (!ok || cancelled_) return End(absl::CancelledError("call cancelled"));
+    Ask(next_);
+  }
+
+  void OnCancel() override {
+    cancelled_ = true;
+    writing_ = false;  // A Read or Write outstanding is void: no event comes for it.
+    reading_ = false;
+    if (!out_ && !ending_) End(absl::CancelledError("call cancelled"));
+  }
+
+ private:
+  void Begin() {
     const uint32_t threads = context_.options().threads;
     if (request_.server_id() == context_.server_id()) {
       return sink_.Finish(absl::FailedPreconditionError("--replica-of names this server itself"),
@@ -63,14 +107,41 @@ class FlowHandler : public Handler {
     // A replica that followed this very run of this server asks to go on from its position.
     if (!request_.history().empty() && request_.history() == context_.server_id()) {
       tail_from_ = request_.lsn();
-      return Ask(Step::kResume);
+      Ask(Step::kResume);
+    } else {
+      Ask(Step::kBegin);
     }
-    Ask(Step::kBegin);
+    ReadNext();
   }
 
-  void OnRequestDone(Request* /*request*/) override {
+  void ReadNext() {
+    if (reading_ || cancelled_ || ending_) return;
+    reading_ = true;
+    sink_.Read();
+  }
+
+  void TakeAck(uint64_t applied) {
+    if (op_.op == Op::kReplicate && applied > ack_next_) {
+      ack_next_ = applied;
+      if (!ack_out_ && !ending_ && !cancelled_) SendAck(applied);
+    }
+    ReadNext();
+  }
+
+  void SendAck(uint64_t applied) {
+    ack_sent_ = applied;
+    ack_op_.op = Op::kReplicate;
+    ack_op_.target = op_.target;
+    ack_op_.number = static_cast<int64_t>(Step::kAck);
+    ack_op_.deadline_ms = flow_id_;
+    ack_op_.version = applied;
+    ack_out_ = true;
+    Submit(ack_op_);
+  }
+
+  void Answered() {
     out_ = false;
-    if (ending_) return sink_.Finish(end_, nullptr);
+    if (ending_) return ack_out_ ? void() : sink_.Finish(end_, nullptr);
     if (cancelled_) return End(absl::CancelledError("call cancelled"));
     if (step_ == Step::kResume && op_.result == Result::kUnavailable) {
       return Ask(Step::kBegin);  // The backlog no longer holds its position: a full sync.
@@ -113,29 +184,18 @@ class FlowHandler : public Handler {
         message_.mutable_records()->swap(op_.out);
         message_.set_count(static_cast<uint32_t>(op_.number));
         message_.set_head_lsn(static_cast<uint64_t>(op_.deadline_ms));
+        message_.set_ack(op_.replicas != 0);
         tail_from_ = op_.version;
         next_ = Step::kTail;
         break;
       case Step::kEnd:
+      case Step::kAck:  // Never in op_.
         return;
     }
     writing_ = true;
     sink_.Write(message_);
   }
 
-  void OnWriteDone(bool ok) override {
-    writing_ = false;
-    if (!ok || cancelled_) return End(absl::CancelledError("call cancelled"));
-    Ask(next_);
-  }
-
-  void OnCancel() override {
-    cancelled_ = true;
-    writing_ = false;  // A Write outstanding is void: no OnWriteDone comes for it.
-    if (!out_ && !ending_) End(absl::CancelledError("call cancelled"));
-  }
-
- private:
   void Ask(Step step) {
     step_ = step;
     op_.number = static_cast<int64_t>(step);
@@ -146,7 +206,8 @@ class FlowHandler : public Handler {
     Submit(op_);
   }
 
-  // Tells the worker the flow is over, then finishes with `status`.
+  // Tells the worker the flow is over, then finishes with `status` (once the acknowledgement
+  // out, if any, is back).
   void End(absl::Status status) {
     if (op_.op != Op::kReplicate) return sink_.Finish(status, nullptr);  // Nothing asked yet.
     ending_ = true;
@@ -161,6 +222,12 @@ class FlowHandler : public Handler {
   pb::FlowRequest request_;
   pb::FlowMessage message_;
   Request op_;
+  Request ack_op_;
+  uint64_t ack_sent_ = 0;  // The last position acknowledged to the worker ...
+  uint64_t ack_next_ = 0;  // ... and the newest the replica sent.
+  bool ack_out_ = false;   // ack_op_ is with the worker.
+  bool started_ = false;   // The first message came.
+  bool reading_ = false;
   int64_t flow_id_ = 0;
   Step step_ = Step::kBegin;
   Step next_ = Step::kBegin;

@@ -222,7 +222,16 @@ void AddReplication(const ringkv::v1::ReplicationStats& r, std::vector<MetricFam
               : std::vector<FlowField>{{"repl_lsn", "Records the worker's flow has made.",
                                         MetricType::Gauge, &ringkv::v1::FlowStats::lsn},
                                        {"repl_backlog_bytes", "Bytes of the worker's backlog.",
-                                        MetricType::Gauge, &ringkv::v1::FlowStats::backlog_bytes}};
+                                        MetricType::Gauge, &ringkv::v1::FlowStats::backlog_bytes},
+                                       {"repl_acked_lsn",
+                                        "The position up to which the most advanced replica has "
+                                        "applied the worker's flow, as it acknowledged.",
+                                        MetricType::Gauge, &ringkv::v1::FlowStats::acked_lsn},
+                                       {"repl_not_replicated_total",
+                                        "Writes that waited for replicas (--min-replicas) past "
+                                        "--min-replicas-timeout.",
+                                        MetricType::Counter,
+                                        &ringkv::v1::FlowStats::not_replicated}};
   AddPerItem(fields, r.flows(), "worker", &ringkv::v1::FlowStats::worker, out);
   MetricFamily flows =
       Family(replica ? "repl_stable" : "repl_replicas",

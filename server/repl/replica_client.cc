@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -82,11 +83,25 @@ void ReplicaClient::Follow(uint32_t worker) {
       request.set_history(history);
       request.set_lsn(position);
     }
-    std::unique_ptr<grpc::ClientReader<pb::FlowMessage>> reader = stub->Flow(&context, request);
+    std::unique_ptr<grpc::ClientReaderWriter<pb::FlowRequest, pb::FlowMessage>> stream =
+        stub->Flow(&context);
+    stream->Write(request);  // If the call failed, Read says so.
+    // Acknowledgements go on the same call, from a thread of their own: Read blocks.
+    sink.StartAcks();
+    std::thread acker([&stream, &sink] {
+      uint64_t sent = 0;
+      while (const std::optional<uint64_t> next = sink.NextAck(sent)) {
+        if (*next == sent) continue;
+        pb::FlowRequest ack;
+        ack.set_applied(*next);
+        if (!stream->Write(ack)) break;
+        sent = *next;
+      }
+    });
     pb::FlowMessage message;
     std::string error;
     bool synced = false;
-    while (error.empty() && reader->Read(&message)) {
+    while (error.empty() && stream->Read(&message)) {
       sink.set_primary_lsn(message.head_lsn());
       ReplSink::Item item;
       item.count = message.count();
@@ -127,6 +142,7 @@ void ReplicaClient::Follow(uint32_t worker) {
           break;
         case pb::FlowMessage::TAIL:
           item.kind = ReplSink::Item::Kind::kTail;
+          item.ack = message.ack();
           if (message.count() == 0) continue;  // A heartbeat: its head is all it says.
           if (message.lsn() != position) {
             error = absl::StrCat("the primary sent position ", message.lsn(), " where ", position,
@@ -152,7 +168,9 @@ void ReplicaClient::Follow(uint32_t worker) {
       if (options_.wake) options_.wake(worker);
     }
     if (!error.empty()) context.TryCancel();
-    const grpc::Status status = reader->Finish();
+    sink.StopAcks();
+    acker.join();
+    const grpc::Status status = stream->Finish();
     {
       std::lock_guard lock(mu_);
       calls_[worker] = nullptr;

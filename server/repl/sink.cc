@@ -1,5 +1,7 @@
 #include "server/repl/sink.h"
 
+#include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "persist/format.h"
@@ -43,6 +45,30 @@ ReplSink::Figures ReplSink::figures() const {
   return f;
 }
 
+std::optional<uint64_t> ReplSink::NextAck(uint64_t sent) {
+  std::unique_lock lock(ack_mu_);
+  ack_cv_.wait_for(lock, std::chrono::milliseconds(kAckEveryMs),
+                   [&] { return ack_due_ || acks_stopped_; });
+  if (acks_stopped_) return std::nullopt;
+  ack_due_ = false;
+  lock.unlock();
+  // Before the image is whole, what is applied is no position the primary can count on.
+  if (!synced_.load(std::memory_order_acquire)) return sent;
+  return std::max(sent, applied_lsn_.load(std::memory_order_acquire));
+}
+
+void ReplSink::StartAcks() {
+  std::lock_guard lock(ack_mu_);
+  acks_stopped_ = false;
+  ack_due_ = true;  // A partial resync: say at once where this replica stands.
+}
+
+void ReplSink::StopAcks() {
+  std::lock_guard lock(ack_mu_);
+  acks_stopped_ = true;
+  ack_cv_.notify_all();
+}
+
 bool ReplSink::Serve(Request& request, Shard& /*shard*/, int64_t /*now_ms*/) {
   request.result = Result::kUnavailable;  // A replica streams to no one (no chains yet).
   return true;
@@ -59,10 +85,17 @@ size_t ReplSink::Turn(Shard& shard, Clock /*clock*/, std::vector<Request*>* /*an
   }
   size_t bytes = 0;
   size_t applied = 0;
+  bool ack = false;
   while (!taken_.empty() && bytes < kTurnBytes) {
     bytes += taken_.front().records.size();
     applied += Apply(shard, taken_.front()) + 1;
+    ack |= taken_.front().ack;
     taken_.pop_front();
+  }
+  if (ack) {
+    std::lock_guard lock(ack_mu_);
+    ack_due_ = true;
+    ack_cv_.notify_one();
   }
   return applied;
 }
@@ -76,7 +109,7 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
       return 0;
     case Item::Kind::kImageDone:
       shard.RaiseRevision(item.revision);
-      synced_.store(true, std::memory_order_relaxed);
+      synced_.store(true, std::memory_order_release);
       return 0;
     case Item::Kind::kImage:
     case Item::Kind::kTail:
@@ -115,7 +148,7 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
     n += got;
   }
   if (item.kind == Item::Kind::kTail) {
-    applied_lsn_.store(item.lsn + item.count, std::memory_order_relaxed);
+    applied_lsn_.store(item.lsn + item.count, std::memory_order_release);
   }
   return n;
 }

@@ -9,8 +9,13 @@
 // client thread waits while more than kMaxQueuedBytes are queued, so a slow worker slows the
 // stream (and HTTP/2 flow control, the primary's sender) instead of growing memory.
 //
-// Threads: Push, Stop and the setters from the client thread; Serve and Turn from the worker;
-// figures() from any thread.
+// Acknowledgements: the primary marks the messages whose records a write waits for (`ack`);
+// once the worker has applied one, it wakes the flow's acknowledging thread (NextAck), which
+// sends the position applied. Without such a message it still sends the position every
+// kAckEveryMs if it moved, so that the primary knows how far behind its replicas are.
+//
+// Threads: Push, Stop and the setters from the client thread; NextAck and the Acks calls from
+// the flow's threads; Serve and Turn from the worker; figures() from any thread.
 #ifndef RINGKV_SERVER_REPL_SINK_H_
 #define RINGKV_SERVER_REPL_SINK_H_
 
@@ -20,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +39,7 @@ class ReplSink final : public ReplicationPort {
   // What the worker applies in one turn, at most (one item more if the first is bigger), so
   // that reads keep being served during a full sync.
   static constexpr size_t kTurnBytes = size_t{256} << 10;
+  static constexpr int64_t kAckEveryMs = 100;
 
   struct Item {
     enum class Kind { kFullSync, kImage, kImageDone, kTail } kind;
@@ -41,6 +48,7 @@ class ReplSink final : public ReplicationPort {
     uint64_t lsn = 0;       // kFullSync: the cut; kTail: its first record's position.
     uint64_t revision = 0;  // kImageDone.
     uint64_t keys = 0;      // kFullSync: the image's keys, at most.
+    bool ack = false;       // kTail: the primary waits for an acknowledgement of it.
   };
 
   // Client thread: queues `item` for the worker; waits while the queue is full. False (nothing
@@ -56,6 +64,13 @@ class ReplSink final : public ReplicationPort {
   void CountFullSync() { full_syncs_.fetch_add(1, std::memory_order_relaxed); }
   void CountPartialSync() { partial_syncs_.fetch_add(1, std::memory_order_relaxed); }
   void set_last_error(std::string error);
+
+  // A flow's acknowledging thread: waits until the worker has applied a message the primary
+  // waits for, or kAckEveryMs, and returns the position to acknowledge if it is past `sent`
+  // (else `sent`); nullopt once StopAcks. StartAcks before a flow's call, StopAcks after it.
+  std::optional<uint64_t> NextAck(uint64_t sent);
+  void StartAcks();
+  void StopAcks();
 
   // ReplicationPort.
   bool Serve(Request& request, Shard& shard, int64_t now_ms) override;
@@ -86,6 +101,11 @@ class ReplSink final : public ReplicationPort {
 
   // Worker only.
   std::deque<Item> taken_;  // Taken from queue_, not applied yet.
+
+  std::mutex ack_mu_;
+  std::condition_variable ack_cv_;
+  bool ack_due_ = false;      // Guarded by ack_mu_: a message waited for is applied.
+  bool acks_stopped_ = true;  // Guarded by ack_mu_.
 
   std::atomic<bool> connected_{false};
   std::atomic<bool> synced_{false};  // The last full sync's image is applied.

@@ -7,8 +7,12 @@
 
 namespace ringkv::repl {
 
-ReplSource::ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes)
-    : inner_(inner), worker_(worker), backlog_limit_(backlog_bytes) {}
+ReplSource::ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes,
+                       int64_t replica_timeout_ms)
+    : inner_(inner),
+      worker_(worker),
+      backlog_limit_(backlog_bytes),
+      replica_timeout_ms_(replica_timeout_ms) {}
 
 void ReplSource::Set(std::string_view key, std::string_view value, uint64_t version,
                      int64_t deadline_ms) {
@@ -66,13 +70,67 @@ void ReplSource::PublishFigures() {
   first_lsn_figure_.store(backlog_.empty() ? next_lsn_ : backlog_.front().first,
                           std::memory_order_relaxed);
   bytes_figure_.store(backlog_bytes_, std::memory_order_relaxed);
+  uint64_t acked = 0;
+  for (const Flow& f : flow_list_) acked = std::max(acked, f.acked);
+  acked_figure_.store(acked, std::memory_order_relaxed);
+  not_replicated_figure_.store(not_replicated_, std::memory_order_relaxed);
+}
+
+ReplSource::Flow* ReplSource::FindFlow(int64_t id) {
+  for (Flow& f : flow_list_) {
+    if (f.id == id) return &f;
+  }
+  return nullptr;
+}
+
+uint32_t ReplSource::Acked(uint64_t position) const {
+  uint32_t n = 0;
+  for (const Flow& f : flow_list_) n += f.tailing && f.acked >= position ? 1 : 0;
+  return n;
+}
+
+bool ReplSource::Await(Request& request) {
+  if (Acked(request.repl_seq) >= request.replicas) {
+    request.repl_seq = 0;
+    return false;
+  }
+  waiters_.push_back({&request, 0});  // Its clock starts at the next Turn.
+  return true;
+}
+
+void ReplSource::ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered) {
+  bool changed = false;
+  while (!waiters_.empty()) {
+    Kept& w = waiters_.front();
+    Request& r = *w.request;
+    const uint32_t acked = Acked(r.repl_seq);
+    if (acked < r.replicas) {
+      if (w.until_ms == 0) {
+        // Every later one started as late as this one, or later.
+        for (Kept& k : waiters_) {
+          if (k.until_ms == 0) k.until_ms = now_ms + replica_timeout_ms_;
+        }
+      }
+      if (now_ms < w.until_ms) break;
+      r.result = Result::kNotReplicated;
+      r.acked_replicas = static_cast<uint8_t>(acked);
+      ++not_replicated_;
+      changed = true;
+    }
+    r.repl_seq = 0;
+    answered->push_back(&r);
+    waiters_.pop_front();
+  }
+  if (changed) PublishFigures();
 }
 
 ReplSource::Figures ReplSource::figures() const {
   return {flows_figure_.load(std::memory_order_relaxed),
           lsn_figure_.load(std::memory_order_relaxed),
           first_lsn_figure_.load(std::memory_order_relaxed),
-          bytes_figure_.load(std::memory_order_relaxed)};
+          bytes_figure_.load(std::memory_order_relaxed),
+          acked_figure_.load(std::memory_order_relaxed),
+          not_replicated_figure_.load(std::memory_order_relaxed)};
 }
 
 void ReplSource::Image::Add(std::string_view key, std::string_view value, uint64_t version,
@@ -109,9 +167,23 @@ void ReplSource::Image::OnCut() {
 bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
   now_ms_ = now_ms;
   const Step step = static_cast<Step>(request.number);
+  if (step == Step::kAck) {
+    if (Flow* flow = FindFlow(request.deadline_ms)) {
+      flow->acked = std::max(flow->acked, request.version);
+    }
+    PublishFigures();
+    request.result = Result::kOk;
+    return true;
+  }
   if (step == Step::kEnd) {
     if (sync_.has_value() && sync_->flow == request.deadline_ms) sync_.reset();
-    if (flows_ > 0) --flows_;
+    for (size_t i = 0; i < flow_list_.size(); ++i) {
+      if (flow_list_[i].id != request.deadline_ms) continue;
+      if (flow_list_[i].tailing) --in_sync_;
+      flow_list_.erase(flow_list_.begin() + static_cast<std::ptrdiff_t>(i));
+      --flows_;
+      break;
+    }
     PublishFigures();
     request.result = Result::kOk;
     return true;
@@ -121,13 +193,23 @@ bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
     const uint64_t from = request.version;
     request.result =
         active_ && from >= first && from <= next_lsn_ ? Result::kOk : Result::kUnavailable;
-    if (request.result == Result::kOk) ++flows_;
+    if (request.result == Result::kOk && FindFlow(request.deadline_ms) == nullptr) {
+      flow_list_.push_back({request.deadline_ms, false, 0});
+      ++flows_;
+    }
     PublishFigures();
     return true;
   }
-  if (step == Step::kBegin) {
+  if (step == Step::kBegin && FindFlow(request.deadline_ms) == nullptr) {
+    flow_list_.push_back({request.deadline_ms, false, 0});
     ++flows_;
     PublishFigures();
+  }
+  if (step == Step::kTail) {
+    if (Flow* flow = FindFlow(request.deadline_ms); flow != nullptr && !flow->tailing) {
+      flow->tailing = true;  // Its acknowledgements say what it has applied.
+      ++in_sync_;
+    }
   }
   if (TryAnswer(request, now_ms)) return true;
   kept_.push_back({&request, now_ms + kHeartbeatMs});
@@ -144,6 +226,7 @@ bool ReplSource::TryAnswer(Request& request, int64_t now_ms) {
       return AnswerTail(request, now_ms, false);
     case Step::kEnd:
     case Step::kResume:
+    case Step::kAck:
       break;
   }
   request.result = Result::kUnavailable;
@@ -194,7 +277,7 @@ bool ReplSource::AnswerImage(Request& request, int64_t now_ms) {
 
 bool ReplSource::WorthSending(uint64_t from, int64_t now_ms, bool busy) const {
   if (from == next_lsn_) return false;
-  if (!busy) return true;
+  if (!busy || want_upto_ > from) return true;  // A write waits for what it would carry.
   // Chunks start at positions the flow reads from: the cut, and the ends of earlier answers.
   auto it = std::lower_bound(backlog_.begin(), backlog_.end(), from,
                              [](const Chunk& c, uint64_t lsn) { return c.first < lsn; });
@@ -223,12 +306,13 @@ bool ReplSource::AnswerTail(Request& request, int64_t now_ms, bool waited_enough
   request.number = count;
   request.version = from + count;
   request.deadline_ms = static_cast<int64_t>(next_lsn_);
+  request.replicas = want_upto_ > from ? 1 : 0;
   request.result = Result::kOk;
   return true;
 }
 
 size_t ReplSource::Turn(Shard& /*shard*/, Clock clock, std::vector<Request*>* answered) {
-  if (kept_.empty() && !sync_.has_value()) {
+  if (kept_.empty() && !sync_.has_value() && waiters_.empty()) {
     was_busy_ = busy_;
     busy_ = false;
     return 0;
@@ -252,6 +336,7 @@ size_t ReplSource::Turn(Shard& /*shard*/, Clock clock, std::vector<Request*>* an
     }
   }
   kept_.resize(kept);
+  if (!waiters_.empty()) ReleaseWaiters(now_ms, answered);
   in_turn_ = false;
   was_busy_ = busy_;
   busy_ = false;

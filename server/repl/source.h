@@ -27,8 +27,15 @@
 //   kResume a flow goes on from `version` (a partial resync): kOk if the backlog holds it (kTail
 //           follows), else kUnavailable (the flow full-syncs: kBegin).
 //   kEnd    the flow is over (its image, if one is under way, is dropped).
+//   kAck    the replica has applied every record before `version`: answered at once.
+// A kTail answer asks the replica to acknowledge what it applies (`replicas` 1) when a write
+// waits for replicas to apply records it carries.
 // A flow whose image was dropped (kEnd, or not read for kStaleImageMs while its buffer was
 // full) gets kUnavailable for kImage.
+//
+// Writes that wait for replicas (ReplicationPort::Await; --min-replicas). A flow counts as in
+// sync from its first kTail on. A waiting write is given back once `replicas` flows have
+// acknowledged its position, or after the timeout with Result::kNotReplicated.
 //
 // Threads: the owning worker's, except the stats (any thread).
 #ifndef RINGKV_SERVER_REPL_SOURCE_H_
@@ -49,7 +56,7 @@
 
 namespace ringkv::repl {
 
-enum class Step : int64_t { kBegin = 1, kImage = 2, kTail = 3, kEnd = 4, kResume = 5 };
+enum class Step : int64_t { kBegin = 1, kImage = 2, kTail = 3, kEnd = 4, kResume = 5, kAck = 6 };
 
 class ReplSource final : public Journal, public ReplicationPort {
  public:
@@ -69,8 +76,9 @@ class ReplSource final : public Journal, public ReplicationPort {
   static constexpr int64_t kBatchMs = 1;
 
   // `inner`: the data directory's log for this worker (null: none), which every Journal call
-  // reaches as before. `worker`: whose snapshot a full sync takes.
-  ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes);
+  // reaches as before. `worker`: whose snapshot a full sync takes. `replica_timeout_ms`: how
+  // long a write waits for its replicas (--min-replicas-timeout).
+  ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes, int64_t replica_timeout_ms);
 
   // Journal.
   void Set(std::string_view key, std::string_view value, uint64_t version,
@@ -93,14 +101,21 @@ class ReplSource final : public Journal, public ReplicationPort {
   bool Serve(Request& request, Shard& shard, int64_t now_ms) override;
   size_t Turn(Shard& shard, Clock clock, std::vector<Request*>* answered) override;
   bool follows() const override { return false; }
+  uint32_t in_sync() const override { return in_sync_; }
+  uint64_t position() const override { return next_lsn_ + turn_count_; }
+  void Expect(uint64_t repl_seq) override { want_upto_ = std::max(want_upto_, repl_seq); }
+  bool Await(Request& request) override;
 
-  // Any thread, for stats: flows open, the head position, the oldest one kept, and the
-  // backlog's bytes.
+  // Any thread, for stats: flows open, the head position, the oldest one kept, the backlog's
+  // bytes, the position the most advanced replica acknowledged, and the writes that waited for
+  // replicas in vain.
   struct Figures {
     uint32_t flows = 0;
     uint64_t lsn = 0;
     uint64_t first_lsn = 0;
     uint64_t backlog_bytes = 0;
+    uint64_t acked_lsn = 0;
+    uint64_t not_replicated = 0;
   };
   Figures figures() const;
   size_t backlog_limit() const { return backlog_limit_; }
@@ -141,7 +156,12 @@ class ReplSource final : public Journal, public ReplicationPort {
   };
   struct Kept {
     Request* request;
-    int64_t until_ms;  // kTail: answered empty from then on.
+    int64_t until_ms;  // kTail: answered empty from then on; a write: refused from then on.
+  };
+  struct Flow {
+    int64_t id;
+    bool tailing;    // It has asked for kTail: it can acknowledge writes.
+    uint64_t acked;  // Every record before this one is applied there.
   };
 
   // A chunk of the records recorded since the last one.
@@ -154,10 +174,16 @@ class ReplSource final : public Journal, public ReplicationPort {
   // Whether what a flow at `from` has to read is worth a message now (kBatchBytes, kBatchMs).
   bool WorthSending(uint64_t from, int64_t now_ms, bool busy) const;
   void PublishFigures();
+  Flow* FindFlow(int64_t id);
+  // The flows that have applied every record before `position`.
+  uint32_t Acked(uint64_t position) const;
+  // Gives back the waiting writes that are acknowledged, or have waited enough.
+  void ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered);
 
   Journal* const inner_;
   Worker& worker_;
   const size_t backlog_limit_;
+  const int64_t replica_timeout_ms_;
 
   bool active_ = false;  // A full sync has cut: every record gets a position.
   std::string turn_;     // This turn's records, encoded.
@@ -178,11 +204,18 @@ class ReplSource final : public Journal, public ReplicationPort {
   Image image_{*this};
   std::vector<Kept> kept_;
   uint32_t flows_ = 0;
+  std::vector<Flow> flow_list_;
+  uint32_t in_sync_ = 0;
+  std::deque<Kept> waiters_;  // Writes waiting for replicas, in position order.
+  uint64_t want_upto_ = 0;    // The highest position a write waits for.
+  uint64_t not_replicated_ = 0;
 
   std::atomic<uint32_t> flows_figure_{0};
   std::atomic<uint64_t> lsn_figure_{0};
   std::atomic<uint64_t> first_lsn_figure_{0};
   std::atomic<uint64_t> bytes_figure_{0};
+  std::atomic<uint64_t> acked_figure_{0};
+  std::atomic<uint64_t> not_replicated_figure_{0};
 };
 
 }  // namespace ringkv::repl
