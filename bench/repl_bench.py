@@ -4,7 +4,10 @@
 Part 1, PUT with and without a replica. 50 connections x 1 call, 32-byte values over 100,000
 keys of 16 bytes, SECONDS each: ringkv-loadgen --mode=unary --ratio=0:1 against ringkv,
 redis-benchmark -t set -c 50 -P 1 against Redis. Each system alone, then with one replica
-following it (ringkv --replica-of, Redis --replicaof: both asynchronous), and BASELINE (another
+following it (ringkv --replica-of, Redis --replicaof: both asynchronous), then with the
+replica and each write waiting for it (ringkv --min-replicas=1 on the primary; Redis: each
+connection sends SET then WAIT 1 0 and waits for both, bench/redis_wait.cc, since
+redis-benchmark cannot), and BASELINE (another
 ringkv-server binary, say the commit before replication) alone. Every server runs one worker
 (--threads=1; Redis is single-threaded), all on the same 2 cores as the client, so a replica
 takes CPU from its primary here: the CPU per operation of primary, replica and client is given
@@ -38,6 +41,7 @@ SYNC_KEYS = int(sys.argv[3]) if len(sys.argv) > 3 else 1_000_000
 BASELINE = sys.argv[4] if len(sys.argv) > 4 else None
 OUT = "bench-results/repl"
 LOADGEN = "build/bench/ringkv-loadgen"
+REDIS_WAIT = "build/bench/redis-wait"
 CLI = "build/client/ringkv"
 KEYS = 100_000
 PARTS = os.environ.get("PARTS", "put,sync").split(",")
@@ -101,17 +105,21 @@ def wait(predicate, timeout, what):
     raise RuntimeError(f"not so within {timeout} s: {what}")
 
 
-def put_ringkv(binary, with_replica):
-    proc, addr = start_ringkv(log("ringkv"), ["--threads=1"], binary)
+def put_ringkv(binary, with_replica, sync=False):
+    proc, addr = start_ringkv(log("ringkv"),
+                              ["--threads=1"] + (["--min-replicas=1"] if sync else []), binary)
     replica = None
     try:
-        subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
-                        "--ops=1", "--concurrency=1", "--progress=false"],
-                       capture_output=True, check=True)
         if with_replica:
             replica, raddr = start_ringkv(log("ringkv-replica"),
                                           ["--threads=1", f"--replica-of={addr}"])
             wait(lambda: ringkv_caught_up(addr, raddr), 60, "the replica's full sync")
+        # The pre-load (a --min-replicas primary takes it once its replica follows).
+        subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
+                        "--ops=1", "--concurrency=1", "--progress=false"],
+                       capture_output=True, check=True)
+        if with_replica:
+            wait(lambda: ringkv_caught_up(addr, raddr), 60, "the replica's catching up")
         replica_cpu0 = cpu_of(replica.pid) if replica else 0
         path = os.path.join(OUT, "loadgen.json")
         _, cpu = run_client([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
@@ -130,7 +138,7 @@ def put_ringkv(binary, with_replica):
         stop(proc)
 
 
-def put_redis(with_replica):
+def put_redis(with_replica, sync=False):
     proc, port = redis("redis")
     replica = None
     try:
@@ -142,6 +150,14 @@ def put_redis(with_replica):
             wait(lambda: redis_info(rport).get("master_link_status") == "up"
                  and redis_info(rport).get("master_sync_in_progress") == "0", 60,
                  "the Redis replica's sync")
+        if sync:
+            replica_cpu0 = cpu_of(replica.pid)
+            out, cpu = run_client([REDIS_WAIT, str(port), "50", str(SECONDS), str(KEYS), "32",
+                                   "1"], proc.pid, SECONDS * 10 + 60)
+            r = json.loads(out)
+            assert r["short"] == 0, f"WAIT 1 0 answered fewer than 1 replica: {r}"
+            return {"ops_per_s": r["ops_per_s"], "ops": r["ops"], **cpu.per_op(r["ops"]),
+                    "replica_us_per_op": (cpu_of(replica.pid) - replica_cpu0) * 1e6 / r["ops"]}
         base = ["redis-benchmark", "-p", str(port), "-r", str(KEYS), "-d", "32", "--csv",
                 "-t", "set", "-c", "50", "-P", "1"]
         out, _ = run_client(base + ["-n", "20000"], proc.pid, 120)
@@ -233,17 +249,21 @@ def sync_redis():
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    rows = {name: [] for name in ("ringkv", "ringkv + replica", "ringkv baseline", "redis",
-                                  "redis + replica")}
+    rows = {name: [] for name in ("ringkv", "ringkv + replica", "ringkv + replica, min 1",
+                                  "ringkv baseline", "redis", "redis + replica",
+                                  "redis + replica, WAIT 1 0")}
     syncs = {"ringkv": [], "redis": []}
     for run in range(RUNS):
         for name, fn in () if "put" not in PARTS else (("ringkv", lambda: put_ringkv("build/server/ringkv-server", False)),
                          ("ringkv + replica", lambda: put_ringkv("build/server/ringkv-server",
                                                                  True)),
+                         ("ringkv + replica, min 1",
+                          lambda: put_ringkv("build/server/ringkv-server", True, sync=True)),
                          ("ringkv baseline", (lambda: put_ringkv(BASELINE, False))
                           if BASELINE else None),
                          ("redis", lambda: put_redis(False)),
-                         ("redis + replica", lambda: put_redis(True))):
+                         ("redis + replica", lambda: put_redis(True)),
+                         ("redis + replica, WAIT 1 0", lambda: put_redis(True, sync=True))):
             if fn is None:
                 continue
             r = fn()

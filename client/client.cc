@@ -74,8 +74,7 @@ Client::Client(std::string address, absl::Duration timeout, ClientCredentials cr
     : address_(std::move(address)),
       timeout_(timeout),
       authorization_(credentials.token.empty() ? "" : "Bearer " + credentials.token),
-      min_replicas_(credentials.min_replicas == 0 ? ""
-                                                  : std::to_string(credentials.min_replicas)),
+      min_replicas_(credentials.min_replicas == 0 ? "" : std::to_string(credentials.min_replicas)),
       channel_(grpc::CreateCustomChannel(address_, ChannelCredentials(credentials), ChannelArgs())),
       stub_(pb::KV::NewStub(channel_)) {}
 

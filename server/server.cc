@@ -232,9 +232,8 @@ absl::Status Server::SetUpReplication() {
     for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
       Worker& worker = ring_engine_->worker(i);
       Journal* log = data_dir_ != nullptr ? &data_dir_->log(i) : nullptr;
-      repl_sources_.push_back(
-          std::make_unique<repl::ReplSource>(log, worker, options_.repl_backlog_bytes,
-                                             options_.min_replicas_timeout_ms));
+      repl_sources_.push_back(std::make_unique<repl::ReplSource>(
+          log, worker, options_.repl_backlog_bytes, options_.min_replicas_timeout_ms));
       worker.set_journal(repl_sources_.back().get());
       worker.set_replication(repl_sources_.back().get());
     }

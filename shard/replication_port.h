@@ -40,9 +40,10 @@ class ReplicationPort {
   // Writes that wait for replicas (Request::replicas; a primary's port only). The worker asks
   // `in_sync` before it runs such a write (fewer replicas that can apply it: the write is
   // refused, Result::kTooFewReplicas), reads `position` after it (the write's repl_seq, if its
-  // records moved it, which it passes to Expect), and hands its answer, once the journal no longer holds it, to Await:
-  // true if the port keeps it, to give it back in a later Turn once `replicas` replicas have
-  // applied everything up to repl_seq, or with Result::kNotReplicated once it has waited
+  // records moved it, which it passes to Expect), and hands its answer, once the journal no longer
+  // holds it, to Await: true if the port keeps it, to give it back in a later Turn once `replicas`
+  // replicas have applied everything up to repl_seq, or with Result::kNotReplicated once it has
+  // waited
   // --min-replicas-timeout. The port clears repl_seq of what it gives back.
   virtual uint32_t in_sync() const { return 0; }
   virtual uint64_t position() const { return 0; }

@@ -72,7 +72,8 @@ class Adapter : public GrpcCall {
     }
     handler_->set_caller(caller);
     const auto& metadata = context_.client_metadata();
-    if (const auto header = metadata.find(std::string(kMinReplicasHeader)); header != metadata.end()) {
+    if (const auto header = metadata.find(std::string(kMinReplicasHeader));
+        header != metadata.end()) {
       absl::StatusOr<uint32_t> n =
           ParseMinReplicas(std::string_view(header->second.data(), header->second.size()));
       if (!n.ok()) {

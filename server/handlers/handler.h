@@ -58,9 +58,9 @@ inline absl::StatusOr<uint32_t> ParseMinReplicas(std::string_view value) {
   uint32_t n = 0;
   if (!absl::SimpleAtoi(absl::string_view(value.data(), value.size()), &n) ||
       n > ServerOptions::kMaxMinReplicas) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the ", std::string(kMinReplicasHeader), " header must be a number from 0 to ",
-        ServerOptions::kMaxMinReplicas, ", got '", std::string(value), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", std::string(kMinReplicasHeader), " header must be a number from 0 to ",
+                     ServerOptions::kMaxMinReplicas, ", got '", std::string(value), "'"));
   }
   return n;
 }
@@ -116,8 +116,8 @@ class Handler {
   // Hands a Request to the engine; OnRequestDone gets it back in a later engine turn.
   void Submit(Request& request) {
     request.tag = this;
-    const bool write = request.op != Op::kGet && request.op != Op::kScan &&
-                       request.op != Op::kReplicate;
+    const bool write =
+        request.op != Op::kGet && request.op != Op::kScan && request.op != Op::kReplicate;
     request.replicas =
         write ? static_cast<uint8_t>(std::max(min_replicas_, context_.options().min_replicas)) : 0;
     host_.Submit(&request);

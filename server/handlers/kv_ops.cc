@@ -131,16 +131,16 @@ absl::Status StatusOf(const Request& r, const ServerContext& context) {
     case Result::kUnavailable:
       return absl::UnavailableError(context.journal_failure_message());
     case Result::kTooFewReplicas:
-      return absl::UnavailableError(absl::StrCat(
-          "the write needs ", r.replicas, " replicas (--min-replicas, or the call's ",
-          std::string(kMinReplicasHeader), " header) and ", r.acked_replicas,
-          " follow this server: it was not run"));
+      return absl::UnavailableError(
+          absl::StrCat("the write needs ", r.replicas, " replicas (--min-replicas, or the call's ",
+                       std::string(kMinReplicasHeader), " header) and ", r.acked_replicas,
+                       " follow this server: it was not run"));
     case Result::kNotReplicated:
-      return absl::UnavailableError(absl::StrCat(
-          "the write was run here, but ", r.acked_replicas, " of the ", r.replicas,
-          " replicas it needs applied it within --min-replicas-timeout (",
-          context.options().min_replicas_timeout_ms,
-          " ms): it may yet reach them, or be lost with this server"));
+      return absl::UnavailableError(
+          absl::StrCat("the write was run here, but ", r.acked_replicas, " of the ", r.replicas,
+                       " replicas it needs applied it within --min-replicas-timeout (",
+                       context.options().min_replicas_timeout_ms,
+                       " ms): it may yet reach them, or be lost with this server"));
     case Result::kPending:
       break;
   }

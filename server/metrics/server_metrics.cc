@@ -207,31 +207,31 @@ void AddReplication(const ringkv::v1::ReplicationStats& r, std::vector<MetricFam
   using FlowField = Field<ringkv::v1::FlowStats>;
   const bool replica = r.role() == "replica";
   const std::vector<FlowField> fields =
-      replica ? std::vector<FlowField>{{"repl_applied_lsn", "Records of the worker's flow applied.",
-                                        MetricType::Gauge, &ringkv::v1::FlowStats::applied_lsn},
-                                       {"repl_lag_records",
-                                        "Records the primary has made that the worker has not "
-                                        "applied yet (as last heard).",
-                                        MetricType::Gauge, &ringkv::v1::FlowStats::lag_records},
-                                       {"repl_full_syncs_total", "Full syncs of the worker's flow.",
-                                        MetricType::Counter, &ringkv::v1::FlowStats::full_syncs},
-                                       {"repl_partial_syncs_total",
-                                        "Reconnections of the worker's flow that went on from "
-                                        "its position.",
-                                        MetricType::Counter, &ringkv::v1::FlowStats::partial_syncs}}
-              : std::vector<FlowField>{{"repl_lsn", "Records the worker's flow has made.",
-                                        MetricType::Gauge, &ringkv::v1::FlowStats::lsn},
-                                       {"repl_backlog_bytes", "Bytes of the worker's backlog.",
-                                        MetricType::Gauge, &ringkv::v1::FlowStats::backlog_bytes},
-                                       {"repl_acked_lsn",
-                                        "The position up to which the most advanced replica has "
-                                        "applied the worker's flow, as it acknowledged.",
-                                        MetricType::Gauge, &ringkv::v1::FlowStats::acked_lsn},
-                                       {"repl_not_replicated_total",
-                                        "Writes that waited for replicas (--min-replicas) past "
-                                        "--min-replicas-timeout.",
-                                        MetricType::Counter,
-                                        &ringkv::v1::FlowStats::not_replicated}};
+      replica
+          ? std::vector<FlowField>{{"repl_applied_lsn", "Records of the worker's flow applied.",
+                                    MetricType::Gauge, &ringkv::v1::FlowStats::applied_lsn},
+                                   {"repl_lag_records",
+                                    "Records the primary has made that the worker has not "
+                                    "applied yet (as last heard).",
+                                    MetricType::Gauge, &ringkv::v1::FlowStats::lag_records},
+                                   {"repl_full_syncs_total", "Full syncs of the worker's flow.",
+                                    MetricType::Counter, &ringkv::v1::FlowStats::full_syncs},
+                                   {"repl_partial_syncs_total",
+                                    "Reconnections of the worker's flow that went on from "
+                                    "its position.",
+                                    MetricType::Counter, &ringkv::v1::FlowStats::partial_syncs}}
+          : std::vector<FlowField>{{"repl_lsn", "Records the worker's flow has made.",
+                                    MetricType::Gauge, &ringkv::v1::FlowStats::lsn},
+                                   {"repl_backlog_bytes", "Bytes of the worker's backlog.",
+                                    MetricType::Gauge, &ringkv::v1::FlowStats::backlog_bytes},
+                                   {"repl_acked_lsn",
+                                    "The position up to which the most advanced replica has "
+                                    "applied the worker's flow, as it acknowledged.",
+                                    MetricType::Gauge, &ringkv::v1::FlowStats::acked_lsn},
+                                   {"repl_not_replicated_total",
+                                    "Writes that waited for replicas (--min-replicas) past "
+                                    "--min-replicas-timeout.",
+                                    MetricType::Counter, &ringkv::v1::FlowStats::not_replicated}};
   AddPerItem(fields, r.flows(), "worker", &ringkv::v1::FlowStats::worker, out);
   MetricFamily flows =
       Family(replica ? "repl_stable" : "repl_replicas",
