@@ -72,15 +72,16 @@ void Run(int port, int seconds, uint64_t keys, size_t value_size, long replicas,
   }
   std::mt19937_64 rng(static_cast<uint64_t>(seed));
   const std::string value(value_size, 'x');
-  const std::string wait = "*3\r\n$4\r\nWAIT\r\n$" + std::to_string(std::to_string(replicas).size()) +
-                           "\r\n" + std::to_string(replicas) + "\r\n$1\r\n0\r\n";
+  const std::string wait = "*3\r\n$4\r\nWAIT\r\n$" +
+                           std::to_string(std::to_string(replicas).size()) + "\r\n" +
+                           std::to_string(replicas) + "\r\n$1\r\n0\r\n";
   std::string out;
   std::string in;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (std::chrono::steady_clock::now() < until) {
     char key[32];
-    const int key_len = std::snprintf(key, sizeof key, "key:%012lu",
-                                      static_cast<unsigned long>(rng() % keys));
+    const int key_len =
+        std::snprintf(key, sizeof key, "key:%012lu", static_cast<unsigned long>(rng() % keys));
     out = "*3\r\n$3\r\nSET\r\n$" + std::to_string(key_len) + "\r\n" + key + "\r\n$" +
           std::to_string(value_size) + "\r\n" + value + "\r\n" + wait;
     if (write(fd, out.data(), out.size()) != static_cast<ssize_t>(out.size())) {

@@ -76,7 +76,8 @@ Client::Client(std::string address, absl::Duration timeout, ClientCredentials cr
       authorization_(credentials.token.empty() ? "" : "Bearer " + credentials.token),
       min_replicas_(credentials.min_replicas == 0 ? "" : std::to_string(credentials.min_replicas)),
       channel_(grpc::CreateCustomChannel(address_, ChannelCredentials(credentials), ChannelArgs())),
-      stub_(pb::KV::NewStub(channel_)) {}
+      stub_(pb::KV::NewStub(channel_)),
+      replication_stub_(pb::Replication::NewStub(channel_)) {}
 
 std::unique_ptr<grpc::ClientContext> Client::NewContext() const {
   auto context = std::make_unique<grpc::ClientContext>();
@@ -257,6 +258,20 @@ absl::StatusOr<pb::StatsResponse> Client::Stats() {
   pb::StatsResponse response;
   auto context = NewContext();
   grpc::Status status = stub_->Stats(context.get(), request, &response);
+  if (!status.ok()) return ToStatus(status, *context);
+  return response;
+}
+
+absl::StatusOr<pb::ReplicateResponse> Client::Replicate(const std::string& to) {
+  pb::ReplicateRequest request;
+  if (to.empty()) {
+    request.set_stop(true);
+  } else {
+    request.set_to(to);
+  }
+  pb::ReplicateResponse response;
+  auto context = NewContext();
+  grpc::Status status = replication_stub_->Replicate(context.get(), request, &response);
   if (!status.ok()) return ToStatus(status, *context);
   return response;
 }

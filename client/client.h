@@ -131,6 +131,8 @@ class Client {
       const PutOptions& options = {});
   absl::StatusOr<ringkv::v1::StatsResponse> Stats();
   absl::StatusOr<ringkv::v1::SnapshotResponse> Snapshot();
+  // Replication.Replicate: follow the primary `to` (HOST:PORT), or, if empty, stop following.
+  absl::StatusOr<ringkv::v1::ReplicateResponse> Replicate(const std::string& to);
 
   // For what the blocking calls do not cover (Stream, the async load generator).
   ringkv::v1::KV::Stub& stub() { return *stub_; }
@@ -157,6 +159,7 @@ class Client {
   const std::string min_replicas_;   // The ringkv-min-replicas header, or empty.
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<ringkv::v1::KV::Stub> stub_;
+  std::unique_ptr<ringkv::v1::Replication::Stub> replication_stub_;
 };
 
 }  // namespace ringkv

@@ -61,6 +61,10 @@ ABSL_FLAG(uint32_t, min_replicas, 0,
           "ringkv-min-replicas header; the server's --min-replicas applies if more). UNAVAILABLE "
           "if fewer follow the server (the write was not run), or if they took longer than its "
           "--min-replicas-timeout (it was run there, and may yet reach them)");
+ABSL_FLAG(std::string, to, "", "replicate: follow the primary at HOST:PORT (a full sync from it)");
+ABSL_FLAG(bool, stop, false,
+          "replicate: stop following the primary and serve writes (a manual promotion; "
+          "answered once every worker has applied what it had received)");
 ABSL_FLAG(bool, if_absent, false, "put, mput: write only if the key does not exist");
 ABSL_FLAG(bool, if_present, false, "put, mput: write only if the key exists");
 ABSL_FLAG(std::string, prefix, "", "scan: only keys that start with this");
@@ -470,8 +474,40 @@ int Snapshot(Invocation& in) {
   return kOk;
 }
 
+int Replicate(Invocation& in) {
+  const std::string to = absl::GetFlag(FLAGS_to);
+  if (to.empty() == !absl::GetFlag(FLAGS_stop)) {
+    return Fail(kUsage, "replicate takes either --to=HOST:PORT or --stop");
+  }
+  auto changed = in.client.Replicate(to);
+  if (!changed.ok()) {
+    // FAILED_PRECONDITION here is the server's state, not a write's condition.
+    if (changed.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return Fail(kServerError, std::string(changed.status().message()));
+    }
+    return FailStatus(changed.status());
+  }
+  if (in.json) {
+    std::printf("{\"role\":%s,\"primary\":%s}\n", JsonString(changed->role()).c_str(),
+                JsonString(changed->primary()).c_str());
+    return kOk;
+  }
+  if (changed->role() == "primary") {
+    std::printf("primary: serving writes\n");
+  } else {
+    std::printf("replica of %s: a full sync follows\n", changed->primary().c_str());
+  }
+  return kOk;
+}
+
 // Which of the write flags a command takes.
-enum Takes : unsigned { kTtl = 1, kIfExists = 2, kIfVersion = 4, kScanFlags = 8 };
+enum Takes : unsigned {
+  kTtl = 1,
+  kIfExists = 2,
+  kIfVersion = 4,
+  kScanFlags = 8,
+  kReplicateFlags = 16
+};
 
 struct Command {
   const char* name;
@@ -496,6 +532,7 @@ constexpr Command kCommands[] = {
     {"scan", "scan [--prefix=P] [--limit=N] [--cursor=C]", 0, 0, kScanFlags, Scan},
     {"stats", "stats", 0, 0, 0, Stats},
     {"snapshot", "snapshot", 0, 0, 0, Snapshot},
+    {"replicate", "replicate --to=HOST:PORT | --stop", 0, 0, kReplicateFlags, Replicate},
 };
 
 // The --ttl and --if-* flags as PutOptions; every command-specific flag checked against what
@@ -522,6 +559,10 @@ int ParseWriteFlags(const Command& command, PutOptions* put) {
     return refuse(if_absent ? "--if-absent" : "--if-present");
   }
   if (if_version && !(command.takes & kIfVersion)) return refuse("--if-version");
+  if (!(command.takes & kReplicateFlags)) {
+    if (!absl::GetFlag(FLAGS_to).empty()) return refuse("--to");
+    if (absl::GetFlag(FLAGS_stop)) return refuse("--stop");
+  }
   if (!(command.takes & kScanFlags)) {
     if (!absl::GetFlag(FLAGS_prefix).empty()) return refuse("--prefix");
     if (absl::GetFlag(FLAGS_limit) != 0) return refuse("--limit");
@@ -539,7 +580,8 @@ int Main(int argc, char** argv) {
       "  ringkv [--addr=HOST:PORT] [--json] [--timeout=SECONDS] COMMAND ARGS...\n"
       "  commands: get KEY | put KEY VALUE (VALUE - reads stdin) | del KEY | ttl KEY |\n"
       "            expire KEY DURATION | persist KEY | incr KEY [DELTA] | mget KEY... |\n"
-      "            mput KEY=VALUE... | scan | stats | snapshot\n"
+      "            mput KEY=VALUE... | scan | stats | snapshot |\n"
+      "            replicate --to=HOST:PORT | replicate --stop\n"
       "  put and mput take --ttl=DURATION and --if-absent or --if-present; put and del take\n"
       "  --if-version=N; scan takes --prefix=P, --limit=N and --cursor=C. A DURATION is whole\n"
       "  seconds (30) or has a unit (1500ms, 10s, 1.5h).\n"

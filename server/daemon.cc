@@ -135,7 +135,7 @@ ABSL_FLAG(std::string, replica_of, "",
           "yet. Empty: this server is a primary");
 ABSL_FLAG(std::string, primary_token_file, "",
           "with --replica-of: a file whose first line is the token to present to the primary "
-          "(it needs the admin role there under --auth-token-file)");
+          "(it needs the replication role there, or a higher one, under --auth-token-file)");
 ABSL_FLAG(std::string, repl_backlog, "32MiB",
           "a primary keeps this many bytes of each worker's latest changes for replicas that "
           "read behind; a replica that falls further behind is cut off and full-syncs again");

@@ -151,7 +151,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     server->threads_.emplace_back([loop = loop.get()] { loop->Run(); });
   }
   if (server->metrics_server_ != nullptr) server->metrics_server_->Start();
-  if (server->replica_client_ != nullptr) server->replica_client_->Start();
+  if (server->replica_client_ != nullptr) server->replica_client_->Start();  // No role change yet.
   if (server->data_dir_ != nullptr) {
     // Once the loops run: a snapshot waits for every worker's cut.
     RingEngine* engine = server->ring_engine_.get();
@@ -224,77 +224,175 @@ absl::Status Server::OpenDataDir() {
 absl::Status Server::SetUpReplication() {
   std::random_device random;
   server_id_ = absl::StrFormat("%08x%08x%08x%08x", random(), random(), random(), random());
-  if (options_.replica_of.empty()) {
-    if (!options_.primary_token_file.empty()) {
-      return absl::InvalidArgumentError("--primary-token-file needs --replica-of");
-    }
-    if (ring_engine_ == nullptr) return absl::OkStatus();  // The lock engine: a baseline.
-    for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
-      Worker& worker = ring_engine_->worker(i);
-      Journal* log = data_dir_ != nullptr ? &data_dir_->log(i) : nullptr;
-      repl_sources_.push_back(std::make_unique<repl::ReplSource>(
-          log, worker, options_.repl_backlog_bytes, options_.min_replicas_timeout_ms));
-      worker.set_journal(repl_sources_.back().get());
-      worker.set_replication(repl_sources_.back().get());
-    }
-    return absl::OkStatus();
+  const bool replica = !options_.replica_of.empty();
+  if (!replica && !options_.primary_token_file.empty()) {
+    return absl::InvalidArgumentError("--primary-token-file needs --replica-of");
   }
   if (ring_engine_ == nullptr) {
+    if (!replica) return absl::OkStatus();  // The lock engine: a baseline.
     return absl::InvalidArgumentError("--replica-of works with --engine=ring only");
   }
-  if (data_dir_ != nullptr) {
+  if (replica && data_dir_ != nullptr) {
     return absl::InvalidArgumentError(
         "--replica-of with --data-dir is not supported yet: a replica keeps what it follows in "
         "memory only (it full-syncs from its primary at every start)");
   }
-  std::string token;
   if (!options_.primary_token_file.empty()) {
     std::ifstream in(options_.primary_token_file);
-    if (!in || !std::getline(in, token)) {
+    if (!in || !std::getline(in, primary_token_)) {
       return absl::InvalidArgumentError(absl::StrCat("--primary-token-file: cannot read ",
                                                      options_.primary_token_file, ": ",
                                                      std::strerror(errno)));
     }
-    token = std::string(absl::StripAsciiWhitespace(token));
-    if (token.empty()) {
+    primary_token_ = std::string(absl::StripAsciiWhitespace(primary_token_));
+    if (primary_token_.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("--primary-token-file: the first line of ",
                                                      options_.primary_token_file, " is empty"));
     }
   }
-  read_only_reason_ = absl::StrCat("this server is a read-only replica of ", options_.replica_of,
-                                   ": send writes to the primary");
-  std::vector<repl::ReplSink*> sinks;
+  // Every worker gets both sides; its RolePort picks one (a replica may be promoted).
   for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
+    Worker& worker = ring_engine_->worker(i);
+    Journal* log = data_dir_ != nullptr ? &data_dir_->log(i) : nullptr;
+    repl_sources_.push_back(std::make_unique<repl::ReplSource>(
+        log, worker, options_.repl_backlog_bytes, options_.min_replicas_timeout_ms));
     repl_sinks_.push_back(std::make_unique<repl::ReplSink>());
-    ring_engine_->worker(i).set_replication(repl_sinks_.back().get());
-    sinks.push_back(repl_sinks_.back().get());
+    role_ports_.push_back(
+        std::make_unique<repl::RolePort>(*repl_sources_.back(), *repl_sinks_.back(), replica));
+    worker.set_journal(repl_sources_.back().get());
+    worker.set_replication(role_ports_.back().get());
   }
-  replica_client_ = std::make_unique<repl::ReplicaClient>(
+  if (replica) {
+    SetPrimary(options_.replica_of);
+    replica_client_ = MakeReplicaClient(options_.replica_of);
+  }
+  return absl::OkStatus();
+}
+
+void Server::SetPrimary(const std::string& primary) {
+  std::lock_guard lock(role_mu_);
+  primary_ = primary;
+  read_only_reason_ = primary.empty() ? ""
+                                      : absl::StrCat("this server is a read-only replica of ",
+                                                     primary, ": send writes to the primary");
+  read_only_.store(!primary.empty(), std::memory_order_release);
+}
+
+std::string Server::read_only_reason() const {
+  std::lock_guard lock(role_mu_);
+  return read_only_reason_;
+}
+
+std::unique_ptr<repl::ReplicaClient> Server::MakeReplicaClient(const std::string& primary) {
+  std::vector<repl::ReplSink*> sinks;
+  for (auto& sink : repl_sinks_) {
+    sink->Restart();
+    sinks.push_back(sink.get());
+  }
+  return std::make_unique<repl::ReplicaClient>(
       repl::ReplicaClient::Options{
-          .primary = options_.replica_of,
-          .token = token,
+          .primary = primary,
+          .token = primary_token_,
           .server_id = server_id_,
           .threads = ring_engine_->workers(),
           .wake = [this](uint32_t worker) { Wake(static_cast<uint16_t>(worker)); }},
       std::move(sinks));
+}
+
+absl::Status Server::RequestRoleChange(const std::string& to, RoleDone done) {
+  if (ring_engine_ == nullptr) {
+    return absl::FailedPreconditionError("replication works with --engine=ring only");
+  }
+  std::lock_guard lock(role_mu_);
+  if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
+  if (role_changing_) {
+    return absl::FailedPreconditionError("another role change is under way; try again");
+  }
+  if (!to.empty() && primary_.empty()) {
+    return absl::UnimplementedError(
+        "a primary cannot become a replica at run time yet: restart it with --replica-of "
+        "(its data would be replaced by the primary's anyway)");
+  }
+  if (role_thread_.joinable()) role_thread_.join();  // The last change's, done.
+  role_changing_ = true;
+  role_thread_ = std::thread([this, to, done = std::move(done)] {
+    const absl::Status status = to.empty() ? Promote() : Follow(to);
+    std::string primary;
+    {
+      std::lock_guard lock(role_mu_);
+      role_changing_ = false;
+      primary = primary_;
+    }
+    done(status, primary.empty() ? "primary" : "replica", primary);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Server::Promote() {
+  std::unique_ptr<repl::ReplicaClient> client;
+  std::string was;
+  {
+    std::lock_guard lock(role_mu_);
+    if (primary_.empty()) return absl::OkStatus();  // A primary already.
+    client = std::move(replica_client_);
+    was = primary_;
+  }
+  // Nothing more reaches the sinks; the workers apply what they hold, then serve as primaries.
+  if (client != nullptr) client->Stop();
+  for (auto& port : role_ports_) port->Promote();
+  for (auto& port : role_ports_) {
+    while (!port->promoted()) {
+      if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  SetPrimary("");
+  Log(LogLevel::kInfo, "promoted: no longer a replica of %s; writes are served", was);
+  return absl::OkStatus();
+}
+
+absl::Status Server::Follow(const std::string& to) {
+  std::unique_ptr<repl::ReplicaClient> old;
+  {
+    std::lock_guard lock(role_mu_);
+    old = std::move(replica_client_);
+  }
+  old.reset();  // Stops it.
+  SetPrimary(to);
+  std::unique_ptr<repl::ReplicaClient> client = MakeReplicaClient(to);
+  client->Start();
+  {
+    std::lock_guard lock(role_mu_);
+    replica_client_ = std::move(client);
+  }
+  Log(LogLevel::kInfo, "replica: now following %s (a full sync)", to);
   return absl::OkStatus();
 }
 
 void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
   ringkv::v1::ReplicationStats* out = stats->mutable_replication();
-  out->set_role(options_.replica_of.empty() ? "primary" : "replica");
-  out->set_primary(options_.replica_of);
-  if (!repl_sources_.empty()) out->set_backlog_limit_bytes(options_.repl_backlog_bytes);
-  for (size_t i = 0; i < repl_sources_.size(); ++i) {
-    const repl::ReplSource::Figures f = repl_sources_[i]->figures();
-    ringkv::v1::FlowStats* flow = out->add_flows();
-    flow->set_worker(static_cast<uint32_t>(i));
-    flow->set_replicas(f.flows);
-    flow->set_lsn(f.lsn);
-    flow->set_backlog_first_lsn(f.first_lsn);
-    flow->set_backlog_bytes(f.backlog_bytes);
-    flow->set_acked_lsn(f.acked_lsn);
-    flow->set_not_replicated(f.not_replicated);
+  std::string primary;
+  {
+    std::lock_guard lock(role_mu_);
+    primary = primary_;
+  }
+  out->set_role(primary.empty() ? "primary" : "replica");
+  out->set_primary(primary);
+  if (repl_sources_.empty()) return;
+  if (primary.empty()) {
+    out->set_backlog_limit_bytes(options_.repl_backlog_bytes);
+    for (size_t i = 0; i < repl_sources_.size(); ++i) {
+      const repl::ReplSource::Figures f = repl_sources_[i]->figures();
+      ringkv::v1::FlowStats* flow = out->add_flows();
+      flow->set_worker(static_cast<uint32_t>(i));
+      flow->set_replicas(f.flows);
+      flow->set_lsn(f.lsn);
+      flow->set_backlog_first_lsn(f.first_lsn);
+      flow->set_backlog_bytes(f.backlog_bytes);
+      flow->set_acked_lsn(f.acked_lsn);
+      flow->set_not_replicated(f.not_replicated);
+    }
+    return;
   }
   for (size_t i = 0; i < repl_sinks_.size(); ++i) {
     const repl::ReplSink::Figures f = repl_sinks_[i]->figures();
@@ -341,7 +439,14 @@ absl::Status Server::Shutdown() {
     data_dir_->StopSnapshotter();
     data_dir_->StopRetrying();
   }
-  // A replica stops following before its loops stop applying.
+  // A role change under way ends first (it sees shutting_down_); then a replica stops
+  // following before its loops stop applying.
+  std::thread role_thread;
+  {
+    std::lock_guard lock(role_mu_);
+    role_thread = std::move(role_thread_);
+  }
+  if (role_thread.joinable()) role_thread.join();
   if (replica_client_ != nullptr) replica_client_->Stop();
   Log(LogLevel::kDebug, "%d calls still in flight; stopping the transport",
       active_calls_.load(std::memory_order_acquire));

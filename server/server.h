@@ -39,7 +39,9 @@
 #define RINGKV_SERVER_SERVER_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +53,7 @@
 #include "server/metrics/metrics_server.h"
 #include "server/metrics/metrics_source.h"
 #include "server/repl/replica_client.h"
+#include "server/repl/role_port.h"
 #include "server/repl/sink.h"
 #include "server/repl/source.h"
 #include "server/server_context.h"
@@ -95,7 +98,9 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   void FillStats(ringkv::v1::StatsResponse* stats) const override;
   absl::Status RequestSnapshot(persist::DataDir::SnapshotDone done) override;
   const std::string& journal_failure_message() const override;
-  const std::string& read_only_reason() const override { return read_only_reason_; }
+  bool read_only() const override { return read_only_.load(std::memory_order_acquire); }
+  std::string read_only_reason() const override;
+  absl::Status RequestRoleChange(const std::string& to, RoleDone done) override;
   const std::string& server_id() const override { return server_id_; }
 
   // MetricsSource, for the /metrics scrape.
@@ -114,6 +119,14 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   // a ReplSink and the client that fills it (a replica; the client starts with the loops).
   absl::Status SetUpReplication();
   void FillReplicationStats(ringkv::v1::StatsResponse* stats) const;
+  // The primary followed (empty: none, a primary), and what goes with it.
+  void SetPrimary(const std::string& primary);
+  // A client that follows `primary` into the sinks (not started).
+  std::unique_ptr<repl::ReplicaClient> MakeReplicaClient(const std::string& primary);
+  // Role changes (RequestRoleChange), on role_thread_: stop following and serve writes, or
+  // follow another primary.
+  absl::Status Promote();
+  absl::Status Follow(const std::string& to);
 
   // Constant after Start.
   const ServerOptions options_;
@@ -133,11 +146,22 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   std::string journal_failure_ = "the write could not be made durable; writes are refused";
   std::string journal_stalled_ = journal_failure_;  // While no log has failed for good.
   std::unique_ptr<FinishLine> finish_line_;
-  std::string read_only_reason_;
   std::string server_id_;
-  std::vector<std::unique_ptr<repl::ReplSource>> repl_sources_;  // A primary's, per worker.
-  std::vector<std::unique_ptr<repl::ReplSink>> repl_sinks_;      // A replica's, per worker.
-  std::unique_ptr<repl::ReplicaClient> replica_client_;
+  std::string primary_token_;  // --primary-token-file's.
+  // Per worker (the ring engine): both sides of replication, and the port that picks one.
+  std::vector<std::unique_ptr<repl::ReplSource>> repl_sources_;
+  std::vector<std::unique_ptr<repl::ReplSink>> repl_sinks_;
+  std::vector<std::unique_ptr<repl::RolePort>> role_ports_;
+
+  // The role. read_only_ mirrors whether primary_ is set, for the transports' every call.
+  mutable std::mutex role_mu_;
+  std::string primary_;                                  // Guarded by role_mu_.
+  std::string read_only_reason_;                         // Guarded by role_mu_.
+  std::unique_ptr<repl::ReplicaClient> replica_client_;  // Guarded by role_mu_ (Shutdown
+                                                         // uses it once role_thread_ is done).
+  std::thread role_thread_;                              // Guarded by role_mu_.
+  bool role_changing_ = false;                           // Guarded by role_mu_.
+  std::atomic<bool> read_only_{false};
 
   // Control thread only.
   std::vector<std::thread> threads_;

@@ -13,6 +13,7 @@
 #define RINGKV_SERVER_SERVER_CONTEXT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -60,9 +61,18 @@ class ServerContext {
   // stalled for want of space (Result::kUnavailable).
   virtual const std::string& journal_failure_message() const = 0;
 
-  // Replication. Empty unless the server is a replica (--replica-of); then the UNAVAILABLE
-  // message of every write (it names the primary).
-  virtual const std::string& read_only_reason() const = 0;
+  // Replication. Whether the server is a replica (--replica-of, or `ringkv replicate --to`),
+  // which refuses writes, and then the UNAVAILABLE message of every write (it names the
+  // primary; empty on a primary).
+  virtual bool read_only() const = 0;
+  virtual std::string read_only_reason() const = 0;
+  // `ringkv replicate`: follow the primary `to` (HOST:PORT), or, if empty, stop following and
+  // serve writes (a promotion). An error at once if refused (`done` never runs); else `done`
+  // runs on another thread once the change is made, with its status, the role then
+  // ("primary" or "replica") and the primary followed.
+  using RoleDone =
+      std::function<void(const absl::Status&, const std::string& role, const std::string& primary)>;
+  virtual absl::Status RequestRoleChange(const std::string& to, RoleDone done) = 0;
   // Random, made at start: a replica sends its own, so that a server never follows itself.
   virtual const std::string& server_id() const = 0;
 

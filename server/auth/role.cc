@@ -6,6 +6,8 @@ std::string_view RoleName(Role role) {
   switch (role) {
     case Role::kRead:
       return "read";
+    case Role::kReplication:
+      return "replication";
     case Role::kWrite:
       return "write";
     case Role::kAdmin:
@@ -18,6 +20,7 @@ std::string_view RoleName(Role role) {
 
 std::optional<Role> ParseRole(std::string_view name) {
   if (name == "read") return Role::kRead;
+  if (name == "replication") return Role::kReplication;
   if (name == "write") return Role::kWrite;
   if (name == "admin") return Role::kAdmin;
   return std::nullopt;

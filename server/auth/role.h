@@ -11,13 +11,15 @@
 namespace ringkv {
 
 enum class Role : uint8_t {
-  kNone,   // No token, or one not in the set: health checks only.
-  kRead,   // Get, MultiGet, Scan, Stats, Stream reads, reflection.
-  kWrite,  // And Put, Delete, MultiPut, Expire, Persist, Increment, Stream writes.
-  kAdmin,  // And Snapshot.
+  kNone,         // No token, or one not in the set: health checks only.
+  kRead,         // Get, MultiGet, Scan, Stats, Stream reads, reflection.
+  kReplication,  // And Replication.Flow: a replica's token, which reads everything (its
+                 // primary's image) but writes nothing.
+  kWrite,        // And Put, Delete, MultiPut, Expire, Persist, Increment, Stream writes.
+  kAdmin,        // And Snapshot and Replication.Replicate.
 };
 
-// "read", "write", "admin"; "none" for kNone.
+// "read", "replication", "write", "admin"; "none" for kNone.
 std::string_view RoleName(Role role);
 std::optional<Role> ParseRole(std::string_view name);
 

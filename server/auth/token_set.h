@@ -4,8 +4,9 @@
 // takes nor anything kept in memory tells a token away.
 //
 // The file: one `TOKEN ROLE` per line; blank lines and lines starting with '#' are skipped. A
-// token is 16 .. 4096 visible ASCII characters (no spaces); a role is read, write (includes
-// read) or admin (includes write, plus Snapshot). A parse error names the line, never the token.
+// token is 16 .. 4096 visible ASCII characters (no spaces); a role is read, replication
+// (includes read, plus following as a replica), write (includes replication) or admin
+// (includes write, plus Snapshot and Replicate). A parse error names the line, never the token.
 //
 // Immutable once made; any thread.
 //

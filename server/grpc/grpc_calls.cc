@@ -86,7 +86,7 @@ class Adapter : public GrpcCall {
       Finish(absl::UnavailableError("ringkv-server is shutting down"), nullptr);
       return false;
     }
-    if (method_.needs == Role::kWrite && !context().read_only_reason().empty()) {
+    if (method_.needs == Role::kWrite && context().read_only()) {
       Finish(absl::UnavailableError(context().read_only_reason()), nullptr);
       return false;
     }

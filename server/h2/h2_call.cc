@@ -133,7 +133,7 @@ void H2Call::Start() {
   if (context.shutting_down() && !headers_.method->served_while_draining) {
     return SendTrailersOnly(absl::UnavailableError("ringkv-server is shutting down"));
   }
-  if (h.method->needs == Role::kWrite && !context.read_only_reason().empty()) {
+  if (h.method->needs == Role::kWrite && context.read_only()) {
     return SendTrailersOnly(absl::UnavailableError(context.read_only_reason()));
   }
   if (h.timeout_ns.has_value()) {

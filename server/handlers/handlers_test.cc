@@ -43,8 +43,12 @@ class TestContext final : public ServerContext {
     return absl::FailedPreconditionError("no --data-dir here");
   }
   const std::string& journal_failure_message() const override { return journal_failure_; }
-  const std::string& read_only_reason() const override { return read_only_; }
-  const std::string& server_id() const override { return read_only_; }
+  bool read_only() const override { return false; }
+  std::string read_only_reason() const override { return ""; }
+  absl::Status RequestRoleChange(const std::string&, RoleDone) override {
+    return absl::UnimplementedError("no replication here");
+  }
+  const std::string& server_id() const override { return server_id_; }
 
   bool draining = false;
   int calls = 0;
@@ -52,7 +56,7 @@ class TestContext final : public ServerContext {
  private:
   ServerOptions options_;
   const std::string journal_failure_ = "the test's log failed";
-  const std::string read_only_;
+  const std::string server_id_ = "test";
 };
 
 // One shard, run a turn at a time: Turn() executes what was submitted (or, with

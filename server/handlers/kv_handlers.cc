@@ -367,7 +367,7 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
         status = absl::PermissionDeniedError(
             absl::StrCat("Stream ", absl::StripPrefix(pb::OpType_Name(in.type()), "OP_TYPE_"),
                          " needs the write role; the token has ", std::string(RoleName(caller_))));
-      } else if (writes && !context_.read_only_reason().empty()) {
+      } else if (writes && context_.read_only()) {
         status = absl::UnavailableError(context_.read_only_reason());
       } else {
         switch (in.type()) {

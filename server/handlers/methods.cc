@@ -21,6 +21,7 @@ using internal::MakePersistHandler;
 using internal::MakePutHandler;
 using internal::MakeReflectionV1alphaHandler;
 using internal::MakeReflectionV1Handler;
+using internal::MakeReplicateHandler;
 using internal::MakeScanHandler;
 using internal::MakeSnapshotHandler;
 using internal::MakeStatsHandler;
@@ -28,6 +29,7 @@ using internal::MakeStreamHandler;
 
 constexpr Role kOpen = Role::kNone;
 constexpr Role kRead = Role::kRead;
+constexpr Role kReplication = Role::kReplication;
 constexpr Role kWrite = Role::kWrite;
 constexpr Role kAdmin = Role::kAdmin;
 constexpr MethodKind kServerStreaming = MethodKind::kServerStreaming;
@@ -104,9 +106,13 @@ const std::array<Method, kMethodCount> kMethods = {{
     {.id = MethodId::kReplicationFlow,
      .path = "/ringkv.v1.Replication/Flow",
      .kind = kBidiStreaming,
-     .needs = kAdmin,
+     .needs = kReplication,
      .make = MakeFlowHandler,
      .counted = false},
+    {.id = MethodId::kReplicationReplicate,
+     .path = "/ringkv.v1.Replication/Replicate",
+     .needs = kAdmin,
+     .make = MakeReplicateHandler},
 }};
 
 }  // namespace

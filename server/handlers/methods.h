@@ -40,8 +40,9 @@ enum class MethodId {
   kReflectionV1alpha,
   kReflectionV1,
   kReplicationFlow,
+  kReplicationReplicate,
 };
-inline constexpr int kMethodCount = static_cast<int>(MethodId::kReplicationFlow) + 1;
+inline constexpr int kMethodCount = static_cast<int>(MethodId::kReplicationReplicate) + 1;
 
 // Written with designated initializers; the flags' defaults fit most methods.
 struct Method {

@@ -84,7 +84,7 @@ class FlowHandler : public Handler {
       return sink_.Finish(absl::FailedPreconditionError("--replica-of names this server itself"),
                           nullptr);
     }
-    if (!context_.read_only_reason().empty()) {
+    if (context_.read_only()) {
       return sink_.Finish(absl::FailedPreconditionError(absl::StrCat(
                               "--replica-of names a replica (", context_.read_only_reason(),
                               "); replicas of replicas are not supported")),
@@ -239,10 +239,73 @@ class FlowHandler : public Handler {
   absl::Status end_;
 };
 
+// Replicate: the server changes its role on a thread of its own (ServerContext::
+// RequestRoleChange); its Request is a placeholder that comes back through CompleteExternal
+// once the change is made.
+class ReplicateHandler : public Handler {
+ public:
+  using Handler::Handler;
+
+  google::protobuf::MessageLite* incoming() override { return &request_; }
+
+  void OnMessage() override {
+    const std::string& to = request_.to();
+    if (to.empty() == !request_.stop()) {
+      return sink_.Finish(
+          absl::InvalidArgumentError("give either the primary to follow (to) or stop, not both"),
+          nullptr);
+    }
+    if (!to.empty() && (to.rfind(':') == std::string::npos || to.back() == ':')) {
+      return sink_.Finish(
+          absl::InvalidArgumentError(absl::StrCat("the primary must be HOST:PORT, got '", to, "'")),
+          nullptr);
+    }
+    out_ = true;
+    host_.SubmitExternal(this, &placeholder_);
+    // `done` runs on the server's role thread; the loop touches nothing of this until the
+    // placeholder is back (CompleteExternal hands it over under a mutex).
+    const absl::Status requested = context_.RequestRoleChange(
+        to,
+        [this](const absl::Status& status, const std::string& role, const std::string& primary) {
+          status_ = status;
+          response_.set_role(role);
+          response_.set_primary(primary);
+          host_.CompleteExternal(&placeholder_);
+        });
+    if (!requested.ok()) {
+      status_ = requested;
+      host_.CompleteExternal(&placeholder_);
+    }
+  }
+
+  void OnRequestDone(Request* /*request*/) override {
+    out_ = false;
+    if (cancelled_) return sink_.Finish(absl::CancelledError("call cancelled"), nullptr);
+    sink_.Finish(status_, status_.ok() ? &response_ : nullptr);
+  }
+
+  void OnCancel() override {
+    cancelled_ = true;  // The change goes on; only its answer is lost.
+    if (!out_) sink_.Finish(absl::CancelledError("call cancelled"), nullptr);
+  }
+
+ private:
+  pb::ReplicateRequest request_;
+  pb::ReplicateResponse response_;
+  Request placeholder_;
+  absl::Status status_;
+  bool out_ = false;
+  bool cancelled_ = false;
+};
+
 }  // namespace
 
 std::unique_ptr<Handler> MakeFlowHandler(HandlerHost& host, CallSink& sink) {
   return std::make_unique<FlowHandler>(host, sink);
+}
+
+std::unique_ptr<Handler> MakeReplicateHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<ReplicateHandler>(host, sink);
 }
 
 }  // namespace ringkv::internal

@@ -38,7 +38,8 @@ void ReplicaClient::Start() {
 }
 
 void ReplicaClient::Stop() {
-  stopping_.store(true, std::memory_order_release);
+  // Once: the sinks may have a new client by the time this one is destroyed.
+  if (stopping_.exchange(true, std::memory_order_acq_rel)) return;
   {
     std::lock_guard lock(mu_);
     for (grpc::ClientContext* call : calls_) {
@@ -136,6 +137,7 @@ void ReplicaClient::Follow(uint32_t worker) {
         case pb::FlowMessage::IMAGE_DONE:
           item.kind = ReplSink::Item::Kind::kImageDone;
           item.revision = message.revision();
+          item.sync = sink.full_syncs();
           synced = true;
           resumable = true;
           backoff = std::chrono::milliseconds(100);

@@ -42,7 +42,8 @@ class ReplicaClient {
   ReplicaClient& operator=(const ReplicaClient&) = delete;
 
   void Start();
-  // Cancels the calls and joins the threads.
+  // Cancels the calls, stops the sinks (their Push fails) and joins the threads. Once: later
+  // calls (the destructor's) do nothing.
   void Stop();
 
  private:

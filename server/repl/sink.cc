@@ -26,6 +26,11 @@ void ReplSink::Stop() {
   room_.notify_all();
 }
 
+void ReplSink::Restart() {
+  std::lock_guard lock(mu_);
+  stopped_ = false;
+}
+
 void ReplSink::set_last_error(std::string error) {
   std::lock_guard lock(mu_);
   last_error_ = std::move(error);
@@ -109,7 +114,10 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
       return 0;
     case Item::Kind::kImageDone:
       shard.RaiseRevision(item.revision);
-      synced_.store(true, std::memory_order_release);
+      // Unless a later full sync has begun meanwhile (its FULL_SYNC is still queued).
+      if (item.sync == full_syncs_.load(std::memory_order_relaxed)) {
+        synced_.store(true, std::memory_order_release);
+      }
       return 0;
     case Item::Kind::kImage:
     case Item::Kind::kTail:

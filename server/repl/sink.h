@@ -49,19 +49,28 @@ class ReplSink final : public ReplicationPort {
     uint64_t revision = 0;  // kImageDone.
     uint64_t keys = 0;      // kFullSync: the image's keys, at most.
     bool ack = false;       // kTail: the primary waits for an acknowledgement of it.
+    uint64_t sync = 0;      // kImageDone: the full sync it ends (full_syncs() then).
   };
 
   // Client thread: queues `item` for the worker; waits while the queue is full. False (nothing
   // queued) once Stop was called.
   bool Push(Item item);
-  // Any thread: Push returns false from now on, at once.
+  // Any thread: Push returns false from now on, at once; Restart undoes it (a new client).
   void Stop();
+  void Restart();
+  // Worker: nothing waits to be applied (after Stop, nothing will).
+  bool drained() const { return taken_.empty() && !waiting_.load(std::memory_order_acquire); }
 
   // Client thread: whether the flow is connected, the primary's position as last heard, a
   // full sync began, and the connection's last error (empty: none).
   void set_connected(bool connected) { connected_.store(connected, std::memory_order_relaxed); }
   void set_primary_lsn(uint64_t lsn) { primary_lsn_.store(lsn, std::memory_order_relaxed); }
-  void CountFullSync() { full_syncs_.fetch_add(1, std::memory_order_relaxed); }
+  // A full sync begins: the state is "full_sync" until the worker has applied its image.
+  void CountFullSync() {
+    synced_.store(false, std::memory_order_release);
+    full_syncs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t full_syncs() const { return full_syncs_.load(std::memory_order_relaxed); }
   void CountPartialSync() { partial_syncs_.fetch_add(1, std::memory_order_relaxed); }
   void set_last_error(std::string error);
 

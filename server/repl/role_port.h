@@ -1,0 +1,60 @@
+// RolePort: a worker's ReplicationPort, which is its ReplSink while the server follows a
+// primary and its ReplSource once it does not (issue 22: `ringkv replicate --stop` promotes a
+// replica at run time). The worker's journal is the ReplSource either way: a replica's shard
+// journals nothing (what it applies goes through Shard::Load*, and it takes no writes), so the
+// source starts empty at the promotion, and the first replica of the new primary full-syncs.
+//
+// Promote (any thread, once the replica's client has stopped, so that nothing more reaches
+// the sink): the worker applies what its sink still holds, then serves as a primary from its
+// next turn on; promoted() says when. Nothing is lost: what the old primary's replicas
+// acknowledged was applied before the acknowledgement, and what was queued is applied first.
+//
+// Threads: the owning worker's, except Promote and promoted (any thread).
+#ifndef RINGKV_SERVER_REPL_ROLE_PORT_H_
+#define RINGKV_SERVER_REPL_ROLE_PORT_H_
+
+#include <atomic>
+
+#include "server/repl/sink.h"
+#include "server/repl/source.h"
+
+namespace ringkv::repl {
+
+class RolePort final : public ReplicationPort {
+ public:
+  RolePort(ReplSource& source, ReplSink& sink, bool following)
+      : source_(source), sink_(sink), following_(following), follows_(following) {}
+
+  void Promote() { promote_.store(true, std::memory_order_release); }
+  bool promoted() const { return !follows_.load(std::memory_order_acquire); }
+
+  bool Serve(Request& request, Shard& shard, int64_t now_ms) override {
+    return following_ ? sink_.Serve(request, shard, now_ms) : source_.Serve(request, shard, now_ms);
+  }
+  size_t Turn(Shard& shard, Clock clock, std::vector<Request*>* answered) override {
+    if (!following_) return source_.Turn(shard, clock, answered);
+    const size_t work = sink_.Turn(shard, clock, answered);
+    if (promote_.load(std::memory_order_acquire) && sink_.drained()) {
+      following_ = false;
+      follows_.store(false, std::memory_order_release);
+      return work + 1;
+    }
+    return work;
+  }
+  bool follows() const override { return following_; }
+  uint32_t in_sync() const override { return following_ ? 0 : source_.in_sync(); }
+  uint64_t position() const override { return source_.position(); }
+  void Expect(uint64_t repl_seq) override { source_.Expect(repl_seq); }
+  bool Await(Request& request) override { return !following_ && source_.Await(request); }
+
+ private:
+  ReplSource& source_;
+  ReplSink& sink_;
+  bool following_;  // The worker's own copy of follows_.
+  std::atomic<bool> follows_;
+  std::atomic<bool> promote_{false};
+};
+
+}  // namespace ringkv::repl
+
+#endif  // RINGKV_SERVER_REPL_ROLE_PORT_H_
