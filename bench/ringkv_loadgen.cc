@@ -751,8 +751,9 @@ bool Connect(const char* argv0, const Plan& plan, Connections* out) {
   return true;
 }
 
-// MultiPuts every key; false (and why, on stderr) if one fails.
-bool Preload(const Plan& plan) {
+// MultiPuts every key; false (and why, on stderr) if one fails. `*addr`: the server that took
+// them (a replica redirects its writes to its primary).
+bool Preload(const Plan& plan, std::string* addr) {
   const Config& config = plan.config;
   Client loader(plan.addr, absl::Seconds(60), plan.credentials);
   // Batches of up to 1,000 keys and about 1 MiB, well under the server's message limit.
@@ -771,6 +772,7 @@ bool Preload(const Plan& plan) {
       items.clear();
     }
   }
+  *addr = loader.address();
   return true;
 }
 
@@ -893,7 +895,7 @@ int Report(const Plan& plan, const Measured& m) {
 }
 
 int Main(int argc, char** argv) {
-  const Plan plan = ParsePlanOrExit(argc, argv);
+  Plan plan = ParsePlanOrExit(argc, argv);
   Connections connections;
   if (!Connect(argv[0], plan, &connections)) return 3;
   if (absl::GetFlag(FLAGS_hold)) {
@@ -902,7 +904,17 @@ int Main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::duration<double>(absl::GetFlag(FLAGS_duration)));
     return 0;
   }
-  if (plan.config.preload && !Preload(plan)) return 3;
+  if (plan.config.preload) {
+    std::string addr;
+    if (!Preload(plan, &addr)) return 3;
+    if (addr != plan.addr) {  // A replica's redirect, followed once: the run goes there too.
+      std::fprintf(stderr, "ringkv-loadgen: %s is a replica; running against its primary %s\n",
+                   plan.addr.c_str(), addr.c_str());
+      plan.addr = addr;
+      connections = {};
+      if (!Connect(argv[0], plan, &connections)) return 3;
+    }
+  }
   Measured measured;
   RunLoad(plan, connections, &measured);
   return Report(plan, measured);

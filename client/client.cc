@@ -71,13 +71,34 @@ std::shared_ptr<grpc::ChannelCredentials> Client::ChannelCredentials(
 }
 
 Client::Client(std::string address, absl::Duration timeout, ClientCredentials credentials)
-    : address_(std::move(address)),
-      timeout_(timeout),
+    : timeout_(timeout),
       authorization_(credentials.token.empty() ? "" : "Bearer " + credentials.token),
       min_replicas_(credentials.min_replicas == 0 ? "" : std::to_string(credentials.min_replicas)),
-      channel_(grpc::CreateCustomChannel(address_, ChannelCredentials(credentials), ChannelArgs())),
-      stub_(pb::KV::NewStub(channel_)),
-      replication_stub_(pb::Replication::NewStub(channel_)) {}
+      channel_credentials_(ChannelCredentials(credentials)) {
+  Connect(std::move(address));
+}
+
+void Client::Connect(std::string address) {
+  address_ = std::move(address);
+  channel_ = grpc::CreateCustomChannel(address_, channel_credentials_, ChannelArgs());
+  stub_ = pb::KV::NewStub(channel_);
+  replication_stub_ = pb::Replication::NewStub(channel_);
+}
+
+std::string Client::RedirectOf(const grpc::Status& status) {
+  pb::RpcStatus details;
+  if (status.error_details().empty() || !details.ParseFromString(status.error_details())) {
+    return {};
+  }
+  for (const pb::AnyDetail& detail : details.details()) {
+    pb::Redirect redirect;
+    if (detail.type_url() == "type.googleapis.com/ringkv.v1.Redirect" &&
+        redirect.ParseFromString(detail.value())) {
+      return redirect.primary();
+    }
+  }
+  return {};
+}
 
 std::unique_ptr<grpc::ClientContext> Client::NewContext() const {
   auto context = std::make_unique<grpc::ClientContext>();
@@ -153,7 +174,8 @@ absl::StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view valu
   }
   pb::PutResponse response;
   auto context = NewContext();
-  grpc::Status status = stub_->Put(context.get(), request, &response);
+  grpc::Status status =
+      Write([&](grpc::ClientContext* c) { return stub_->Put(c, request, &response); }, &context);
   if (!status.ok()) return ToStatus(status, *context);
   return response.version();
 }
@@ -165,7 +187,9 @@ absl::Status Client::Delete(std::string_view key, const WriteCondition& conditio
     condition.ToProto(request.mutable_condition());
   pb::DeleteResponse response;
   auto context = NewContext();
-  return ToStatus(stub_->Delete(context.get(), request, &response), *context);
+  const grpc::Status status =
+      Write([&](grpc::ClientContext* c) { return stub_->Delete(c, request, &response); }, &context);
+  return ToStatus(status, *context);
 }
 
 absl::Status Client::Expire(std::string_view key, int64_t ttl_ms) {
@@ -174,7 +198,9 @@ absl::Status Client::Expire(std::string_view key, int64_t ttl_ms) {
   request.set_ttl_ms(ttl_ms);
   pb::ExpireResponse response;
   auto context = NewContext();
-  return ToStatus(stub_->Expire(context.get(), request, &response), *context);
+  const grpc::Status status =
+      Write([&](grpc::ClientContext* c) { return stub_->Expire(c, request, &response); }, &context);
+  return ToStatus(status, *context);
 }
 
 absl::Status Client::Persist(std::string_view key) {
@@ -182,7 +208,9 @@ absl::Status Client::Persist(std::string_view key) {
   request.set_key(std::string(key));
   pb::PersistResponse response;
   auto context = NewContext();
-  return ToStatus(stub_->Persist(context.get(), request, &response), *context);
+  const grpc::Status status = Write(
+      [&](grpc::ClientContext* c) { return stub_->Persist(c, request, &response); }, &context);
+  return ToStatus(status, *context);
 }
 
 absl::StatusOr<int64_t> Client::Increment(std::string_view key, int64_t delta) {
@@ -191,7 +219,8 @@ absl::StatusOr<int64_t> Client::Increment(std::string_view key, int64_t delta) {
   request.set_delta(delta);
   pb::IncrementResponse response;
   auto context = NewContext();
-  grpc::Status status = stub_->Increment(context.get(), request, &response);
+  grpc::Status status = Write(
+      [&](grpc::ClientContext* c) { return stub_->Increment(c, request, &response); }, &context);
   if (!status.ok()) return ToStatus(status, *context);
   return response.value();
 }
@@ -248,7 +277,8 @@ absl::StatusOr<std::vector<Client::Item>> Client::MultiPut(
   }
   pb::MultiPutResponse response;
   auto context = NewContext();
-  grpc::Status status = stub_->MultiPut(context.get(), request, &response);
+  grpc::Status status = Write(
+      [&](grpc::ClientContext* c) { return stub_->MultiPut(c, request, &response); }, &context);
   if (!status.ok()) return ToStatus(status, *context);
   return ToItems(response.mutable_results());
 }

@@ -96,7 +96,10 @@ class Client {
     uint64_t version = 0;
   };
 
-  // Connects lazily: the first call reports an unreachable server.
+  // Connects lazily: the first call reports an unreachable server. A write that a replica
+  // refuses with a Redirect to its primary (UNAVAILABLE, nothing run) is sent there once, and
+  // the client stays with the primary (address() says which server it talks to now). Not for
+  // concurrent calls from several threads while that may happen.
   Client(std::string address, absl::Duration timeout, ClientCredentials credentials = {});
 
   // A key's value with its version and the milliseconds it has left (-1: no TTL).
@@ -152,11 +155,31 @@ class Client {
       const ClientCredentials& credentials);
 
  private:
+  // Runs `call` (a write, with the context it is given), and once more on the primary if a
+  // replica refused it with a Redirect. `context` ends as the last call's.
+  template <typename Call>
+  grpc::Status Write(Call call, std::unique_ptr<grpc::ClientContext>* context) {
+    *context = NewContext();
+    grpc::Status status = call(context->get());
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
+    const std::string primary = RedirectOf(status);
+    if (primary.empty() || primary == address_) return status;
+    Connect(primary);
+    *context = NewContext();
+    return call(context->get());
+  }
+  // The primary a replica's refusal names (its Redirect detail), or empty.
+  static std::string RedirectOf(const grpc::Status& status);
+  // From now on, calls go to `address`.
+  void Connect(std::string address);
+
   // Constant after construction.
-  const std::string address_;
   const absl::Duration timeout_;
   const std::string authorization_;  // "Bearer TOKEN", or empty.
   const std::string min_replicas_;   // The ringkv-min-replicas header, or empty.
+  const std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
+  // The server's, until a redirect.
+  std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<ringkv::v1::KV::Stub> stub_;
   std::unique_ptr<ringkv::v1::Replication::Stub> replication_stub_;

@@ -26,7 +26,7 @@
   --data-dir refuses the start (exit status 2).
 
 Every wait polls with a deadline. Usage:
-  replication_test.py SERVER_BINARY CLI_BINARY PROTO_DIR TOOLS_DIR [SERVER_FLAG...]
+  replication_test.py SERVER_BINARY CLI_BINARY PROTO_DIR TOOLS_DIR LOADGEN_BINARY [SERVER_FLAG...]
 RINGKV_SANITIZER (meson's b_sanitize) stretches the deadlines under a sanitizer. This script
 re-runs itself under the venv's Python (grpcio).
 """
@@ -48,8 +48,8 @@ import python_stubs  # noqa: E402
 from ringkv_server import LogReader, RingkvServer  # noqa: E402
 import venv_main  # noqa: E402
 
-SERVER, CLI, PROTO_DIR, TOOLS = sys.argv[1:5] if len(sys.argv) >= 5 else (None,) * 4
-SERVER_FLAGS = sys.argv[5:]
+SERVER, CLI, PROTO_DIR, TOOLS, LOADGEN = sys.argv[1:6] if len(sys.argv) >= 6 else (None,) * 5
+SERVER_FLAGS = sys.argv[6:]
 SLOW = 1 if os.environ.get("RINGKV_SANITIZER", "none") == "none" else 3  # Deadlines' factor.
 
 CALL_TIMEOUT = 10  # Seconds, per RPC.
@@ -350,13 +350,21 @@ class ReplicationTest(unittest.TestCase):
         return compared
 
     def assertRefused(self, call, primary):
-        """The call fails with UNAVAILABLE, naming the server a read-only replica of primary."""
+        """The call fails with UNAVAILABLE, naming the server a read-only replica of primary,
+        with a Redirect to primary in grpc-status-details-bin (a google.rpc.Status)."""
         with self.assertRaises(grpc.RpcError) as raised:
             call()
         e = raised.exception
         self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
         self.assertIn("read-only replica of", e.details())
         self.assertIn(primary, e.details())
+        details = dict(e.trailing_metadata() or ()).get("grpc-status-details-bin")
+        self.assertIsNotNone(details, f"no grpc-status-details-bin in {e.trailing_metadata()}")
+        status = kv_pb2.RpcStatus.FromString(details)
+        self.assertEqual((status.code, status.message), (14, e.details()))
+        self.assertEqual([d.type_url for d in status.details],
+                         ["type.googleapis.com/ringkv.v1.Redirect"])
+        self.assertEqual(kv_pb2.Redirect.FromString(status.details[0].value).primary, primary)
 
     def cli(self, server, *args):
         return subprocess.run([CLI, f"--addr={server.address}", *args], capture_output=True,
@@ -439,12 +447,14 @@ class ReplicationTest(unittest.TestCase):
         for i in (2, 3):
             self.assertEqual(results[i].code, grpc.StatusCode.UNAVAILABLE.value[0])
             self.assertIn("read-only replica of " + p, results[i].message)
-        # The CLI: reads work; a write exits 3 (a server error) with the server's reason.
+        # The CLI: reads work; a write follows the replica's Redirect to the primary.
         r = self.cli(replica, "get", "there")
         self.assertEqual((r.returncode, r.stdout), (0, "1"), r.stderr)
         r = self.cli(replica, "put", "c", "v")
-        self.assertEqual(r.returncode, 3, r.stderr)
-        self.assertIn("read-only replica of " + p, r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(get(pkv, b"c").value, b"v")
+        r = self.cli(replica, "del", "c")
+        self.assertEqual(r.returncode, 0, r.stderr)
 
         # Nothing was stored or changed, on either side.
         self.wait_stable(pkv, rkv, replica)
@@ -457,6 +467,13 @@ class ReplicationTest(unittest.TestCase):
         self.assertEqual(get(rkv, b"there").version, get(pkv, b"there").version)
         self.assertEqual(list(read(rkv, [b"there", b"w"])), [b"there"])
         self.assertEqual(scan_keys(rkv), {b"there"})
+        # The load generator: its pre-load is redirected, and its run goes to the primary.
+        r = subprocess.run([LOADGEN, f"--addr={replica.address}", "--keys=50", "--ops=200",
+                            "--concurrency=1", "--progress=false", "--ratio=0:1"],
+                           capture_output=True, text=True, timeout=60 * SLOW)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("running against its primary " + p, r.stderr)
+        self.assertEqual(len(scan_keys(pkv) - {b"there"}), 50)
 
     def test_expiry_comes_from_the_primary(self):
         primary = self.start()

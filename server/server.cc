@@ -19,6 +19,7 @@
 #include "ringkv/v1/kv.pb.h"
 #include "server/grpc/grpc_transport.h"
 #include "server/h2/h2_transport.h"
+#include "server/status_details.h"
 
 namespace ringkv {
 namespace {
@@ -151,7 +152,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     server->threads_.emplace_back([loop = loop.get()] { loop->Run(); });
   }
   if (server->metrics_server_ != nullptr) server->metrics_server_->Start();
-  if (server->replica_client_ != nullptr) server->replica_client_->Start();  // No role change yet.
+  {
+    // Under the lock a role change takes (a loop thread may already run one).
+    std::lock_guard lock(server->role_mu_);
+    if (server->replica_client_ != nullptr) server->replica_client_->Start();
+  }
   if (server->data_dir_ != nullptr) {
     // Once the loops run: a snapshot waits for every worker's cut.
     RingEngine* engine = server->ring_engine_.get();
@@ -272,15 +277,15 @@ absl::Status Server::SetUpReplication() {
 void Server::SetPrimary(const std::string& primary) {
   std::lock_guard lock(role_mu_);
   primary_ = primary;
-  read_only_reason_ = primary.empty() ? ""
-                                      : absl::StrCat("this server is a read-only replica of ",
-                                                     primary, ": send writes to the primary");
   read_only_.store(!primary.empty(), std::memory_order_release);
 }
 
-std::string Server::read_only_reason() const {
+absl::Status Server::read_only_refusal() const {
   std::lock_guard lock(role_mu_);
-  return read_only_reason_;
+  if (primary_.empty()) return absl::OkStatus();
+  return ReplicaRefusal(absl::StrCat("this server is a read-only replica of ", primary_,
+                                     ": send writes to the primary"),
+                        primary_);
 }
 
 std::unique_ptr<repl::ReplicaClient> Server::MakeReplicaClient(const std::string& primary) {

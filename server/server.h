@@ -99,7 +99,7 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   absl::Status RequestSnapshot(persist::DataDir::SnapshotDone done) override;
   const std::string& journal_failure_message() const override;
   bool read_only() const override { return read_only_.load(std::memory_order_acquire); }
-  std::string read_only_reason() const override;
+  absl::Status read_only_refusal() const override;
   absl::Status RequestRoleChange(const std::string& to, RoleDone done) override;
   const std::string& server_id() const override { return server_id_; }
 
@@ -156,7 +156,6 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   // The role. read_only_ mirrors whether primary_ is set, for the transports' every call.
   mutable std::mutex role_mu_;
   std::string primary_;                                  // Guarded by role_mu_.
-  std::string read_only_reason_;                         // Guarded by role_mu_.
   std::unique_ptr<repl::ReplicaClient> replica_client_;  // Guarded by role_mu_ (Shutdown
                                                          // uses it once role_thread_ is done).
   std::thread role_thread_;                              // Guarded by role_mu_.

@@ -62,10 +62,10 @@ class ServerContext {
   virtual const std::string& journal_failure_message() const = 0;
 
   // Replication. Whether the server is a replica (--replica-of, or `ringkv replicate --to`),
-  // which refuses writes, and then the UNAVAILABLE message of every write (it names the
-  // primary; empty on a primary).
+  // which refuses writes, and then the status of every write: UNAVAILABLE naming the primary,
+  // with a Redirect detail (server/status_details.h); OK on a primary.
   virtual bool read_only() const = 0;
-  virtual std::string read_only_reason() const = 0;
+  virtual absl::Status read_only_refusal() const = 0;
   // `ringkv replicate`: follow the primary `to` (HOST:PORT), or, if empty, stop following and
   // serve writes (a promotion). An error at once if refused (`done` never runs); else `done`
   // runs on another thread once the change is made, with its status, the role then

@@ -44,7 +44,8 @@ absl::StatusOr<TokenSet> TokenSet::Parse(std::string_view text) {
     const std::optional<Role> role =
         ParseRole(std::string_view(fields[1].data(), fields[1].size()));
     if (!role) {
-      return bad(absl::StrCat("unknown role '", fields[1], "'; use read, replication, write or admin"));
+      return bad(
+          absl::StrCat("unknown role '", fields[1], "'; use read, replication, write or admin"));
     }
     const Digest digest = DigestOf(token);
     for (const Entry& entry : set.entries_) {

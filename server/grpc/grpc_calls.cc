@@ -13,6 +13,7 @@
 #include "server/loop_io.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
+#include "server/status_details.h"
 
 namespace ringkv {
 namespace {
@@ -22,7 +23,9 @@ enum EventKind : int { kAccepted, kRead, kWritten, kFinished, kDone };
 using Message = google::protobuf::MessageLite;
 
 grpc::Status ToGrpc(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  // grpc++ sends the details as grpc-status-details-bin.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()),
+                      StatusDetails(status));
 }
 
 // What the three adapters share: the handler, the count of grpc++ operations outstanding, and
@@ -87,7 +90,7 @@ class Adapter : public GrpcCall {
       return false;
     }
     if (method_.needs == Role::kWrite && context().read_only()) {
-      Finish(absl::UnavailableError(context().read_only_reason()), nullptr);
+      Finish(context().read_only_refusal(), nullptr);
       return false;
     }
     if (method_.counted) {

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "net/grpc_wire.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
+#include "server/status_details.h"
 
 namespace ringkv {
 namespace {
@@ -28,6 +30,15 @@ nghttp2_nv CopiedHeader(const char (&name)[N], const std::string& value) {
   return {reinterpret_cast<uint8_t*>(const_cast<char*>(name)),
           reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), N - 1, value.size(),
           NGHTTP2_NV_FLAG_NO_COPY_NAME};
+}
+
+// grpc-status-details-bin for `status` (binary headers are base64, unpadded), or empty.
+std::string DetailsHeader(const absl::Status& status) {
+  std::string details = StatusDetails(status);
+  if (details.empty()) return details;
+  std::string encoded = absl::Base64Escape(details);
+  while (!encoded.empty() && encoded.back() == '=') encoded.pop_back();
+  return encoded;
 }
 
 ssize_t ReadResponse(nghttp2_session*, int32_t, uint8_t*, size_t length, uint32_t* data_flags,
@@ -134,7 +145,7 @@ void H2Call::Start() {
     return SendTrailersOnly(absl::UnavailableError("ringkv-server is shutting down"));
   }
   if (h.method->needs == Role::kWrite && context.read_only()) {
-    return SendTrailersOnly(absl::UnavailableError(context.read_only_reason()));
+    return SendTrailersOnly(context.read_only_refusal());
   }
   if (h.timeout_ns.has_value()) {
     const int64_t now = LoopIo::NowNs();
@@ -405,9 +416,12 @@ void H2Call::SubmitTrailers() {
   const std::string code = std::to_string(static_cast<int>(status.code()));
   const std::string message =
       PercentEncode(std::string_view(status.message().data(), status.message().size()));
-  nghttp2_nv trailers[] = {CopiedHeader("grpc-status", code),
-                           CopiedHeader("grpc-message", message)};
-  nghttp2_submit_trailer(connection_->session(), stream_id_, trailers, message.empty() ? 1 : 2);
+  const std::string details = DetailsHeader(status);
+  nghttp2_nv trailers[3] = {CopiedHeader("grpc-status", code)};
+  size_t n = 1;
+  if (!message.empty()) trailers[n++] = CopiedHeader("grpc-message", message);
+  if (!details.empty()) trailers[n++] = CopiedHeader("grpc-status-details-bin", details);
+  nghttp2_submit_trailer(connection_->session(), stream_id_, trailers, n);
 }
 
 void H2Call::SendTrailersOnly(const absl::Status& status, const char* http_status) {
@@ -415,15 +429,17 @@ void H2Call::SendTrailersOnly(const absl::Status& status, const char* http_statu
   const std::string message =
       PercentEncode(std::string_view(status.message().data(), status.message().size()));
   const std::string http(http_status);
-  nghttp2_nv headers[] = {
+  const std::string details = DetailsHeader(status);
+  nghttp2_nv headers[6] = {
       CopiedHeader(":status", http),
       StaticHeader("content-type", "application/grpc"),
       StaticHeader("grpc-accept-encoding", "identity"),
       CopiedHeader("grpc-status", code),
-      CopiedHeader("grpc-message", message),
   };
-  nghttp2_submit_response(connection_->session(), stream_id_, headers, message.empty() ? 4 : 5,
-                          nullptr);
+  size_t n = 4;
+  if (!message.empty()) headers[n++] = CopiedHeader("grpc-message", message);
+  if (!details.empty()) headers[n++] = CopiedHeader("grpc-status-details-bin", details);
+  nghttp2_submit_response(connection_->session(), stream_id_, headers, n, nullptr);
   ended_ = true;
   final_status_ = status;
   ClearDeadline();

@@ -44,7 +44,7 @@ class TestContext final : public ServerContext {
   }
   const std::string& journal_failure_message() const override { return journal_failure_; }
   bool read_only() const override { return false; }
-  std::string read_only_reason() const override { return ""; }
+  absl::Status read_only_refusal() const override { return absl::OkStatus(); }
   absl::Status RequestRoleChange(const std::string&, RoleDone) override {
     return absl::UnimplementedError("no replication here");
   }

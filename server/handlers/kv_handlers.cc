@@ -368,7 +368,7 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
             absl::StrCat("Stream ", absl::StripPrefix(pb::OpType_Name(in.type()), "OP_TYPE_"),
                          " needs the write role; the token has ", std::string(RoleName(caller_))));
       } else if (writes && context_.read_only()) {
-        status = absl::UnavailableError(context_.read_only_reason());
+        status = context_.read_only_refusal();
       } else {
         switch (in.type()) {
           case pb::OP_TYPE_GET:

@@ -85,10 +85,11 @@ class FlowHandler : public Handler {
                           nullptr);
     }
     if (context_.read_only()) {
-      return sink_.Finish(absl::FailedPreconditionError(absl::StrCat(
-                              "--replica-of names a replica (", context_.read_only_reason(),
-                              "); replicas of replicas are not supported")),
-                          nullptr);
+      return sink_.Finish(
+          absl::FailedPreconditionError(absl::StrCat("--replica-of names a replica (",
+                                                     context_.read_only_refusal().message(),
+                                                     "); replicas of replicas are not supported")),
+          nullptr);
     }
     if (request_.threads() != threads) {
       return sink_.Finish(absl::FailedPreconditionError(absl::StrCat(
