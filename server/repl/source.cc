@@ -194,14 +194,14 @@ bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
     request.result =
         active_ && from >= first && from <= next_lsn_ ? Result::kOk : Result::kUnavailable;
     if (request.result == Result::kOk && FindFlow(request.deadline_ms) == nullptr) {
-      flow_list_.push_back({request.deadline_ms, false, 0, 0});
+      flow_list_.push_back({request.deadline_ms, false, 0});
       ++flows_;
     }
     PublishFigures();
     return true;
   }
   if (step == Step::kBegin && FindFlow(request.deadline_ms) == nullptr) {
-    flow_list_.push_back({request.deadline_ms, false, 0, 0});
+    flow_list_.push_back({request.deadline_ms, false, 0});
     ++flows_;
     PublishFigures();
   }
@@ -275,20 +275,14 @@ bool ReplSource::AnswerImage(Request& request, int64_t now_ms) {
   return true;
 }
 
-bool ReplSource::WorthSending(uint64_t from, int64_t now_ms, bool busy, const Flow* flow) const {
+bool ReplSource::WorthSending(uint64_t from, int64_t now_ms, bool busy) const {
   if (from == next_lsn_) return false;
+  if (!busy || want_upto_ > from) return true;  // A write waits for what it would carry.
   // Chunks start at positions the flow reads from: the cut, and the ends of earlier answers.
   auto it = std::lower_bound(backlog_.begin(), backlog_.end(), from,
                              [](const Chunk& c, uint64_t lsn) { return c.first < lsn; });
   const uint64_t before = it->end_bytes - it->records.size();
-  const bool full = published_bytes_ - before >= kBatchBytes;
-  if (want_upto_ > from) {
-    // A write waits for what it would carry: at once, unless the flow's replica has yet to
-    // acknowledge the last such message. Its acknowledgement comes within a round trip, and
-    // the writes made meanwhile go in one message instead of one each.
-    return full || flow == nullptr || flow->asked <= flow->acked;
-  }
-  return !busy || full || now_ms - it->made_ms >= kBatchMs;
+  return published_bytes_ - before >= kBatchBytes || now_ms - it->made_ms >= kBatchMs;
 }
 
 bool ReplSource::AnswerTail(Request& request, int64_t now_ms, bool waited_enough) {
@@ -300,10 +294,7 @@ bool ReplSource::AnswerTail(Request& request, int64_t now_ms, bool waited_enough
   }
   // In Serve (during the turn's requests) the last turn says whether the worker is busy; in
   // Turn (after the commit), this one.
-  Flow* flow = FindFlow(request.deadline_ms);
-  if (!waited_enough && !WorthSending(from, now_ms, in_turn_ ? busy_ : was_busy_, flow)) {
-    return false;
-  }
+  if (!waited_enough && !WorthSending(from, now_ms, in_turn_ ? busy_ : was_busy_)) return false;
   request.out.clear();
   uint32_t count = 0;
   auto it = std::lower_bound(backlog_.begin(), backlog_.end(), from,
@@ -316,7 +307,6 @@ bool ReplSource::AnswerTail(Request& request, int64_t now_ms, bool waited_enough
   request.version = from + count;
   request.deadline_ms = static_cast<int64_t>(next_lsn_);
   request.replicas = want_upto_ > from ? 1 : 0;
-  if (request.replicas != 0 && flow != nullptr) flow->asked = from + count;
   request.result = Result::kOk;
   return true;
 }

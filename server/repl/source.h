@@ -162,7 +162,6 @@ class ReplSource final : public Journal, public ReplicationPort {
     int64_t id;
     bool tailing;    // It has asked for kTail: it can acknowledge writes.
     uint64_t acked;  // Every record before this one is applied there.
-    uint64_t asked;  // The end of the last message sent that asked for an acknowledgement.
   };
 
   // A chunk of the records recorded since the last one.
@@ -172,9 +171,8 @@ class ReplSource final : public Journal, public ReplicationPort {
   bool AnswerBegin(Request& request, int64_t now_ms);
   bool AnswerImage(Request& request, int64_t now_ms);
   bool AnswerTail(Request& request, int64_t now_ms, bool waited_enough);
-  // Whether what `flow` (null: unknown) at `from` has to read is worth a message now
-  // (kBatchBytes, kBatchMs; and for records a write waits for, its acknowledgements).
-  bool WorthSending(uint64_t from, int64_t now_ms, bool busy, const Flow* flow) const;
+  // Whether what a flow at `from` has to read is worth a message now (kBatchBytes, kBatchMs).
+  bool WorthSending(uint64_t from, int64_t now_ms, bool busy) const;
   void PublishFigures();
   Flow* FindFlow(int64_t id);
   // The flows that have applied every record before `position`.
