@@ -21,13 +21,21 @@ diskless (repl-diskless-sync yes, delay 0; the replica loads from the socket,
 repl-diskless-load on-empty-db; each Redis in a directory of its own). The primary's resident size is sampled every 20 ms
 meanwhile: its growth, and for Redis the fork child's peak too.
 
-Usage: [PARTS=put,sync] bench/repl_bench.py [RUNS=3] [SECONDS=5] [SYNC_KEYS=1000000] [BASELINE]
+Part 3 (PARTS=resync, ringkv only), the issue's "partial resync after a 5-second
+disconnect": a replica follows a primary (--repl-backlog=128MiB) under ringkv-loadgen's PUTs at
+50 connections; after 2 s the replica is stopped (SIGSTOP) and its connections to the primary
+cut (ss -K, by the replica's own ports), for 5 s; then it runs again. The time from SIGCONT
+until it has applied what the primary had made by then, and whether that was a partial
+resync (no new full sync).
+
+Usage: [PARTS=put,sync,resync] bench/repl_bench.py [RUNS=3] [SECONDS=5] [SYNC_KEYS=1000000] [BASELINE]
 (repository root, after scripts/setup.sh). Prints markdown; raw results in bench-results/repl/.
 """
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -175,6 +183,56 @@ def put_redis(with_replica, sync=False):
         stop_redis(proc)
 
 
+def replica_ports(pid, port):
+    """The local ports of process pid's connections to 127.0.0.1:port."""
+    out = subprocess.run(["ss", "-tnpH", "state", "established", f"( dport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    return [line.split()[2].rsplit(":", 1)[1] for line in out.splitlines()
+            if f"pid={pid}," in line]
+
+
+def resync_ringkv():
+    proc, addr = start_ringkv(log("ringkv"), ["--threads=1", "--repl-backlog=128MiB"])
+    replica = load = None
+    try:
+        replica, raddr = start_ringkv(log("ringkv-replica"),
+                                      ["--threads=1", f"--replica-of={addr}"])
+        wait(lambda: ringkv_caught_up(addr, raddr), 60, "the replica's full sync")
+        port = addr.rsplit(":", 1)[1]
+        load = subprocess.Popen([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
+                                 "--duration=12", "--progress=false", "--preload=false",
+                                 "--mode=unary", "--ratio=0:1", "--connections=50",
+                                 "--concurrency=50"], stdout=subprocess.DEVNULL)
+        time.sleep(2)
+        before = int(ringkv_stats(raddr)["replication"]["flows"][0]["applied_lsn"])
+        os.kill(replica.pid, signal.SIGSTOP)
+        for local in replica_ports(replica.pid, port):
+            subprocess.run(["ss", "-K", "src", "127.0.0.1", "sport", "=", f":{local}"],
+                           capture_output=True, check=True)
+        time.sleep(5)
+        head = int(ringkv_stats(addr)["replication"]["flows"][0]["lsn"])
+        resumed = time.monotonic()
+        os.kill(replica.pid, signal.SIGCONT)
+        while True:
+            r = ringkv_stats(raddr)["replication"]["flows"][0]
+            if r["state"] == "stable" and int(r["applied_lsn"]) >= head:
+                seconds = time.monotonic() - resumed
+                break
+            if time.monotonic() - resumed > 60:
+                raise RuntimeError(f"the replica did not catch up: {r}")
+            time.sleep(0.005)
+        load.wait(timeout=60)
+        return {"seconds": seconds, "missed_records": head - before,
+                "full_syncs": int(r["full_syncs"]), "partial_syncs": int(r["partial_syncs"])}
+    finally:
+        if load is not None and load.poll() is None:
+            load.kill()
+        if replica:
+            os.kill(replica.pid, signal.SIGCONT)
+            stop(replica)
+        stop(proc)
+
+
 def children_rss(pid):
     total = 0
     for child in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
@@ -253,6 +311,7 @@ def main():
                                   "ringkv baseline", "redis", "redis + replica",
                                   "redis + replica, WAIT 1 0")}
     syncs = {"ringkv": [], "redis": []}
+    resyncs = []
     for run in range(RUNS):
         for name, fn in () if "put" not in PARTS else (("ringkv", lambda: put_ringkv("build/server/ringkv-server", False)),
                          ("ringkv + replica", lambda: put_ringkv("build/server/ringkv-server",
@@ -269,12 +328,15 @@ def main():
             r = fn()
             rows[name].append(r)
             print(f"run {run + 1} {name}: {r}", file=sys.stderr)
+        if "resync" in PARTS:
+            resyncs.append(resync_ringkv())
+            print(f"run {run + 1} resync: {resyncs[-1]}", file=sys.stderr)
         for name, fn in (("ringkv", sync_ringkv), ("redis", sync_redis)) if "sync" in PARTS else ():
             r = fn()
             syncs[name].append(r)
             print(f"run {run + 1} sync {name}: {r}", file=sys.stderr)
     with open(os.path.join(OUT, "results.json"), "w") as f:
-        json.dump({"put": rows, "sync": syncs}, f)
+        json.dump({"put": rows, "sync": syncs, "resync": resyncs}, f)
     print(f"{machine()}; median (min .. max) of {RUNS} runs\n")
     if "put" in PARTS:
         print("| server | PUT ops/s | primary CPU us/op | replica CPU us/op | client CPU us/op |")
@@ -298,6 +360,16 @@ def main():
               f"| {cell([r['rss_before'] / 1e6 for r in rs])} "
               f"| {cell([r['rss_growth'] / 1e6 for r in rs], '{:.1f}')} "
               f"| {cell([r['child_peak'] / 1e6 for r in rs])} |")
+
+    if resyncs:
+        print("\nPartial resync after 5 s away (SIGSTOP, connections cut), under PUT load:\n")
+        print("| catch-up seconds | records it missed | full syncs (the first included) | "
+              "partial syncs |")
+        print("| --- | --- | --- | --- |")
+        print(f"| {cell([r['seconds'] for r in resyncs], '{:.3f}')} "
+              f"| {cell([r['missed_records'] for r in resyncs])} "
+              f"| {cell([r['full_syncs'] for r in resyncs])} "
+              f"| {cell([r['partial_syncs'] for r in resyncs])} |")
 
 
 if __name__ == "__main__":
