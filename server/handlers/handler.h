@@ -82,7 +82,11 @@ class CallSink {
 
 class Handler {
  public:
-  Handler(HandlerHost& host, CallSink& sink) : host_(host), context_(host.context()), sink_(sink) {}
+  Handler(HandlerHost& host, CallSink& sink)
+      : host_(host),
+        context_(host.context()),
+        sink_(sink),
+        min_replicas_(context_.options().min_replicas) {}
   virtual ~Handler() = default;
   Handler(const Handler&) = delete;
   Handler& operator=(const Handler&) = delete;
@@ -110,7 +114,7 @@ class Handler {
   // The replicas the call's ringkv-min-replicas header asks its writes to wait for (at most
   // ServerOptions::kMaxMinReplicas; the transport refuses more); set before OnStart. Its
   // writes wait for this many or --min-replicas, whichever is more.
-  void set_min_replicas(uint32_t n) { min_replicas_ = n; }
+  void set_min_replicas(uint32_t n) { min_replicas_ = std::max(min_replicas_, n); }
 
  protected:
   // Hands a Request to the engine; OnRequestDone gets it back in a later engine turn.
@@ -118,8 +122,7 @@ class Handler {
     request.tag = this;
     const bool write =
         request.op != Op::kGet && request.op != Op::kScan && request.op != Op::kReplicate;
-    request.replicas =
-        write ? static_cast<uint8_t>(std::max(min_replicas_, context_.options().min_replicas)) : 0;
+    request.replicas = write ? static_cast<uint8_t>(min_replicas_) : 0;
     host_.Submit(&request);
   }
 
@@ -127,7 +130,7 @@ class Handler {
   ServerContext& context_;
   CallSink& sink_;
   Role caller_ = Role::kAdmin;
-  uint32_t min_replicas_ = 0;
+  uint32_t min_replicas_;  // --min-replicas, or the call's header if more.
 };
 
 }  // namespace ringkv

@@ -1,9 +1,10 @@
-// ReplicaClient: a replica's connection to its primary (--replica-of), one thread and one
-// Replication.Flow call per worker. Each flow hands what comes to its worker's ReplSink
-// (server/repl/sink.h), and when the call ends (the primary went away, refused, or cut the
-// replica off for falling behind) it says why in the sink's last_error, logs it once per kind
-// of failure, waits (100 ms, doubling to 2 s) and calls again: every call starts with a full
-// sync.
+// ReplicaClient: a replica's connection to its primary (--replica-of), one Replication.Flow
+// call per worker, each read by a thread of its own while a second thread writes the
+// acknowledgements (ReplSink::NextAck) on it. Each flow hands what comes to its worker's
+// ReplSink (server/repl/sink.h), and when the call ends (the primary went away, refused, or cut
+// the replica off for falling behind) it says why in the sink's last_error, logs it once per
+// kind of failure, waits (100 ms, doubling to 2 s) and calls again: from its position (a
+// partial resync) if it had a whole image of this primary's run, else with a full sync.
 //
 // Threads: its own; Start and Stop from the control thread.
 #ifndef RINGKV_SERVER_REPL_REPLICA_CLIENT_H_

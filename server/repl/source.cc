@@ -65,7 +65,7 @@ void ReplSource::Publish() {
 }
 
 void ReplSource::PublishFigures() {
-  flows_figure_.store(flows_, std::memory_order_relaxed);
+  flows_figure_.store(static_cast<uint32_t>(flow_list_.size()), std::memory_order_relaxed);
   lsn_figure_.store(next_lsn_, std::memory_order_relaxed);
   first_lsn_figure_.store(backlog_.empty() ? next_lsn_ : backlog_.front().first,
                           std::memory_order_relaxed);
@@ -181,7 +181,6 @@ bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
       if (flow_list_[i].id != request.deadline_ms) continue;
       if (flow_list_[i].tailing) --in_sync_;
       flow_list_.erase(flow_list_.begin() + static_cast<std::ptrdiff_t>(i));
-      --flows_;
       break;
     }
     PublishFigures();
@@ -195,14 +194,12 @@ bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
         active_ && from >= first && from <= next_lsn_ ? Result::kOk : Result::kUnavailable;
     if (request.result == Result::kOk && FindFlow(request.deadline_ms) == nullptr) {
       flow_list_.push_back({request.deadline_ms, false, 0});
-      ++flows_;
     }
     PublishFigures();
     return true;
   }
   if (step == Step::kBegin && FindFlow(request.deadline_ms) == nullptr) {
     flow_list_.push_back({request.deadline_ms, false, 0});
-    ++flows_;
     PublishFigures();
   }
   if (step == Step::kTail) {

@@ -1,4 +1,4 @@
-// ReplSource: a primary's side of one worker's replication flow (issue 22, step 1). It is the
+// ReplSource: a primary's side of one worker's replication flow (issue 22). It is the
 // worker's journal (a tee in front of the data directory's log, if any) and its
 // ReplicationPort, so everything it keeps is the worker's own: no lock on the data path.
 //
@@ -203,7 +203,6 @@ class ReplSource final : public Journal, public ReplicationPort {
   bool walking_ = false;
   Image image_{*this};
   std::vector<Kept> kept_;
-  uint32_t flows_ = 0;
   std::vector<Flow> flow_list_;
   uint32_t in_sync_ = 0;
   std::deque<Kept> waiters_;  // Writes waiting for replicas, in position order.
