@@ -137,7 +137,9 @@ void ShardLoop::Run() {
     }
     if (work > 0) {
       idle_turns = 0;
-      if (spin_.count() > 0) last_work = std::chrono::steady_clock::now();
+      // A replica's worker applying its stream: no call is due, the next message rings.
+      const size_t stream = worker_ != nullptr ? worker_->stream_work() : 0;
+      if (spin_.count() > 0 && work > stream) last_work = std::chrono::steady_clock::now();
       continue;
     }
     // Keep polling a while: a client's next call often comes within a round trip, and a parked

@@ -299,6 +299,7 @@ void Worker::ServeReplication(Request& request, int64_t now_ms) {
 size_t Worker::ReplicationTurn(RequestSource& source) {
   replicated_.clear();
   const size_t work = replication_->Turn(shard_, clock_, &replicated_);
+  stream_work_ = work;
   for (Request* request : replicated_) Answer(request, source, false);
   if (work > 0) PublishShardCounters();
   return work + replicated_.size();

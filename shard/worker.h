@@ -196,6 +196,10 @@ class Worker {
   bool Backlogged() const { return backlog_ > 0; }
   // Answers wait for the journal's sync (which wakes the loop when it is done).
   bool HoldsAnswers() const { return !held_.empty(); }
+  // Of the last RunOnce's work, what the replication port did on its own: a replica applying
+  // its primary's stream. No call is due after it (the stream's next message wakes the loop),
+  // so a loop does not keep polling for it.
+  size_t stream_work() const { return stream_work_; }
 
   // Every change to the shard is recorded in `journal` from now on. Before the worker runs.
   void set_journal(Journal* journal) {
@@ -284,6 +288,7 @@ class Worker {
   SnapshotJob* snapshot_ = nullptr;  // Under way.
   ReplicationPort* replication_ = nullptr;
   std::vector<Request*> replicated_;  // Answers the port gave back this turn.
+  size_t stream_work_ = 0;            // The port's own work in the last turn.
 
   // Shared: set by StartSnapshot, taken (exchanged for null) at the cut; and whether a job
   // holds the worker's one snapshot (from StartSnapshot to just after its Finish).
