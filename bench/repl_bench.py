@@ -11,7 +11,9 @@ redis-benchmark cannot), and BASELINE (another
 ringkv-server binary, say the commit before replication) alone. Every server runs one worker
 (--threads=1; Redis is single-threaded), all on the same 2 cores as the client, so a replica
 takes CPU from its primary here: the CPU per operation of primary, replica and client is given
-beside the rate.
+beside the rate. For ringkv's replica, the delay of the messages it applied during the run (from
+its stats: the time from the commit of a message's first record on the primary to its apply),
+as the bounds of the histogram buckets that hold the median and the 99th percentile.
 
 Part 2, full sync of SYNC_KEYS keys (16-byte keys, 32-byte values): the primary is loaded
 (ringkv-loadgen's MultiPut pre-load; Redis DEBUG POPULATE with 32-byte values), then a replica
@@ -86,6 +88,24 @@ def ringkv_stats(addr):
     return json.loads(out)
 
 
+def delays(addr):
+    """A replica's message delays so far: (bucket bounds in ms, counts per bucket)."""
+    r = ringkv_stats(addr)["replication"]
+    return r["delay_bounds_ms"], [int(c) for c in r["flows"][0]["delay_buckets"]]
+
+
+def delay_percentile(bounds, before, after, q):
+    """The bound (ms) of the bucket holding quantile q of the delays counted between two
+    readings; inf past the last bound."""
+    counts = [a - b for a, b in zip(after, before)]
+    total, seen = sum(counts), 0
+    for i, c in enumerate(counts):
+        seen += c
+        if total and seen >= q * total:
+            return bounds[i] if i < len(bounds) else float("inf")
+    return float("nan")
+
+
 def ringkv_caught_up(primary, replica):
     p, r = ringkv_stats(primary)["replication"], ringkv_stats(replica)["replication"]
     head = {f["worker"]: int(f["lsn"]) for f in p["flows"]}
@@ -129,6 +149,7 @@ def put_ringkv(binary, with_replica, sync=False):
         if with_replica:
             wait(lambda: ringkv_caught_up(addr, raddr), 60, "the replica's catching up")
         replica_cpu0 = cpu_of(replica.pid) if replica else 0
+        delays0 = delays(raddr) if replica else None
         path = os.path.join(OUT, "loadgen.json")
         _, cpu = run_client([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
                              f"--duration={SECONDS}", "--progress=false", "--preload=false",
@@ -138,6 +159,9 @@ def put_ringkv(binary, with_replica, sync=False):
         result = {"ops_per_s": r["ops_per_s"], "ops": r["ops"], **cpu.per_op(r["ops"])}
         if replica:
             result["replica_us_per_op"] = (cpu_of(replica.pid) - replica_cpu0) * 1e6 / r["ops"]
+            bounds, delays1 = delays(raddr)
+            result["delay_p50_ms"] = delay_percentile(bounds, delays0[1], delays1, 0.5)
+            result["delay_p99_ms"] = delay_percentile(bounds, delays0[1], delays1, 0.99)
             wait(lambda: ringkv_caught_up(addr, raddr), 60, "the replica catching up")
         return result
     finally:
@@ -305,6 +329,12 @@ def sync_redis():
         stop_redis(proc)
 
 
+def delay_cell(rs, key):
+    """Bucket bounds: "<= N" each run; "-" where there is no replica to measure."""
+    values = [r[key] for r in rs if key in r]
+    return " / ".join(f"<= {v:g}" for v in values) if values else "-"
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     rows = {name: [] for name in ("ringkv", "ringkv + replica", "ringkv + replica, min 1",
@@ -339,15 +369,17 @@ def main():
         json.dump({"put": rows, "sync": syncs, "resync": resyncs}, f)
     print(f"{machine()}; median (min .. max) of {RUNS} runs\n")
     if "put" in PARTS:
-        print("| server | PUT ops/s | primary CPU us/op | replica CPU us/op | client CPU us/op |")
-        print("| --- | --- | --- | --- | --- |")
+        print("| server | PUT ops/s | primary CPU us/op | replica CPU us/op | client CPU us/op "
+              "| replica delay p50, ms | p99, ms |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, rs in rows.items():
         if not rs:
             continue
         print(f"| {name} | {cell([r['ops_per_s'] for r in rs])} "
               f"| {cell([r['server_us_per_op'] for r in rs], '{:.1f}')} "
               f"| {cell([r.get('replica_us_per_op', 0) for r in rs], '{:.1f}')} "
-              f"| {cell([r['client_us_per_op'] for r in rs], '{:.1f}')} |")
+              f"| {cell([r['client_us_per_op'] for r in rs], '{:.1f}')} "
+              f"| {delay_cell(rs, 'delay_p50_ms')} | {delay_cell(rs, 'delay_p99_ms')} |")
     if "sync" in PARTS:
         print(f"\nFull sync of {SYNC_KEYS:,} keys:\n")
         print("| server | seconds | primary RSS before, MB | primary RSS growth, MB "

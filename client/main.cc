@@ -366,16 +366,36 @@ int Scan(Invocation& in) {
   return kOk;
 }
 
+// The bound of the bucket that holds the 99th percentile of a replica's message delays, as
+// "<= N ms" (or "> N ms" past the last bound); empty without any.
+std::string DelayP99(const ringkv::v1::ReplicationStats& r, const ringkv::v1::FlowStats& f) {
+  uint64_t total = 0;
+  for (uint64_t count : f.delay_buckets()) total += count;
+  if (total == 0) return "";
+  uint64_t seen = 0;
+  for (int b = 0; b < f.delay_buckets_size(); ++b) {
+    seen += f.delay_buckets(b);
+    if (seen * 100 < total * 99) continue;
+    if (b < r.delay_bounds_ms_size()) return absl::StrFormat("<= %g ms", r.delay_bounds_ms(b));
+    break;
+  }
+  return r.delay_bounds_ms_size() > 0
+             ? absl::StrFormat("> %g ms", r.delay_bounds_ms(r.delay_bounds_ms_size() - 1))
+             : "";
+}
+
 // One line for the role, then one per worker: a primary's flow, or a replica's.
 void PrintReplication(const ringkv::v1::ReplicationStats& r) {
   if (r.role() == "replica") {
     std::printf("replication: replica of %s\n", r.primary().c_str());
     for (const auto& f : r.flows()) {
+      const std::string p99 = DelayP99(r, f);
       std::printf(
-          "  worker %u: %s, applied %lu, lag %lu records, %lu full syncs, %lu partial%s%s\n",
-          f.worker(), f.state().c_str(), f.applied_lsn(), f.lag_records(), f.full_syncs(),
-          f.partial_syncs(),
-          f.last_error().empty() ? "" : "; last error: ", f.last_error().c_str());
+          "  worker %u: %s, applied %lu, lag %lu records, %lu bytes, %.3f ms, %lu full syncs, "
+          "%lu partial%s%s%s%s\n",
+          f.worker(), f.state().c_str(), f.applied_lsn(), f.lag_records(), f.lag_bytes(),
+          f.lag_ms(), f.full_syncs(), f.partial_syncs(), p99.empty() ? "" : "; delay p99 ",
+          p99.c_str(), f.last_error().empty() ? "" : "; last error: ", f.last_error().c_str());
     }
     return;
   }

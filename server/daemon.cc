@@ -136,6 +136,15 @@ ABSL_FLAG(std::string, replica_of, "",
 ABSL_FLAG(std::string, primary_token_file, "",
           "with --replica-of: a file whose first line is the token to present to the primary "
           "(it needs the replication role there, or a higher one, under --auth-token-file)");
+ABSL_FLAG(bool, primary_tls, false,
+          "with --replica-of: connect to the primary with TLS, trusting the system's CAs (or "
+          "--primary-tls-ca's); the primary runs --tls-cert");
+ABSL_FLAG(std::string, primary_tls_ca, "",
+          "with --replica-of: connect to the primary with TLS, trusting the CAs in this PEM file");
+ABSL_FLAG(std::string, primary_tls_cert, "",
+          "with --replica-of and TLS: present this PEM client certificate to the primary (for "
+          "its --tls-client-ca); needs --primary-tls-key");
+ABSL_FLAG(std::string, primary_tls_key, "", "the PEM private key of --primary-tls-cert");
 ABSL_FLAG(std::string, repl_backlog, "32MiB",
           "a primary keeps this many bytes of each worker's latest changes for replicas that "
           "read behind; a replica that falls further behind is cut off and full-syncs again");
@@ -361,13 +370,25 @@ void ParsePersistenceFlags(const char* argv0, ServerOptions* options) {
   }
 }
 
-// --replica-of, --primary-token-file, --repl-backlog.
+// --replica-of, --primary-token-file, --primary-tls*, --repl-backlog, --min-replicas*.
 void ParseReplicationFlags(const char* argv0, ServerOptions* options) {
   options->replica_of = absl::GetFlag(FLAGS_replica_of);
   if (!options->replica_of.empty() && options->replica_of.rfind(':') == std::string::npos) {
     ExitUsageError(argv0, "--replica-of must be HOST:PORT, got '" + options->replica_of + "'");
   }
   options->primary_token_file = absl::GetFlag(FLAGS_primary_token_file);
+  ServerOptions::PrimaryTls& tls = options->primary_tls;
+  tls.ca = absl::GetFlag(FLAGS_primary_tls_ca);
+  tls.cert = absl::GetFlag(FLAGS_primary_tls_cert);
+  tls.key = absl::GetFlag(FLAGS_primary_tls_key);
+  tls.on = absl::GetFlag(FLAGS_primary_tls) || !tls.ca.empty() || !tls.cert.empty();
+  if (tls.cert.empty() != tls.key.empty()) {
+    ExitUsageError(argv0, "--primary-tls-cert and --primary-tls-key go together");
+  }
+  if (tls.on && options->replica_of.empty()) {
+    ExitUsageError(argv0,
+                   "--primary-tls, --primary-tls-ca and --primary-tls-cert need --replica-of");
+  }
   const std::string backlog = absl::GetFlag(FLAGS_repl_backlog);
   const std::optional<uint64_t> bytes = ParseByteSize(backlog);
   if (!bytes || *bytes < 4096) {

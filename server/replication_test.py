@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tes
 import python_stubs  # noqa: E402
 from ringkv_server import LogReader, RingkvServer  # noqa: E402
 import venv_main  # noqa: E402
+from certs import make_certificates  # noqa: E402
 
 SERVER, CLI, PROTO_DIR, TOOLS, LOADGEN = sys.argv[1:6] if len(sys.argv) >= 6 else (None,) * 5
 SERVER_FLAGS = sys.argv[6:]
@@ -389,6 +390,15 @@ class ReplicationTest(unittest.TestCase):
         self.compare(pkv, rkv, at_least=600)
         self.assertEqual({w: f.full_syncs for w, f in flows(rkv).items()}, {0: 1, 1: 1},
                          show(rkv))
+        # Lag in time and bytes: none once caught up; each worker counted the delays of the
+        # messages it applied (the writers made some on each), within the histogram's bounds.
+        r = stats(rkv).replication
+        self.assertEqual(len(r.delay_bounds_ms), 13, show(rkv))
+        for f in r.flows:
+            self.assertEqual((f.lag_bytes, f.lag_ms), (0, 0.0), show(rkv))
+            self.assertEqual(len(f.delay_buckets), len(r.delay_bounds_ms) + 1, show(rkv))
+            self.assertGreater(sum(f.delay_buckets), 0, show(rkv))
+            self.assertGreater(f.delay_sum_ms, 0, show(rkv))
         # Expiry is the primary's: the replica removed no key because its TTL passed.
         self.assertEqual(sum(s.expired for s in stats(rkv).shards), 0)
 
@@ -762,16 +772,48 @@ class ReplicationTest(unittest.TestCase):
         self.assertEqual(stats(rkv).replication.primary, second.address)
         self.assertRefused(lambda: rkv.Put(kv_pb2.PutRequest(key=b"k", value=b"v"),
                                            timeout=CALL_TIMEOUT), second.address)
-        # A primary cannot follow at run time yet; the flags are checked before anything is
-        # sent.
-        refused = self.cli(first, "replicate", f"--to={second.address}")
+        # A primary with a data directory cannot follow at run time yet; the flags are checked
+        # before anything is sent.
+        data = tempfile.mkdtemp(prefix="ringkv-replication-")
+        self.addCleanup(shutil.rmtree, data, True)
+        durable = self.start(f"--data-dir={data}")
+        refused = self.cli(durable, "replicate", f"--to={second.address}")
         self.assertEqual(refused.returncode, 3, refused.stderr)
-        self.assertIn("restart it with --replica-of", refused.stderr)
+        self.assertIn("cannot become a replica yet", refused.stderr)
         for args in ((), ("--stop", f"--to={second.address}")):
             usage = self.cli(replica, "replicate", *args)
             self.assertEqual(usage.returncode, 2, usage.stderr)
             self.assertIn("--to=HOST:PORT or --stop", usage.stderr)
         self.assertEqual(self.cli(replica, "put", "k", "v", "--stop").returncode, 2)
+
+    def test_primary_steps_down_and_back(self):
+        # A primary with a replica of its own becomes a replica of another primary at run time
+        # (`replicate --to`): its data is replaced by the other's, it refuses writes naming it,
+        # and its own replica loses its flows. Promoted again, it serves writes, and its old
+        # replica full-syncs from it (no resume into positions of the run before).
+        a = self.start()
+        akv = self.kv(a)
+        put_many(akv, [(b"a%03d" % i, b"a", 0) for i in range(300)])
+        r = self.replica_of(a)
+        rkv = self.kv(r)
+        self.wait_stable(akv, rkv, r)
+        b = self.start()
+        bkv = self.kv(b)
+        put_many(bkv, [(b"b%03d" % i, b"b", 0) for i in range(200)])
+        stepped = self.cli(a, "replicate", f"--to={b.address}")
+        self.assertEqual(stepped.returncode, 0, stepped.stderr)
+        self.wait_stable(bkv, akv, a)
+        self.assertEqual(self.compare(bkv, akv, at_least=200), 200)  # a's own keys are gone.
+        self.assertRefused(lambda: akv.Put(kv_pb2.PutRequest(key=b"k", value=b"v"),
+                                           timeout=CALL_TIMEOUT), b.address)
+        self.wait_flows(rkv, 2, lambda f: f.state == "connecting")
+        promoted = self.cli(a, "replicate", "--stop")
+        self.assertEqual(promoted.returncode, 0, promoted.stderr)
+        akv.Put(kv_pb2.PutRequest(key=b"after", value=b"a"), timeout=CALL_TIMEOUT)
+        self.wait_stable(akv, rkv, r,
+                         extra=lambda: all(f.full_syncs == 2 for f in flows(rkv).values()))
+        self.assertEqual(self.compare(akv, rkv, at_least=201), 201)
+        self.assertEqual(sum(f.partial_syncs for f in flows(rkv).values()), 0, show(rkv))
 
     def test_replication_token_role(self):
         # Under --auth-token-file a replica needs a token with the replication role (or a
@@ -805,6 +847,49 @@ class ReplicationTest(unittest.TestCase):
             pkv.Put(kv_pb2.PutRequest(key=b"k", value=b"w"), timeout=CALL_TIMEOUT,
                     metadata=(("authorization", "Bearer " + tokens["replication"]),))
         self.assertEqual(raised.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+
+    def test_tls_to_the_primary(self):
+        # A primary that requires TLS and a client certificate (mTLS): a replica follows it
+        # with --primary-tls-ca, --primary-tls-cert and --primary-tls-key; one in plaintext, and
+        # one without a certificate, are refused and say so, and sync nothing.
+        certs = tempfile.mkdtemp(prefix="ringkv-replication-tls-")
+        self.addCleanup(shutil.rmtree, certs, True)
+        make_certificates(certs)
+        path = lambda name: os.path.join(certs, name)  # noqa: E731
+        primary = self.start(f"--tls-cert={path('server.pem')}", f"--tls-key={path('server.key')}",
+                             f"--tls-client-ca={path('ca.pem')}")
+        with open(path("ca.pem"), "rb") as ca, open(path("client.key"), "rb") as key, \
+                open(path("client.pem"), "rb") as cert:
+            credentials = grpc.ssl_channel_credentials(ca.read(), key.read(), cert.read())
+        channel = grpc.secure_channel(primary.address, credentials, options=CHANNEL_OPTIONS)
+        self.addCleanup(channel.close)
+        pkv = kv_pb2_grpc.KVStub(channel)
+        put_many(pkv, [(b"k%03d" % i, b"v%03d" % i, 0) for i in range(200)])
+        plaintext = self.replica_of(primary)
+        no_cert = self.replica_of(primary, f"--primary-tls-ca={path('ca.pem')}")
+        replica = self.replica_of(primary, f"--primary-tls-ca={path('ca.pem')}",
+                                  f"--primary-tls-cert={path('client.pem')}",
+                                  f"--primary-tls-key={path('client.key')}")
+        rkv = self.kv(replica)
+        self.wait_stable(pkv, rkv, replica)
+        self.compare(pkv, rkv, at_least=200)
+        for refused in (plaintext, no_cert):
+            got = self.wait_flows(self.kv(refused), 2, lambda f: f.last_error != "")
+            self.assertTrue(all(f.full_syncs == 0 and f.state == "connecting"
+                                for f in got.values()), show(self.kv(refused)))
+        # Usage errors.
+        for flags, error in (([f"--primary-tls-cert={path('client.pem')}"],
+                              "--primary-tls-cert and --primary-tls-key go together"),
+                             (["--primary-tls"], "need --replica-of")):
+            r = subprocess.run([SERVER, "--listen=127.0.0.1:0", *flags], capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(error, r.stderr)
+        r = subprocess.run([SERVER, "--listen=127.0.0.1:0", f"--replica-of={primary.address}",
+                            f"--primary-tls-ca={path('missing.pem')}"], capture_output=True,
+                           text=True, timeout=30)
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--primary-tls-ca", r.stderr)
 
     # Bad setups: each gets a clear error, and the replica stays up, retrying and serving reads.
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <tuple>
 
 #ifdef RINGKV_HAVE_JEMALLOC
 #include <jemalloc/jemalloc.h>
@@ -15,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/flag_file.h"
 #include "base/log.h"
 #include "ringkv/v1/kv.pb.h"
 #include "server/grpc/grpc_transport.h"
@@ -255,6 +257,16 @@ absl::Status Server::SetUpReplication() {
                                                      options_.primary_token_file, " is empty"));
     }
   }
+  if (const ServerOptions::PrimaryTls& tls = options_.primary_tls; tls.on) {
+    primary_tls_.on = true;
+    for (auto [flag, path, pem] :
+         {std::tuple{"--primary-tls-ca", &tls.ca, &primary_tls_.ca_pem},
+          std::tuple{"--primary-tls-cert", &tls.cert, &primary_tls_.cert_pem},
+          std::tuple{"--primary-tls-key", &tls.key, &primary_tls_.key_pem}}) {
+      if (path->empty()) continue;
+      if (absl::Status s = ReadFlagFile(flag, *path, pem); !s.ok()) return s;
+    }
+  }
   // Every worker gets both sides; its RolePort picks one (a replica may be promoted).
   for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
     Worker& worker = ring_engine_->worker(i);
@@ -298,6 +310,7 @@ std::unique_ptr<repl::ReplicaClient> Server::MakeReplicaClient(const std::string
       repl::ReplicaClient::Options{
           .primary = primary,
           .token = primary_token_,
+          .tls = primary_tls_,
           .server_id = server_id_,
           .threads = ring_engine_->workers(),
           .wake = [this](uint32_t worker) { Wake(static_cast<uint16_t>(worker)); }},
@@ -313,10 +326,10 @@ absl::Status Server::RequestRoleChange(const std::string& to, RoleDone done) {
   if (role_changing_) {
     return absl::FailedPreconditionError("another role change is under way; try again");
   }
-  if (!to.empty() && primary_.empty()) {
-    return absl::UnimplementedError(
-        "a primary cannot become a replica at run time yet: restart it with --replica-of "
-        "(its data would be replaced by the primary's anyway)");
+  if (!to.empty() && primary_.empty() && data_dir_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "a server with --data-dir cannot become a replica yet (a replica keeps what it follows "
+        "in memory only): restart it with --replica-of and without --data-dir");
   }
   if (role_thread_.joinable()) role_thread_.join();  // The last change's, done.
   role_changing_ = true;
@@ -346,7 +359,7 @@ absl::Status Server::Promote() {
   if (client != nullptr) client->Stop();
   for (auto& port : role_ports_) port->Promote();
   for (auto& port : role_ports_) {
-    while (!port->promoted()) {
+    while (port->follows_now()) {
       if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -358,12 +371,26 @@ absl::Status Server::Promote() {
 
 absl::Status Server::Follow(const std::string& to) {
   std::unique_ptr<repl::ReplicaClient> old;
+  std::string was;
   {
     std::lock_guard lock(role_mu_);
     old = std::move(replica_client_);
+    was = primary_;
   }
   old.reset();  // Stops it.
   SetPrimary(to);
+  if (was.empty()) {
+    // A primary steps down: writes are refused from now on; each worker gives back what its
+    // flows and waiting writes hold, then follows.
+    for (auto& port : role_ports_) port->Demote();
+    for (auto& port : role_ports_) {
+      while (!port->follows_now()) {
+        if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    Log(LogLevel::kInfo, "no longer a primary: writes are refused; following %s", to);
+  }
   std::unique_ptr<repl::ReplicaClient> client = MakeReplicaClient(to);
   client->Start();
   {
@@ -399,6 +426,9 @@ void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
     }
     return;
   }
+  for (int64_t bound : repl::ReplSink::kDelayBoundsUs) {
+    out->add_delay_bounds_ms(static_cast<double>(bound) / 1e3);
+  }
   for (size_t i = 0; i < repl_sinks_.size(); ++i) {
     const repl::ReplSink::Figures f = repl_sinks_[i]->figures();
     ringkv::v1::FlowStats* flow = out->add_flows();
@@ -406,7 +436,16 @@ void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
     flow->set_state(f.state);
     flow->set_applied_lsn(f.applied_lsn);
     flow->set_primary_lsn(f.primary_lsn);
-    flow->set_lag_records(f.primary_lsn > f.applied_lsn ? f.primary_lsn - f.applied_lsn : 0);
+    const uint64_t lag = f.primary_lsn > f.applied_lsn ? f.primary_lsn - f.applied_lsn : 0;
+    flow->set_lag_records(lag);
+    // Once nothing lags, neither do bytes nor time (the last message's delay is history).
+    if (lag > 0) {
+      flow->set_lag_bytes(f.primary_bytes > f.applied_bytes ? f.primary_bytes - f.applied_bytes
+                                                            : 0);
+      flow->set_lag_ms(static_cast<double>(f.last_delay_us) / 1e3);
+    }
+    for (uint64_t count : f.delays) flow->add_delay_buckets(count);
+    flow->set_delay_sum_ms(static_cast<double>(f.delay_sum_us) / 1e3);
     flow->set_full_syncs(f.full_syncs);
     flow->set_partial_syncs(f.partial_syncs);
     flow->set_last_error(f.last_error);

@@ -147,7 +147,8 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   std::string journal_stalled_ = journal_failure_;  // While no log has failed for good.
   std::unique_ptr<FinishLine> finish_line_;
   std::string server_id_;
-  std::string primary_token_;  // --primary-token-file's.
+  std::string primary_token_;             // --primary-token-file's.
+  repl::ReplicaClient::Tls primary_tls_;  // --primary-tls*: the files' contents.
   // Per worker (the ring engine): both sides of replication, and the port that picks one.
   std::vector<std::unique_ptr<repl::ReplSource>> repl_sources_;
   std::vector<std::unique_ptr<repl::ReplSink>> repl_sinks_;

@@ -74,6 +74,15 @@ struct ServerOptions {
   // worker for replicas that read behind.
   std::string replica_of;
   std::string primary_token_file;
+  // --primary-tls, --primary-tls-ca, --primary-tls-cert, --primary-tls-key: how a replica
+  // reaches its primary: TLS (on: trusting the system's CAs, or those of `ca` if set), and
+  // the client certificate it presents (the primary's --tls-client-ca). Files are PEM.
+  struct PrimaryTls {
+    bool on = false;
+    std::string ca;
+    std::string cert;
+    std::string key;
+  } primary_tls;
   size_t repl_backlog_bytes = size_t{32} << 20;
   // --min-replicas: the replicas that must have applied a write before its answer (0: none;
   // a call's ringkv-min-replicas header may ask for more, up to kMaxMinReplicas);

@@ -103,6 +103,14 @@ struct Request {
     uint64_t used_bytes = 0;
     uint64_t limit_bytes = 0;
   } no_memory;
+  // Set by the replication port, Op::kReplicate's kTail answers only (server/repl/source.h):
+  // when the answer's oldest record was made (SystemClockUs; 0: it carries none), and the bytes
+  // of records the flow has published up to the answer's end, and up to its head.
+  struct Tail {
+    int64_t made_us = 0;
+    uint64_t end_bytes = 0;
+    uint64_t head_bytes = 0;
+  } tail;
 };
 
 }  // namespace ringkv

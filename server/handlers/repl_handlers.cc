@@ -186,6 +186,9 @@ class FlowHandler : public Handler {
         message_.set_count(static_cast<uint32_t>(op_.number));
         message_.set_head_lsn(static_cast<uint64_t>(op_.deadline_ms));
         message_.set_ack(op_.replicas != 0);
+        message_.set_made_unix_us(op_.tail.made_us);
+        message_.set_end_bytes(op_.tail.end_bytes);
+        message_.set_head_bytes(op_.tail.head_bytes);
         tail_from_ = op_.version;
         next_ = Step::kTail;
         break;

@@ -200,6 +200,36 @@ void AddPersistence(const ringkv::v1::PersistenceStats& p, std::vector<MetricFam
              MetricType::Gauge, p.error().empty() ? 0 : 1));
 }
 
+// A replica's lag in time, and the delays of the messages it applied, per worker.
+void AddReplicaDelays(const ringkv::v1::ReplicationStats& r, std::vector<MetricFamily>* out) {
+  MetricFamily lag = Family("repl_lag_seconds",
+                            "How long the oldest record of the last message the worker applied "
+                            "took from its commit on the primary (0 once no record lags).",
+                            MetricType::Gauge);
+  MetricFamily delay = Family("repl_delay_seconds",
+                              "Messages of the worker's flow applied, by how long their first "
+                              "record took from its commit on the primary (wall clocks).",
+                              MetricType::Histogram);
+  for (const ringkv::v1::FlowStats& flow : r.flows()) {
+    const std::string worker = std::to_string(flow.worker());
+    lag.metric.push_back(Value(MetricType::Gauge, flow.lag_ms() / 1e3, {{"worker", worker}}));
+    ClientMetric histogram;
+    histogram.label = {{"worker", worker}};
+    uint64_t cumulative = 0;
+    for (int b = 0; b < flow.delay_buckets_size(); ++b) {
+      cumulative += flow.delay_buckets(b);
+      histogram.histogram.bucket.push_back(
+          {cumulative, b < r.delay_bounds_ms_size() ? r.delay_bounds_ms(b) / 1e3
+                                                    : std::numeric_limits<double>::infinity()});
+    }
+    histogram.histogram.sample_count = cumulative;
+    histogram.histogram.sample_sum = flow.delay_sum_ms() / 1e3;
+    delay.metric.push_back(std::move(histogram));
+  }
+  out->push_back(std::move(lag));
+  out->push_back(std::move(delay));
+}
+
 // Per worker: a primary's flow positions and replicas, or a replica's lag and syncs.
 void AddReplication(const ringkv::v1::ReplicationStats& r, std::vector<MetricFamily>* out) {
   out->push_back(Single("replica", "1 on a replica (--replica-of), 0 on a primary.",
@@ -214,6 +244,10 @@ void AddReplication(const ringkv::v1::ReplicationStats& r, std::vector<MetricFam
                                     "Records the primary has made that the worker has not "
                                     "applied yet (as last heard).",
                                     MetricType::Gauge, &ringkv::v1::FlowStats::lag_records},
+                                   {"repl_lag_bytes",
+                                    "Bytes of the records the primary has made that the worker "
+                                    "has not applied yet (as last heard).",
+                                    MetricType::Gauge, &ringkv::v1::FlowStats::lag_bytes},
                                    {"repl_full_syncs_total", "Full syncs of the worker's flow.",
                                     MetricType::Counter, &ringkv::v1::FlowStats::full_syncs},
                                    {"repl_partial_syncs_total",
@@ -244,6 +278,7 @@ void AddReplication(const ringkv::v1::ReplicationStats& r, std::vector<MetricFam
                                  {{"worker", std::to_string(flow.worker())}}));
   }
   out->push_back(std::move(flows));
+  if (replica) AddReplicaDelays(r, out);
 }
 
 }  // namespace

@@ -57,8 +57,15 @@ void ReplicaClient::Follow(uint32_t worker) {
   args.SetMaxReceiveMessageSize(-1);  // An image part or a turn's records can be large.
   // A channel of its own per flow: one TCP connection each, as the primary's workers are.
   args.SetInt("grpc.use_local_subchannel_pool", 1);
-  auto channel =
-      grpc::CreateCustomChannel(options_.primary, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (options_.tls.on) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options_.tls.ca_pem;
+    ssl.pem_cert_chain = options_.tls.cert_pem;
+    ssl.pem_private_key = options_.tls.key_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  auto channel = grpc::CreateCustomChannel(options_.primary, credentials, args);
   auto stub = pb::Replication::NewStub(channel);
   auto backoff = std::chrono::milliseconds(100);
   std::string logged;  // The last failure logged: each kind once, not every retry.
@@ -104,6 +111,7 @@ void ReplicaClient::Follow(uint32_t worker) {
     bool synced = false;
     while (error.empty() && stream->Read(&message)) {
       sink.set_primary_lsn(message.head_lsn());
+      if (message.kind() == pb::FlowMessage::TAIL) sink.set_primary_bytes(message.head_bytes());
       ReplSink::Item item;
       item.count = message.count();
       item.lsn = message.lsn();
@@ -145,6 +153,8 @@ void ReplicaClient::Follow(uint32_t worker) {
         case pb::FlowMessage::TAIL:
           item.kind = ReplSink::Item::Kind::kTail;
           item.ack = message.ack();
+          item.made_us = message.made_unix_us();
+          item.end_bytes = message.end_bytes();
           if (message.count() == 0) continue;  // A heartbeat: its head is all it says.
           if (message.lsn() != position) {
             error = absl::StrCat("the primary sent position ", message.lsn(), " where ", position,

@@ -28,9 +28,18 @@ namespace ringkv::repl {
 
 class ReplicaClient {
  public:
+  // How to reach the primary: TLS or not, and the PEMs (empty: the system's CAs; no client
+  // certificate).
+  struct Tls {
+    bool on = false;
+    std::string ca_pem;
+    std::string cert_pem;
+    std::string key_pem;
+  };
   struct Options {
-    std::string primary;    // HOST:PORT.
-    std::string token;      // Sent as "authorization: Bearer" (empty: none).
+    std::string primary;  // HOST:PORT.
+    std::string token;    // Sent as "authorization: Bearer" (empty: none).
+    Tls tls;
     std::string server_id;  // This server's (ServerContext::server_id).
     uint32_t threads = 0;
     // Called after a message is queued for worker w: wakes its loop.

@@ -6,8 +6,13 @@
 //
 // Promote (any thread, once the replica's client has stopped, so that nothing more reaches
 // the sink): the worker applies what its sink still holds, then serves as a primary from its
-// next turn on; promoted() says when. Nothing is lost: what the old primary's replicas
+// next turn on; follows_now() says when. Nothing is lost: what the old primary's replicas
 // acknowledged was applied before the acknowledgement, and what was queued is applied first.
+//
+// Demote (any thread, once writes are refused): at its next turn the worker gives back what
+// its source keeps (ReplSource::Reset: the flows end, writes waiting for replicas get
+// kNotReplicated) and follows from then on; its shard keeps its data until the new primary's
+// full sync replaces it.
 //
 // Threads: the owning worker's, except Promote and promoted (any thread).
 #ifndef RINGKV_SERVER_REPL_ROLE_PORT_H_
@@ -23,18 +28,32 @@ namespace ringkv::repl {
 class RolePort final : public ReplicationPort {
  public:
   RolePort(ReplSource& source, ReplSink& sink, bool following)
-      : source_(source), sink_(sink), following_(following), follows_(following) {}
+      : source_(source),
+        sink_(sink),
+        following_(following),
+        follows_(following),
+        want_follow_(following) {}
 
-  void Promote() { promote_.store(true, std::memory_order_release); }
-  bool promoted() const { return !follows_.load(std::memory_order_acquire); }
+  void Promote() { want_follow_.store(false, std::memory_order_release); }
+  void Demote() { want_follow_.store(true, std::memory_order_release); }
+  // Whether the worker serves as a replica (after Demote) or a primary (after Promote) yet.
+  bool follows_now() const { return follows_.load(std::memory_order_acquire); }
 
   bool Serve(Request& request, Shard& shard, int64_t now_ms) override {
     return following_ ? sink_.Serve(request, shard, now_ms) : source_.Serve(request, shard, now_ms);
   }
   size_t Turn(Shard& shard, Clock clock, std::vector<Request*>* answered) override {
-    if (!following_) return source_.Turn(shard, clock, answered);
+    const bool want = want_follow_.load(std::memory_order_acquire);
+    if (!following_) {
+      if (!want) return source_.Turn(shard, clock, answered);
+      // Demoted: the flows, their requests and the writes waiting for replicas are given back.
+      source_.Reset(answered);
+      following_ = true;
+      follows_.store(true, std::memory_order_release);
+      return 1;
+    }
     const size_t work = sink_.Turn(shard, clock, answered);
-    if (promote_.load(std::memory_order_acquire) && sink_.drained()) {
+    if (!want && sink_.drained()) {
       following_ = false;
       follows_.store(false, std::memory_order_release);
       return work + 1;
@@ -52,7 +71,7 @@ class RolePort final : public ReplicationPort {
   ReplSink& sink_;
   bool following_;  // The worker's own copy of follows_.
   std::atomic<bool> follows_;
-  std::atomic<bool> promote_{false};
+  std::atomic<bool> want_follow_;  // What Promote or Demote asked for.
 };
 
 }  // namespace ringkv::repl

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "persist/format.h"
+#include "shard/clock.h"
 #include "shard/router.h"
 #include "shard/shard.h"
 
@@ -43,6 +44,12 @@ ReplSink::Figures ReplSink::figures() const {
                                                         : "full_sync";
   f.applied_lsn = applied_lsn_.load(std::memory_order_relaxed);
   f.primary_lsn = primary_lsn_.load(std::memory_order_relaxed);
+  f.applied_bytes = applied_bytes_.load(std::memory_order_relaxed);
+  f.primary_bytes = primary_bytes_.load(std::memory_order_relaxed);
+  f.last_delay_us = last_delay_us_.load(std::memory_order_relaxed);
+  for (size_t b = 0; b < kDelayBuckets; ++b)
+    f.delays[b] = delays_[b].load(std::memory_order_relaxed);
+  f.delay_sum_us = delay_sum_us_.load(std::memory_order_relaxed);
   f.full_syncs = full_syncs_.load(std::memory_order_relaxed);
   f.partial_syncs = partial_syncs_.load(std::memory_order_relaxed);
   std::lock_guard lock(mu_);
@@ -72,6 +79,15 @@ void ReplSink::StopAcks() {
   std::lock_guard lock(ack_mu_);
   acks_stopped_ = true;
   ack_cv_.notify_all();
+}
+
+void ReplSink::CountDelay(int64_t delay_us) {
+  size_t b = 0;
+  while (b < kDelayBoundsUs.size() && delay_us > kDelayBoundsUs[b]) ++b;
+  delays_[b].store(delays_[b].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  delay_sum_us_.store(delay_sum_us_.load(std::memory_order_relaxed) + delay_us,
+                      std::memory_order_relaxed);
+  last_delay_us_.store(delay_us, std::memory_order_relaxed);
 }
 
 bool ReplSink::Serve(Request& request, Shard& /*shard*/, int64_t /*now_ms*/) {
@@ -157,6 +173,8 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
   }
   if (item.kind == Item::Kind::kTail) {
     applied_lsn_.store(item.lsn + item.count, std::memory_order_release);
+    applied_bytes_.store(item.end_bytes, std::memory_order_relaxed);
+    if (item.made_us > 0) CountDelay(std::max<int64_t>(0, SystemClockUs() - item.made_us));
   }
   return n;
 }

@@ -19,6 +19,7 @@
 #ifndef RINGKV_SERVER_REPL_SINK_H_
 #define RINGKV_SERVER_REPL_SINK_H_
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -45,12 +46,20 @@ class ReplSink final : public ReplicationPort {
     enum class Kind { kFullSync, kImage, kImageDone, kTail } kind;
     std::string records;
     uint32_t count = 0;
-    uint64_t lsn = 0;       // kFullSync: the cut; kTail: its first record's position.
-    uint64_t revision = 0;  // kImageDone.
-    uint64_t keys = 0;      // kFullSync: the image's keys, at most.
-    bool ack = false;       // kTail: the primary waits for an acknowledgement of it.
-    uint64_t sync = 0;      // kImageDone: the full sync it ends (full_syncs() then).
+    uint64_t lsn = 0;        // kFullSync: the cut; kTail: its first record's position.
+    uint64_t revision = 0;   // kImageDone.
+    uint64_t keys = 0;       // kFullSync: the image's keys, at most.
+    bool ack = false;        // kTail: the primary waits for an acknowledgement of it.
+    uint64_t sync = 0;       // kImageDone: the full sync it ends (full_syncs() then).
+    int64_t made_us = 0;     // kTail: when its first record was made (SystemClockUs).
+    uint64_t end_bytes = 0;  // kTail: the primary's bytes of records up to its end.
   };
+  // The delays counted (messages, by how long their first record took from the primary's
+  // commit to its apply here): upper bounds in microseconds; the last bucket has none.
+  static constexpr std::array<int64_t, 13> kDelayBoundsUs = {
+      100,    250,    500,    1'000,   2'000,   3'000,    5'000,
+      10'000, 25'000, 50'000, 100'000, 250'000, 1'000'000};
+  static constexpr size_t kDelayBuckets = kDelayBoundsUs.size() + 1;
 
   // Client thread: queues `item` for the worker; waits while the queue is full. False (nothing
   // queued) once Stop was called.
@@ -65,6 +74,7 @@ class ReplSink final : public ReplicationPort {
   // full sync began, and the connection's last error (empty: none).
   void set_connected(bool connected) { connected_.store(connected, std::memory_order_relaxed); }
   void set_primary_lsn(uint64_t lsn) { primary_lsn_.store(lsn, std::memory_order_relaxed); }
+  void set_primary_bytes(uint64_t bytes) { primary_bytes_.store(bytes, std::memory_order_relaxed); }
   // A full sync begins: the state is "full_sync" until the worker has applied its image.
   void CountFullSync() {
     synced_.store(false, std::memory_order_release);
@@ -90,6 +100,11 @@ class ReplSink final : public ReplicationPort {
     const char* state;  // "connecting", "full_sync" or "stable".
     uint64_t applied_lsn;
     uint64_t primary_lsn;
+    uint64_t applied_bytes;  // The primary's bytes of records up to the last message applied.
+    uint64_t primary_bytes;
+    int64_t last_delay_us;  // The last message applied (see FlowStats.lag_ms).
+    std::array<uint64_t, kDelayBuckets> delays;
+    int64_t delay_sum_us;
     uint64_t full_syncs;
     uint64_t partial_syncs;
     std::string last_error;
@@ -99,6 +114,8 @@ class ReplSink final : public ReplicationPort {
  private:
   // Worker: applies one item; returns the records it applied.
   size_t Apply(Shard& shard, const Item& item);
+  // Worker: a message applied `delay_us` after its first record's commit on the primary.
+  void CountDelay(int64_t delay_us);
 
   mutable std::mutex mu_;
   std::condition_variable room_;
@@ -120,6 +137,12 @@ class ReplSink final : public ReplicationPort {
   std::atomic<bool> synced_{false};  // The last full sync's image is applied.
   std::atomic<uint64_t> applied_lsn_{0};
   std::atomic<uint64_t> primary_lsn_{0};
+  std::atomic<uint64_t> applied_bytes_{0};
+  std::atomic<uint64_t> primary_bytes_{0};
+  // Written by the worker only (a relaxed load and store, no read-modify-write).
+  std::atomic<int64_t> last_delay_us_{0};
+  std::array<std::atomic<uint64_t>, kDelayBuckets> delays_{};
+  std::atomic<int64_t> delay_sum_us_{0};
   std::atomic<uint64_t> full_syncs_{0};
   std::atomic<uint64_t> partial_syncs_{0};
 };

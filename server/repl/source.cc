@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "persist/format.h"
+#include "shard/clock.h"
 
 namespace ringkv::repl {
 
@@ -51,7 +52,8 @@ void ReplSource::Commit() {
 void ReplSource::Publish() {
   published_bytes_ += turn_.size();
   backlog_bytes_ += turn_.size();
-  backlog_.push_back({next_lsn_, turn_count_, std::move(turn_), published_bytes_, now_ms_});
+  backlog_.push_back(
+      {next_lsn_, turn_count_, std::move(turn_), published_bytes_, now_ms_, SystemClockUs()});
   busy_ = true;
   next_lsn_ += turn_count_;
   turn_ = {};
@@ -122,6 +124,33 @@ void ReplSource::ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered)
     waiters_.pop_front();
   }
   if (changed) PublishFigures();
+}
+
+void ReplSource::Reset(std::vector<Request*>* answered) {
+  for (Kept& k : kept_) {
+    k.request->result = Result::kUnavailable;
+    answered->push_back(k.request);
+  }
+  kept_.clear();
+  for (Kept& w : waiters_) {
+    w.request->result = Result::kNotReplicated;
+    w.request->acked_replicas = 0;
+    w.request->repl_seq = 0;
+    answered->push_back(w.request);
+    ++not_replicated_;
+  }
+  waiters_.clear();
+  want_upto_ = 0;
+  flow_list_.clear();
+  in_sync_ = 0;
+  sync_.reset();  // A walk under way runs on to its end, for nothing (walking_).
+  backlog_.clear();
+  backlog_bytes_ = 0;
+  turn_.clear();
+  turn_count_ = 0;
+  active_ = false;
+  ++next_lsn_;
+  PublishFigures();
 }
 
 ReplSource::Figures ReplSource::figures() const {
@@ -296,8 +325,11 @@ bool ReplSource::AnswerTail(Request& request, int64_t now_ms, bool waited_enough
   uint32_t count = 0;
   auto it = std::lower_bound(backlog_.begin(), backlog_.end(), from,
                              [](const Chunk& c, uint64_t lsn) { return c.first < lsn; });
+  request.tail = {0, published_bytes_, published_bytes_};
+  if (it != backlog_.end()) request.tail.made_us = it->made_us;
   for (; it != backlog_.end() && (count == 0 || request.out.size() < kTailBytes); ++it) {
     request.out.append(it->records);
+    request.tail.end_bytes = it->end_bytes;
     count += it->count;
   }
   request.number = count;

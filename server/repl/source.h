@@ -20,7 +20,8 @@
 //           cut. Waits until the walk has kImageSendBytes for it, or is done.
 //   kTail   the records from `version` on (whole chunks, about 1 MiB at most): `out`,
 //           `number` of them, `version` the position after them, `deadline_ms` the head (the
-//           position after the last record made). Waits up to kHeartbeatMs for a record, then
+//           position after the last record made), and `tail` when the first was made and
+//           where they end and the head are in bytes. Waits up to kHeartbeatMs for a record, then
 //           answers with none; while the worker is busy, waits for kBatchBytes or kBatchMs.
 //           kUnavailable if the backlog no longer holds `version`: the flow must start over with a
 //           full sync.
@@ -106,6 +107,13 @@ class ReplSource final : public Journal, public ReplicationPort {
   void Expect(uint64_t repl_seq) override { want_upto_ = std::max(want_upto_, repl_seq); }
   bool Await(Request& request) override;
 
+  // The worker is demoted (server/repl/role_port.h): every kept request is answered
+  // (kUnavailable; a waiting write kNotReplicated) into `answered`, the flows and the backlog
+  // are dropped, nothing is encoded until a full sync cuts again, and positions jump past
+  // every one handed out before, so that no replica of the earlier run resumes into the data
+  // that replaced it.
+  void Reset(std::vector<Request*>* answered);
+
   // Any thread, for stats: flows open, the head position, the oldest one kept, the backlog's
   // bytes, the position the most advanced replica acknowledged, and the writes that waited for
   // replicas in vain.
@@ -126,7 +134,8 @@ class ReplSource final : public Journal, public ReplicationPort {
     uint32_t count;
     std::string records;
     uint64_t end_bytes;  // Bytes published up to its end, since the start.
-    int64_t made_ms;
+    int64_t made_ms;     // The worker's clock (ms) ...
+    int64_t made_us;     // ... and SystemClockUs, for the replicas' delays.
   };
   // The live snapshot of a full sync: hands keys to the flow's buffer.
   class Image final : public SnapshotJob {
