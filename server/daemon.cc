@@ -145,6 +145,12 @@ ABSL_FLAG(std::string, primary_tls_cert, "",
           "with --replica-of and TLS: present this PEM client certificate to the primary (for "
           "its --tls-client-ca); needs --primary-tls-key");
 ABSL_FLAG(std::string, primary_tls_key, "", "the PEM private key of --primary-tls-cert");
+ABSL_FLAG(bool, full_sync_keeps_data, true,
+          "a replica's full sync loads the primary's image beside the data it holds and swaps "
+          "it in once whole: until then reads get the old data, and a sync cut short (the "
+          "primary lost, a promotion) leaves it; both are in memory meanwhile. false: the data "
+          "is dropped when the sync begins (half the memory; reads miss keys until the image "
+          "is in)");
 ABSL_FLAG(std::string, repl_backlog, "32MiB",
           "a primary keeps this many bytes of each worker's latest changes for replicas that "
           "read behind; a replica that falls further behind is cut off and full-syncs again");
@@ -377,6 +383,7 @@ void ParseReplicationFlags(const char* argv0, ServerOptions* options) {
     ExitUsageError(argv0, "--replica-of must be HOST:PORT, got '" + options->replica_of + "'");
   }
   options->primary_token_file = absl::GetFlag(FLAGS_primary_token_file);
+  options->full_sync_keeps_data = absl::GetFlag(FLAGS_full_sync_keeps_data);
   ServerOptions::PrimaryTls& tls = options->primary_tls;
   tls.ca = absl::GetFlag(FLAGS_primary_tls_ca);
   tls.cert = absl::GetFlag(FLAGS_primary_tls_cert);

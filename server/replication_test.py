@@ -78,9 +78,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_until(condition, timeout, describe):
-    """Polls condition() until it is true (and returns it); AssertionError with describe() if
-    it is still false after timeout * SLOW seconds."""
+def wait_until(condition, timeout, describe, poll=0.05):
+    """Polls condition() every `poll` s until it is true (and returns it); AssertionError with
+    describe() if it is still false after timeout * SLOW seconds."""
     deadline = time.time() + timeout * SLOW
     while True:
         got = condition()
@@ -88,7 +88,7 @@ def wait_until(condition, timeout, describe):
             return got
         if time.time() >= deadline:
             raise AssertionError(f"not so within {timeout * SLOW} s: {describe()}")
-        time.sleep(0.05)
+        time.sleep(poll)
 
 
 # The calls the tests make, on a KVStub.
@@ -457,6 +457,8 @@ class ReplicationTest(unittest.TestCase):
         for i in (2, 3):
             self.assertEqual(results[i].code, grpc.StatusCode.UNAVAILABLE.value[0])
             self.assertIn("read-only replica of " + p, results[i].message)
+            self.assertEqual(results[i].redirect.primary, p)
+        self.assertFalse(results[1].HasField("redirect"))
         # The CLI: reads work; a write follows the replica's Redirect to the primary.
         r = self.cli(replica, "get", "there")
         self.assertEqual((r.returncode, r.stdout), (0, "1"), r.stderr)
@@ -814,6 +816,31 @@ class ReplicationTest(unittest.TestCase):
                          extra=lambda: all(f.full_syncs == 2 for f in flows(rkv).values()))
         self.assertEqual(self.compare(akv, rkv, at_least=201), 201)
         self.assertEqual(sum(f.partial_syncs for f in flows(rkv).values()), 0, show(rkv))
+
+    def test_full_sync_cut_short_keeps_the_old_data(self):
+        # A replica switched to another primary, which is killed with SIGKILL in the middle of
+        # the full sync: the replica still holds exactly what it had (the image loads beside
+        # it, --full-sync-keeps-data), serves it, and says why it is not syncing.
+        a = self.start()
+        akv = self.kv(a)
+        put_many(akv, [(b"a%03d" % i, b"a", 0) for i in range(300)])
+        r = self.replica_of(a)
+        rkv = self.kv(r)
+        self.wait_stable(akv, rkv, r)
+        b = self.start()
+        load = subprocess.run([LOADGEN, f"--addr={b.address}", "--keys=200000",
+                               "--value-size=200", "--ops=1", "--concurrency=1",
+                               "--progress=false"], capture_output=True, text=True,
+                              timeout=120 * SLOW)
+        self.assertEqual(load.returncode, 0, load.stderr)
+        switched = self.cli(r, "replicate", f"--to={b.address}")
+        self.assertEqual(switched.returncode, 0, switched.stderr)
+        wait_until(lambda: any(f.state == "full_sync" for f in flows(rkv).values()), 30,
+                   lambda: show(rkv), poll=0.001)
+        self.kill9(b)
+        got = self.wait_flows(rkv, 2, lambda f: f.state == "connecting" and f.last_error != "")
+        self.assertTrue(all(f.full_syncs == 2 for f in got.values()), show(rkv))
+        self.assertEqual(self.compare(akv, rkv, at_least=300), 300)
 
     def test_replication_token_role(self):
         # Under --auth-token-file a replica needs a token with the replication role (or a

@@ -273,7 +273,7 @@ absl::Status Server::SetUpReplication() {
     Journal* log = data_dir_ != nullptr ? &data_dir_->log(i) : nullptr;
     repl_sources_.push_back(std::make_unique<repl::ReplSource>(
         log, worker, options_.repl_backlog_bytes, options_.min_replicas_timeout_ms));
-    repl_sinks_.push_back(std::make_unique<repl::ReplSink>());
+    repl_sinks_.push_back(std::make_unique<repl::ReplSink>(options_.full_sync_keeps_data));
     role_ports_.push_back(
         std::make_unique<repl::RolePort>(*repl_sources_.back(), *repl_sinks_.back(), replica));
     worker.set_journal(repl_sources_.back().get());

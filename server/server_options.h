@@ -84,6 +84,9 @@ struct ServerOptions {
     std::string key;
   } primary_tls;
   size_t repl_backlog_bytes = size_t{32} << 20;
+  // --full-sync-keeps-data: a replica's full sync loads beside the data it holds and swaps the
+  // image in once whole (false: it drops its data when the sync begins).
+  bool full_sync_keeps_data = true;
   // --min-replicas: the replicas that must have applied a write before its answer (0: none;
   // a call's ringkv-min-replicas header may ask for more, up to kMaxMinReplicas);
   // --min-replicas-timeout: how long a write waits for them before UNAVAILABLE.

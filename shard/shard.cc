@@ -449,6 +449,20 @@ void Shard::Clear(size_t reserve) {
   payload_bytes_ = 0;
 }
 
+void Shard::SwapData(Shard& other) {
+  for (Shard* s : {this, &other}) {
+    if (s->snapshot_sink_ != nullptr) {
+      while (!s->SnapshotStep(size_t{1} << 20)) {
+      }
+    }
+  }
+  table_.Swap(other.table_);
+  by_deadline_.swap(other.by_deadline_);
+  std::swap(payload_bytes_, other.payload_bytes_);
+  next_sweep_ = 0;
+  other.next_sweep_ = 0;
+}
+
 size_t Shard::FinishLoad(int64_t now_ms) {
   return RemoveDue(now_ms, std::numeric_limits<size_t>::max());
 }

@@ -97,6 +97,10 @@ class Shard {
   // revision stays, and the table is made anew for `reserve` keys. A snapshot under way is
   // walked to its end first.
   void Clear(size_t reserve = 0);
+  // The data (keys, their records and deadlines) changes places with `other`'s, in O(1); the
+  // counters, revision, limit and journal stay. A replica's full sync loads into a shard of its
+  // own and swaps it in once whole. A snapshot under way is walked to its end first.
+  void SwapData(Shard& other);
   // The end of a restore: removes the keys whose deadline is at or before `now_ms` (not
   // counted as expired()); how many.
   size_t FinishLoad(int64_t now_ms);

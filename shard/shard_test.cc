@@ -194,6 +194,40 @@ TEST(Shard, ClearDropsEveryKeyAndKeepsTheRevision) {
   EXPECT_EQ(shard.ExpireDue(run.now + 5000, 10), 0u);
 }
 
+TEST(Shard, SwapDataExchangesKeysRecordsAndDeadlinesNotCounters) {
+  // Enough keys that both tables are growing, with arena records (300 bytes) and heap ones.
+  Shard mine;
+  Shard theirs;
+  Driver a{mine};
+  Driver b{theirs};
+  for (int i = 0; i < 3000; ++i) a.Put(absl::StrCat("a", i), std::string(i % 2 ? 300 : 10, 'a'));
+  for (int i = 0; i < 5000; ++i) {
+    b.Put(absl::StrCat("b", i), std::string(i % 50 ? 300 : 20000, 'b'), i % 4 ? 0 : b.now + 100);
+  }
+  const uint64_t my_revision = mine.revision();
+  const uint64_t their_payload = theirs.payload_bytes();
+  const uint64_t their_arena = theirs.arena_bytes();
+  mine.SwapData(theirs);
+  EXPECT_EQ(mine.size(), 5000u);
+  EXPECT_EQ(mine.ttl_keys(), 1250u);
+  EXPECT_EQ(mine.payload_bytes(), their_payload);
+  EXPECT_EQ(mine.arena_bytes(), their_arena);
+  EXPECT_EQ(theirs.size(), 3000u);
+  EXPECT_EQ(theirs.ttl_keys(), 0u);
+  EXPECT_EQ(mine.revision(), my_revision);  // The revision stays with the shard.
+  EXPECT_EQ(a.Get("a1").result, Result::kNotFound);
+  EXPECT_EQ(a.Get("b4999").out, std::string(300, 'b'));
+  EXPECT_EQ(a.Get("b50").out, std::string(20000, 'b'));
+  EXPECT_EQ(b.Get("a1").out, std::string(300, 'a'));
+  // Both go on working: writes, and the deadlines that came along expire.
+  EXPECT_EQ(a.Put("b1", "new").result, Result::kOk);
+  EXPECT_EQ(a.Get("b1").out, "new");
+  EXPECT_EQ(mine.ExpireDue(a.now + 200, 10000), 1250u);
+  EXPECT_EQ(mine.size(), 3750u);
+  EXPECT_EQ(b.Delete("a2").result, Result::kOk);
+  EXPECT_EQ(theirs.size(), 2999u);
+}
+
 TEST(Shard, ExpireAndPersistChangeOnlyTheTtl) {
   Shard shard;
   Driver run{shard};

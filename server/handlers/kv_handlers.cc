@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "ringkv/v1/kv.pb.h"
 #include "server/handlers/internal/bidi_handler.h"
 #include "server/handlers/internal/factories.h"
 #include "server/handlers/internal/kv_ops.h"
+#include "server/status_details.h"
 #include "shard/scan.h"
 
 namespace ringkv::internal {
@@ -395,7 +397,12 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
         }
       }
       if (!status.ok()) {
-        SetItem(AddResult(in.id(), status.message().size()), status);
+        pb::ItemResult* item = AddResult(in.id(), status.message().size());
+        SetItem(item, status);
+        if (const auto redirect = status.GetPayload(
+                absl::string_view(kRedirectTypeUrl.data(), kRedirectTypeUrl.size()))) {
+          item->mutable_redirect()->ParseFromString(std::string(*redirect));
+        }
         Release(op);
         continue;
       }

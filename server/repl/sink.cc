@@ -125,10 +125,19 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
   switch (item.kind) {
     case Item::Kind::kFullSync:
       synced_.store(false, std::memory_order_relaxed);
-      shard.Clear(item.keys);
+      if (keep_data_) {
+        staging_ = std::make_unique<Shard>(item.keys);  // An earlier, unfinished one goes.
+      } else {
+        shard.Clear(item.keys);
+      }
       applied_lsn_.store(item.lsn, std::memory_order_relaxed);
       return 0;
     case Item::Kind::kImageDone:
+      if (staging_ != nullptr) {
+        shard.RaiseRevision(staging_->revision());
+        shard.SwapData(*staging_);
+        staging_.reset();  // The data held before.
+      }
       shard.RaiseRevision(item.revision);
       // Unless a later full sync has begun meanwhile (its FULL_SYNC is still queued).
       if (item.sync == full_syncs_.load(std::memory_order_relaxed)) {
@@ -142,6 +151,8 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
   // A burst at a time, as the worker runs requests: every slot's DRAM fetch starts before the
   // first record is applied, then every likely record's.
   constexpr size_t kBurst = 32;
+  // An image goes to the full sync's own shard, if it has one.
+  Shard& target = item.kind == Item::Kind::kImage && staging_ != nullptr ? *staging_ : shard;
   persist::RecordReader reader(item.records);
   persist::Record records[kBurst];
   HashedKey keys[kBurst];
@@ -150,22 +161,22 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
     size_t got = 0;
     while (got < kBurst && reader.Next(&records[got])) {
       keys[got] = {records[got].key, Router::Hash(records[got].key)};
-      shard.Prefetch(keys[got]);
+      target.Prefetch(keys[got]);
       ++got;
     }
     if (got == 0) break;
-    for (size_t i = 0; i < got; ++i) shard.PrefetchRecord(keys[i]);
+    for (size_t i = 0; i < got; ++i) target.PrefetchRecord(keys[i]);
     for (size_t i = 0; i < got; ++i) {
       const persist::Record& r = records[i];
       switch (r.kind) {
         case persist::RecordKind::kSet:
-          shard.LoadSet(keys[i], r.value, r.version, r.deadline_ms);
+          target.LoadSet(keys[i], r.value, r.version, r.deadline_ms);
           break;
         case persist::RecordKind::kDeadline:
-          shard.LoadDeadline(keys[i], r.deadline_ms);
+          target.LoadDeadline(keys[i], r.deadline_ms);
           break;
         case persist::RecordKind::kDelete:
-          shard.LoadDelete(keys[i]);
+          target.LoadDelete(keys[i]);
           break;
       }
     }

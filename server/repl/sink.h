@@ -25,17 +25,25 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "shard/replication_port.h"
+#include "shard/shard.h"
 
 namespace ringkv::repl {
 
 class ReplSink final : public ReplicationPort {
  public:
+  // keep_data (--full-sync-keeps-data): a full sync loads the image into a shard of its own,
+  // swapped in (Shard::SwapData) once whole, so that until then reads get the data held
+  // before, and a sync cut short leaves it; both are in memory meanwhile. Otherwise the shard
+  // is cleared when the sync begins.
+  explicit ReplSink(bool keep_data = true) : keep_data_(keep_data) {}
+
   static constexpr size_t kMaxQueuedBytes = size_t{16} << 20;
   // What the worker applies in one turn, at most (one item more if the first is bigger), so
   // that reads keep being served during a full sync.
@@ -95,6 +103,8 @@ class ReplSink final : public ReplicationPort {
   bool Serve(Request& request, Shard& shard, int64_t now_ms) override;
   size_t Turn(Shard& shard, Clock clock, std::vector<Request*>* answered) override;
   bool follows() const override { return true; }
+  // Worker: the image of an unfinished full sync goes (the worker stops following).
+  void DropStaging() { staging_.reset(); }
 
   struct Figures {
     const char* state;  // "connecting", "full_sync" or "stable".
@@ -112,6 +122,8 @@ class ReplSink final : public ReplicationPort {
   Figures figures() const;
 
  private:
+  const bool keep_data_;
+
   // Worker: applies one item; returns the records it applied.
   size_t Apply(Shard& shard, const Item& item);
   // Worker: a message applied `delay_us` after its first record's commit on the primary.
@@ -126,7 +138,8 @@ class ReplSink final : public ReplicationPort {
   std::atomic<bool> waiting_{false};  // queue_ is not empty.
 
   // Worker only.
-  std::deque<Item> taken_;  // Taken from queue_, not applied yet.
+  std::deque<Item> taken_;          // Taken from queue_, not applied yet.
+  std::unique_ptr<Shard> staging_;  // keep_data_: the image of the full sync under way.
 
   std::mutex ack_mu_;
   std::condition_variable ack_cv_;

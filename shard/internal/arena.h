@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace ringkv::internal {
@@ -42,6 +43,17 @@ class Arena {
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
+  // Exchanges everything with `other`: its segments and the records in them (Table::Swap).
+  void Swap(Arena& other) {
+    segments_.swap(other.segments_);
+    spare_.swap(other.spare_);
+    std::swap(head_, other.head_);
+    std::swap(victim_, other.victim_);
+    std::swap(cursor_, other.cursor_);
+    std::swap(live_, other.live_);
+    std::swap(dead_, other.dead_);
+    std::swap(moved_, other.moved_);
+  }
 
   // `bytes` (a multiple of kGrain, at most kMaxRecord), from the head segment; never from the
   // segment being compacted.

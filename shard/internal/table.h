@@ -77,6 +77,7 @@
 #include <cstring>
 #include <span>
 #include <string_view>
+#include <utility>
 
 #include "shard/internal/arena.h"
 
@@ -124,6 +125,21 @@ class Table {
   ~Table();
   Table(const Table&) = delete;
   Table& operator=(const Table&) = delete;
+  // Exchanges every entry, record and growth under way with `other` (O(1): the arrays and
+  // the arena's segments change hands, nothing is copied).
+  void Swap(Table& other) {
+    std::swap(slots_, other.slots_);
+    std::swap(mask_, other.mask_);
+    std::swap(size_, other.size_);
+    std::swap(grow_at_, other.grow_at_);
+    std::swap(heap_bytes_, other.heap_bytes_);
+    arena_.Swap(other.arena_);
+    std::swap(old_, other.old_);
+    std::swap(old_mask_, other.old_mask_);
+    std::swap(moved_, other.moved_);
+    std::swap(released_to_, other.released_to_);
+    std::swap(growth_writes_, other.growth_writes_);
+  }
 
   static constexpr size_t kMinCapacity = 16;
   // Old home buckets each Insert of a new key moves while the table grows: at 4/5 full about
