@@ -367,6 +367,17 @@ class ReplicationTest(unittest.TestCase):
                          ["type.googleapis.com/ringkv.v1.Redirect"])
         self.assertEqual(kv_pb2.Redirect.FromString(status.details[0].value).primary, primary)
 
+    def primary_and_replica(self, keys):
+        """A primary holding `keys` keys (a000...), and a replica caught up with it: (primary,
+        its stub, replica, its stub)."""
+        a = self.start()
+        akv = self.kv(a)
+        put_many(akv, [(b"a%03d" % i, b"a", 0) for i in range(keys)])
+        r = self.replica_of(a)
+        rkv = self.kv(r)
+        self.wait_stable(akv, rkv, r)
+        return a, akv, r, rkv
+
     def cli(self, server, *args):
         return subprocess.run([CLI, f"--addr={server.address}", *args], capture_output=True,
                               text=True, timeout=30)
@@ -793,12 +804,7 @@ class ReplicationTest(unittest.TestCase):
         # (`replicate --to`): its data is replaced by the other's, it refuses writes naming it,
         # and its own replica loses its flows. Promoted again, it serves writes, and its old
         # replica full-syncs from it (no resume into positions of the run before).
-        a = self.start()
-        akv = self.kv(a)
-        put_many(akv, [(b"a%03d" % i, b"a", 0) for i in range(300)])
-        r = self.replica_of(a)
-        rkv = self.kv(r)
-        self.wait_stable(akv, rkv, r)
+        a, akv, r, rkv = self.primary_and_replica(keys=300)
         b = self.start()
         bkv = self.kv(b)
         put_many(bkv, [(b"b%03d" % i, b"b", 0) for i in range(200)])
@@ -821,12 +827,7 @@ class ReplicationTest(unittest.TestCase):
         # A replica switched to another primary, which is killed with SIGKILL in the middle of
         # the full sync: the replica still holds exactly what it had (the image loads beside
         # it, --full-sync-keeps-data), serves it, and says why it is not syncing.
-        a = self.start()
-        akv = self.kv(a)
-        put_many(akv, [(b"a%03d" % i, b"a", 0) for i in range(300)])
-        r = self.replica_of(a)
-        rkv = self.kv(r)
-        self.wait_stable(akv, rkv, r)
+        a, akv, r, rkv = self.primary_and_replica(keys=300)
         b = self.start()
         load = subprocess.run([LOADGEN, f"--addr={b.address}", "--keys=200000",
                                "--value-size=200", "--ops=1", "--concurrency=1",
