@@ -401,6 +401,10 @@ void PrintReplication(const ringkv::v1::ReplicationStats& r) {
   }
   std::printf("replication: primary, backlog %.1f MiB per worker\n",
               r.backlog_limit_bytes() / 1048576.0);
+  for (const auto& f : r.replicas()) {
+    std::printf("  replica %s: worker %u, %s, acknowledged %lu, lag %lu records\n",
+                f.address().c_str(), f.worker(), f.state().c_str(), f.acked_lsn(), f.lag_records());
+  }
   for (const auto& f : r.flows()) {
     if (f.lsn() == 0 && f.replicas() == 0) continue;  // No replica ever followed it.
     std::printf(

@@ -157,7 +157,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   {
     // Under the lock a role change takes (a loop thread may already run one).
     std::lock_guard lock(server->role_mu_);
-    if (server->replica_client_ != nullptr) server->replica_client_->Start();
+    // Unless a role change already made one (a loop may have run `ringkv replicate`).
+    if (!server->primary_.empty() && server->replica_client_ == nullptr) {
+      server->replica_client_ = server->MakeReplicaClient(server->primary_);
+      server->replica_client_->Start();
+    }
   }
   if (server->data_dir_ != nullptr) {
     // Once the loops run: a snapshot waits for every worker's cut.
@@ -279,10 +283,7 @@ absl::Status Server::SetUpReplication() {
     worker.set_journal(repl_sources_.back().get());
     worker.set_replication(role_ports_.back().get());
   }
-  if (replica) {
-    SetPrimary(options_.replica_of);
-    replica_client_ = MakeReplicaClient(options_.replica_of);
-  }
+  if (replica) SetPrimary(options_.replica_of);  // Its client starts with the loops (Start).
   return absl::OkStatus();
 }
 
@@ -312,6 +313,8 @@ std::unique_ptr<repl::ReplicaClient> Server::MakeReplicaClient(const std::string
           .token = primary_token_,
           .tls = primary_tls_,
           .server_id = server_id_,
+          .address =
+              absl::StrCat(options_.listen.substr(0, options_.listen.rfind(':')), ":", port_),
           .threads = ring_engine_->workers(),
           .wake = [this](uint32_t worker) { Wake(static_cast<uint16_t>(worker)); }},
       std::move(sinks));
@@ -424,6 +427,19 @@ void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
       flow->set_acked_lsn(f.acked_lsn);
       flow->set_not_replicated(f.not_replicated);
     }
+    replica_flows_.ForEach([&](const repl::ReplicaFlow& flow) {
+      ringkv::v1::ReplicaFlowStats* r = out->add_replicas();
+      r->set_address(flow.address);
+      r->set_replica_id(flow.replica_id);
+      r->set_worker(flow.worker);
+      r->set_state(flow.streaming.load(std::memory_order_relaxed) ? "streaming" : "full_sync");
+      const uint64_t acked = flow.acked.load(std::memory_order_relaxed);
+      r->set_acked_lsn(acked);
+      if (static_cast<int>(flow.worker) < out->flows_size()) {
+        const uint64_t head = out->flows(static_cast<int>(flow.worker)).lsn();
+        r->set_lag_records(head > acked ? head - acked : 0);
+      }
+    });
     return;
   }
   for (int64_t bound : repl::ReplSink::kDelayBoundsUs) {

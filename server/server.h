@@ -53,6 +53,7 @@
 #include "server/metrics/metrics_server.h"
 #include "server/metrics/metrics_source.h"
 #include "server/repl/replica_client.h"
+#include "server/repl/replica_flows.h"
 #include "server/repl/role_port.h"
 #include "server/repl/sink.h"
 #include "server/repl/source.h"
@@ -102,6 +103,8 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   absl::Status read_only_refusal() const override;
   absl::Status RequestRoleChange(const std::string& to, RoleDone done) override;
   const std::string& server_id() const override { return server_id_; }
+  void AddReplicaFlow(const repl::ReplicaFlow* flow) override { replica_flows_.Add(flow); }
+  void RemoveReplicaFlow(const repl::ReplicaFlow* flow) override { replica_flows_.Remove(flow); }
 
   // MetricsSource, for the /metrics scrape.
   const ServerContext& context() const override { return *this; }
@@ -147,6 +150,7 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   std::string journal_stalled_ = journal_failure_;  // While no log has failed for good.
   std::unique_ptr<FinishLine> finish_line_;
   std::string server_id_;
+  repl::ReplicaFlows replica_flows_;      // The replicas streaming from this server.
   std::string primary_token_;             // --primary-token-file's.
   repl::ReplicaClient::Tls primary_tls_;  // --primary-tls*: the files' contents.
   // Per worker (the ring engine): both sides of replication, and the port that picks one.

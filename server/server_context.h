@@ -22,6 +22,10 @@
 #include "server/request_limits.h"
 #include "server/server_options.h"
 
+namespace ringkv::repl {
+struct ReplicaFlow;
+}  // namespace ringkv::repl
+
 namespace ringkv {
 
 namespace v1 {
@@ -75,6 +79,10 @@ class ServerContext {
   virtual absl::Status RequestRoleChange(const std::string& to, RoleDone done) = 0;
   // Random, made at start: a replica sends its own, so that a server never follows itself.
   virtual const std::string& server_id() const = 0;
+  // The replicas streaming from this server, for its stats: a Flow call adds its entry once
+  // the flow begins and removes it before it goes (server/repl/replica_flows.h).
+  virtual void AddReplicaFlow(const repl::ReplicaFlow* /*flow*/) {}
+  virtual void RemoveReplicaFlow(const repl::ReplicaFlow* /*flow*/) {}
 
  protected:
   ~ServerContext() = default;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "ringkv/v1/kv.pb.h"
 #include "server/handlers/internal/factories.h"
+#include "server/repl/replica_flows.h"
 #include "server/repl/source.h"
 
 namespace ringkv::internal {
@@ -34,6 +35,9 @@ std::atomic<int64_t> next_flow_id{1};
 class FlowHandler : public Handler {
  public:
   using Handler::Handler;
+  ~FlowHandler() override {
+    if (flow_id_ != 0) context_.RemoveReplicaFlow(&listed_);
+  }
 
   google::protobuf::MessageLite* incoming() override { return &request_; }
 
@@ -105,6 +109,10 @@ class FlowHandler : public Handler {
     op_.op = Op::kReplicate;
     op_.target = static_cast<uint16_t>(request_.worker());
     flow_id_ = next_flow_id.fetch_add(1, std::memory_order_relaxed);
+    listed_.replica_id = request_.server_id();
+    listed_.address = request_.address();
+    listed_.worker = request_.worker();
+    context_.AddReplicaFlow(&listed_);
     // A replica that followed this very run of this server asks to go on from its position.
     if (!request_.history().empty() && request_.history() == context_.server_id()) {
       tail_from_ = request_.lsn();
@@ -124,6 +132,7 @@ class FlowHandler : public Handler {
   void TakeAck(uint64_t applied) {
     if (op_.op == Op::kReplicate && applied > ack_next_) {
       ack_next_ = applied;
+      listed_.acked.store(applied, std::memory_order_relaxed);
       if (!ack_out_ && !ending_ && !cancelled_) SendAck(applied);
     }
     ReadNext();
@@ -201,6 +210,7 @@ class FlowHandler : public Handler {
   }
 
   void Ask(Step step) {
+    if (step == Step::kTail) listed_.streaming.store(true, std::memory_order_relaxed);
     step_ = step;
     op_.number = static_cast<int64_t>(step);
     op_.deadline_ms = flow_id_;
@@ -225,6 +235,7 @@ class FlowHandler : public Handler {
 
   pb::FlowRequest request_;
   pb::FlowMessage message_;
+  repl::ReplicaFlow listed_;  // In the server's list from Begin on (flow_id_ set).
   Request op_;
   Request ack_op_;
   uint64_t ack_sent_ = 0;  // The last position acknowledged to the worker ...

@@ -87,6 +87,7 @@ void ReplicaClient::Follow(uint32_t worker) {
     request.set_worker(worker);
     request.set_threads(options_.threads);
     request.set_server_id(options_.server_id);
+    request.set_address(options_.address);
     if (resumable) {
       request.set_history(history);
       request.set_lsn(position);

@@ -41,6 +41,7 @@ class ReplicaClient {
     std::string token;    // Sent as "authorization: Bearer" (empty: none).
     Tls tls;
     std::string server_id;  // This server's (ServerContext::server_id).
+    std::string address;    // Where this server listens (HOST:PORT), told to the primary.
     uint32_t threads = 0;
     // Called after a message is queued for worker w: wakes its loop.
     std::function<void(uint32_t)> wake;
