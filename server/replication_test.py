@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Replication (issue 22, step 1) between real ringkv-servers on loopback.
+"""Replication (issue 22) between real ringkv-servers on loopback.
 
 - A replica (--replica-of) follows a primary under four writers (Put with and without TTLs,
   compare-and-set Puts, Deletes, Increments, Expire, Persist): once the writers stop and every
   flow is stable at the primary's position, both hold the same keys with the same values,
-  versions and TTLs, after one full sync per flow; the replica expired nothing on its own.
+  versions and TTLs, after one full sync per flow; the replica expired nothing on its own;
+  lag in bytes and ms is 0 and each worker counted its messages' delays; the primary lists
+  both flows with the replica's address.
 - A replica refuses every write (UNAVAILABLE, "read-only replica of" and the primary's address;
   nothing stored), in unary calls, MultiPut, Stream and through the CLI, and serves reads (Get,
   MultiGet, Scan, Stream GET). Stats give the roles.
@@ -20,7 +22,12 @@
   on the replica at once; a stopped replica makes writes time out (UNAVAILABLE, yet run).
 - The primary killed (SIGKILL) under --min-replicas=1 writers, the replica promoted with
   `ringkv replicate --stop`: no acknowledged write is missing, in five rounds.
-- `ringkv replicate --to`: a replica switches primaries and holds the new one's data.
+- `ringkv replicate --to`: a replica switches primaries and holds the new one's data; a
+  primary steps down (its data replaced, writes refused) and, promoted again, its old replica
+  full-syncs from it.
+- A replica switched to a primary killed (SIGKILL) mid full sync keeps exactly its old data.
+- TLS to the primary (mTLS): a replica with the CA and a client certificate follows; one in
+  plaintext or without a certificate syncs nothing and says why.
 - Bad setups: --threads unlike the primary's, a replica of itself, a port that is no ringkv
   server: each keeps retrying with a clear last_error and serves reads; --replica-of with
   --data-dir refuses the start (exit status 2).

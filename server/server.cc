@@ -361,14 +361,19 @@ absl::Status Server::Promote() {
   // Nothing more reaches the sinks; the workers apply what they hold, then serve as primaries.
   if (client != nullptr) client->Stop();
   for (auto& port : role_ports_) port->Promote();
+  if (absl::Status s = AwaitPorts(false); !s.ok()) return s;
+  SetPrimary("");
+  Log(LogLevel::kInfo, "promoted: no longer a replica of %s; writes are served", was);
+  return absl::OkStatus();
+}
+
+absl::Status Server::AwaitPorts(bool follow) {
   for (auto& port : role_ports_) {
-    while (port->follows_now()) {
+    while (port->follows_now() != follow) {
       if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  SetPrimary("");
-  Log(LogLevel::kInfo, "promoted: no longer a replica of %s; writes are served", was);
   return absl::OkStatus();
 }
 
@@ -386,12 +391,7 @@ absl::Status Server::Follow(const std::string& to) {
     // A primary steps down: writes are refused from now on; each worker gives back what its
     // flows and waiting writes hold, then follows.
     for (auto& port : role_ports_) port->Demote();
-    for (auto& port : role_ports_) {
-      while (!port->follows_now()) {
-        if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    }
+    if (absl::Status s = AwaitPorts(true); !s.ok()) return s;
     Log(LogLevel::kInfo, "no longer a primary: writes are refused; following %s", to);
   }
   std::unique_ptr<repl::ReplicaClient> client = MakeReplicaClient(to);

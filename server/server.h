@@ -118,8 +118,9 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   explicit Server(const ServerOptions& options);
   // Opens and locks the data directory, restores the shards and gives each worker its log.
   absl::Status OpenDataDir();
-  // Gives each worker its replication port: a ReplSource in front of its log (a primary), or
-  // a ReplSink and the client that fills it (a replica; the client starts with the loops).
+  // Gives each worker its replication port: a RolePort over a ReplSource in front of its log
+  // and a ReplSink (a replica's client, which fills the sinks, is made and started with the
+  // loops, in Start).
   absl::Status SetUpReplication();
   void FillReplicationStats(ringkv::v1::StatsResponse* stats) const;
   // The primary followed (empty: none, a primary), and what goes with it.
@@ -127,9 +128,12 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   // A client that follows `primary` into the sinks (not started).
   std::unique_ptr<repl::ReplicaClient> MakeReplicaClient(const std::string& primary);
   // Role changes (RequestRoleChange), on role_thread_: stop following and serve writes, or
-  // follow another primary.
+  // follow another primary (a primary steps down first).
   absl::Status Promote();
   absl::Status Follow(const std::string& to);
+  // Waits until every worker's port serves as a replica (follow) or a primary; UNAVAILABLE if
+  // the server shuts down meanwhile.
+  absl::Status AwaitPorts(bool follow);
 
   // Constant after Start.
   const ServerOptions options_;

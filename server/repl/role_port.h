@@ -14,7 +14,7 @@
 // kNotReplicated) and follows from then on; its shard keeps its data until the new primary's
 // full sync replaces it.
 //
-// Threads: the owning worker's, except Promote and promoted (any thread).
+// Threads: the owning worker's, except Promote, Demote and follows_now (any thread).
 #ifndef RINGKV_SERVER_REPL_ROLE_PORT_H_
 #define RINGKV_SERVER_REPL_ROLE_PORT_H_
 

@@ -1,7 +1,8 @@
 // ReplSink: a replica's side of one worker's flow (issue 22, step 1). The flow's client thread
 // (server/repl/replica_client.h) hands in what the primary sent; the worker applies it in its
 // turns, in order, to its shard, with the primary's versions and deadlines (Shard::LoadSet and
-// the like: no condition is checked, no memory limit applies, nothing is journaled here).
+// the like: no condition is checked, no memory limit applies, nothing is journaled here). A
+// full sync's image goes to a staging shard, swapped in once whole (keep_data, below).
 //
 // The worker never expires keys of a replica on its own (follows()): reads hide an expired
 // key, and the primary's delete removes it. The hand-over is a small queue under a mutex that
