@@ -10,7 +10,8 @@ connection and one call in flight, while another client inserts KEYS new keys (1
           the GET client redis-benchmark -c 1 -P 1 -t get -r 1000 (the same key names).
 
 The server runs on CPU 0 and both clients on CPU 1 (taskset), for both systems, so that the
-inserter and the server do not take turns on one core; the GET client runs under SCHED_FIFO
+inserter and the server do not take turns on one core (GROWTH_CPUS=SERVER,GET,INSERT moves them;
+a machine with cores to spare gives each its own); GROWTH_PAUSE_S sets the pause between servers; the GET client runs under SCHED_FIFO
 (chrt -f 10), so that its answer is read as soon as it comes, not after the inserter's time
 slice on the shared core (without it, both systems' worst was 4-5 ms of the client waiting). The GET client starts first and runs
 on past the inserts, so its worst latency covers all of them. Each row also gives the
@@ -38,7 +39,13 @@ OUT = "bench-results/growth"
 LOADGEN = "build/bench/ringkv-loadgen"
 VALUE = b"v" * 32
 BATCH = 1000
-SERVER_CPU, CLIENT_CPU = "0", "1"
+# CPUs for the server, the GET client and the inserter: GROWTH_CPUS=SERVER,GET,INSERT. The
+# default shares CPU 1 between the clients, as a 2-core machine must.
+SERVER_CPU, CLIENT_CPU, INSERT_CPU = os.environ.get("GROWTH_CPUS", "0,1,1").split(",")
+PAUSE_S = float(os.environ.get("GROWTH_PAUSE_S", "10"))
+# GROWTH_FIFO=0 runs the GET client without SCHED_FIFO, for a machine that refuses it (the
+# device machine) and gives the GET client a core of its own instead.
+FIFO = ["chrt", "-f", "10"] if os.environ.get("GROWTH_FIFO", "1") == "1" else []
 
 
 def pin(cpu, pid):
@@ -80,12 +87,12 @@ def run_redis(seconds):
     try:
         pin(SERVER_CPU, proc.pid)
         n = int(get_rate_redis(port) * seconds)
-        getter = subprocess.Popen(["chrt", "-f", "10", "taskset", "-c", CLIENT_CPU,
+        getter = subprocess.Popen([*FIFO, "taskset", "-c", CLIENT_CPU,
                                    "redis-benchmark", "-p",
                                    str(port), "-c", "1", "-P", "1", "-t", "get", "-r", "1000",
                                    "-n", str(n), "--csv"], stdout=subprocess.PIPE, text=True)
         time.sleep(1)
-        os.sched_setaffinity(0, {int(CLIENT_CPU)})
+        os.sched_setaffinity(0, {int(INSERT_CPU)})
         cpu0 = cpu_seconds(proc.pid)
         insert_s = insert_redis(port)
         cpu = cpu_seconds(proc.pid) - cpu0
@@ -105,7 +112,7 @@ def run_ringkv(seconds, binary="build/server/ringkv-server"):
     try:
         pin(SERVER_CPU, proc.pid)
         result = os.path.join(OUT, "get.json")
-        getter = subprocess.Popen(["chrt", "-f", "10", "taskset", "-c", CLIENT_CPU, LOADGEN,
+        getter = subprocess.Popen([*FIFO, "taskset", "-c", CLIENT_CPU, LOADGEN,
                                    f"--addr={addr}",
                                    "--progress=false", "--preload=false", "--keys=1000",
                                    "--ratio=1:0", "--connections=1", "--concurrency=1",
@@ -114,7 +121,7 @@ def run_ringkv(seconds, binary="build/server/ringkv-server"):
         time.sleep(1)
         cpu0 = cpu_seconds(proc.pid)
         start = time.monotonic()
-        subprocess.run(["taskset", "-c", CLIENT_CPU, LOADGEN, f"--addr={addr}",
+        subprocess.run(["taskset", "-c", INSERT_CPU, LOADGEN, f"--addr={addr}",
                         "--progress=false", f"--keys={KEYS}", "--ops=1"], check=True,
                        stdout=subprocess.DEVNULL)
         insert_s = time.monotonic() - start
@@ -139,7 +146,7 @@ def main():
     for run in range(RUNS):
         budget = max(30, int(seconds * 1.5) + 10)
         for name, fn in systems:
-            time.sleep(10)  # The kernel frees the last server's gigabytes in its own time.
+            time.sleep(PAUSE_S)  # The kernel frees the last server's gigabytes in its own time.
             r = fn(budget)
             if r["insert_s"] + 1 > budget:
                 raise RuntimeError(f"{name}: the inserts outlasted the GET client")
