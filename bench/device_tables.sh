@@ -8,7 +8,8 @@
 #   3. the table's growth (issue 21) with a core each for the server, the inserter and the GET
 #      client: bench/growth_bench.py, one run.
 # Usage: bench/device_tables.sh [BUNDLE=devbundle] [RESULTS=$OUT or bench-results/device]
-# PARTS="engine scaling growth" picks parts (default all); GROWTH_RUNS (default 1); WORKERS and
+# PARTS="engine scaling growth" picks parts (default all); GROWTH_RUNS (default 1), and
+# growth_bench.py's GROWTH_REDIS and GROWTH_GET_S pass through; WORKERS and
 # REDIS_IO (0: none) override the scaling part's worker counts.
 # QUICK=1 shrinks every part to seconds, to rehearse the script on a small machine first.
 set -uo pipefail
@@ -27,6 +28,12 @@ wrap build/server/ringkv-server ringkv-server
 wrap build/bench/ringkv-loadgen ringkv-loadgen
 wrap build/bench/ringkv-bench ringkv-bench
 for b in redis-server redis-benchmark redis-cli taskset chrt; do wrap "$bundle/path/$b" "$b"; done
+# A baseline server (scripts/device_bundle.sh's third argument) runs as growth's third row.
+baseline=
+if [ -e "$bundle/bin/ringkv-server-base" ]; then
+  wrap build/server/ringkv-server-base ringkv-server-base
+  baseline=build/server/ringkv-server-base
+fi
 export PATH=$bundle/path:$PATH
 { grep -m1 "model name" /proc/cpuinfo; nproc; free -g | head -2; uname -r; } | tee "$out/machine.txt"
 ulimit -n 65536 || true
@@ -66,7 +73,8 @@ cat "$out/scaling.md"
 fi
 if [[ $parts == *growth* ]]; then
 step "growth: $keys inserts, a GET client on its own core"
-GROWTH_CPUS=$growth_cpus GROWTH_PAUSE_S=3 GROWTH_FIFO=0 python3 bench/growth_bench.py "${GROWTH_RUNS:-1}" $keys \
+GROWTH_CPUS=$growth_cpus GROWTH_PAUSE_S=3 GROWTH_FIFO=0 \
+  python3 bench/growth_bench.py "${GROWTH_RUNS:-1}" $keys $baseline \
   >"$out/growth.md" 2>"$out/growth.err" || { echo "growth FAILED"; tail -20 "$out/growth.err"; }
 cat "$out/growth.md"
 fi

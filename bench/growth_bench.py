@@ -46,6 +46,10 @@ PAUSE_S = float(os.environ.get("GROWTH_PAUSE_S", "10"))
 # GROWTH_FIFO=0 runs the GET client without SCHED_FIFO, for a machine that refuses it (the
 # device machine) and gives the GET client a core of its own instead.
 FIFO = ["chrt", "-f", "10"] if os.environ.get("GROWTH_FIFO", "1") == "1" else []
+# GROWTH_GET_S: the GET client's least run in seconds (it must outlast the inserts);
+# GROWTH_REDIS=0 leaves Redis out (a run that compares two ringkv binaries).
+MIN_GET_S = int(os.environ.get("GROWTH_GET_S", "30"))
+WITH_REDIS = os.environ.get("GROWTH_REDIS", "1") == "1"
 
 
 def pin(cpu, pid):
@@ -139,12 +143,12 @@ def run_ringkv(seconds, binary="build/server/ringkv-server"):
 def main():
     # The GET client must outlast the inserts: time one ringkv insert first.
     seconds = 0
-    systems = [("ringkv", run_ringkv), ("redis", run_redis)]
+    systems = [("ringkv", run_ringkv)] + ([("redis", run_redis)] if WITH_REDIS else [])
     if BASELINE:
         systems.append(("ringkv baseline", lambda s: run_ringkv(s, BASELINE)))
     rows = {name: [] for name, _ in systems}
     for run in range(RUNS):
-        budget = max(30, int(seconds * 1.5) + 10)
+        budget = max(MIN_GET_S, int(seconds * 1.5) + 10)
         for name, fn in systems:
             time.sleep(PAUSE_S)  # The kernel frees the last server's gigabytes in its own time.
             r = fn(budget)

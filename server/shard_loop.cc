@@ -1,6 +1,9 @@
 #include "server/shard_loop.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <deque>
 #include <thread>
 
 #include "absl/time/time.h"
@@ -25,12 +28,26 @@ ShardLoop::ShardLoop(const Parts& parts)
       worker_(parts.worker),
       lock_engine_(parts.lock_engine) {}
 
+namespace {
+
+// Moves up to `max` Requests from the front of `queue` to `out`; returns how many.
+size_t TakeFront(std::deque<Request*>& queue, Request** out, size_t max) {
+  const size_t n = std::min(max, queue.size());
+  std::copy_n(queue.begin(), n, out);
+  queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n));
+  return n;
+}
+
+}  // namespace
+
 size_t ShardLoop::Poll(Request** out, size_t max) {
-  size_t n = 0;
-  while (n < max && !pending_.empty()) {
-    out[n++] = pending_.front();
-    pending_.pop_front();
-  }
+  // While both lanes wait, each gets half of the burst: calls are not queued behind a batch's
+  // thousands of items, and a flood of calls does not stall a batch. Either lane takes what the
+  // other leaves.
+  const size_t calls = batch_pending_.empty() ? max : std::max<size_t>(1, max / 2);
+  size_t n = TakeFront(pending_, out, calls);
+  n += TakeFront(batch_pending_, out + n, max - n);
+  n += TakeFront(pending_, out + n, max - n);
   return n;
 }
 
@@ -73,12 +90,14 @@ size_t ShardLoop::RunEngineTurn() {
   if (worker_ != nullptr) return worker_->RunOnce(*this);
   // Lock engine: this thread runs its own requests under the engine's locks.
   size_t n = 0;
-  while (!pending_.empty()) {
-    Request* request = pending_.front();
-    pending_.pop_front();
-    lock_engine_->Execute(*request);
-    Complete(request);
-    ++n;
+  for (std::deque<Request*>* queue : {&pending_, &batch_pending_}) {
+    while (!queue->empty()) {
+      Request* request = queue->front();
+      queue->pop_front();
+      lock_engine_->Execute(*request);
+      Complete(request);
+      ++n;
+    }
   }
   if (++lock_turns_ % kLockExpireEvery == 0) lock_engine_->ExpireDue(id_, kLockExpireBudget);
   if (n > 0)

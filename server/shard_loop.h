@@ -97,8 +97,8 @@ class ShardLoop final : public RequestSource, public HandlerHost {
   // before it is back; a flush makes the answers of one engine turn go out together (one Write
   // for a Stream, not one per answer).
   ServerContext& context() override { return context_; }
-  void Submit(Request* request) override {
-    pending_.push_back(request);
+  void Submit(Request* request, Lane lane) override {
+    (lane == Lane::kBatch ? batch_pending_ : pending_).push_back(request);
     ++in_flight_;
   }
   void SubmitExternal(Handler* handler, Request* request) override {
@@ -156,11 +156,12 @@ class ShardLoop final : public RequestSource, public HandlerHost {
   std::unique_ptr<LoopIo> io_;
 
   // Loop thread only.
-  std::deque<Request*> pending_;    // Submitted, not yet polled by the engine.
-  std::vector<Handler*> flush_;     // Handlers to flush after this engine turn.
-  std::vector<Handler*> watchers_;  // Health Watch handlers open on this loop.
-  uint64_t in_flight_ = 0;          // Submitted, not yet completed.
-  uint32_t lock_turns_ = 0;         // Engine turns, lock engine only.
+  std::deque<Request*> pending_;        // Submitted (Lane::kCall), not yet polled by the engine.
+  std::deque<Request*> batch_pending_;  // The same, Lane::kBatch.
+  std::vector<Handler*> flush_;         // Handlers to flush after this engine turn.
+  std::vector<Handler*> watchers_;      // Health Watch handlers open on this loop.
+  uint64_t in_flight_ = 0;              // Submitted, not yet completed.
+  uint32_t lock_turns_ = 0;             // Engine turns, lock engine only.
   bool counted_finished_ = false;
 
   // Shared. parked_: stored seq_cst by this loop before its last engine turn, read after a

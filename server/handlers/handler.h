@@ -118,12 +118,12 @@ class Handler {
 
  protected:
   // Hands a Request to the engine; OnRequestDone gets it back in a later engine turn.
-  void Submit(Request& request) {
+  void Submit(Request& request, Lane lane = Lane::kCall) {
     request.tag = this;
     const bool write =
         request.op != Op::kGet && request.op != Op::kScan && request.op != Op::kReplicate;
     request.replicas = write ? static_cast<uint8_t>(min_replicas_) : 0;
-    host_.Submit(&request);
+    host_.Submit(&request, lane);
   }
 
   HandlerHost& host_;

@@ -7,9 +7,11 @@
 // Threads: the loop's own thread, except CompleteExternal (any thread).
 //
 //   request.tag = handler;
-//   host.Submit(&request);  // handler->OnRequestDone(&request) in a later engine turn.
+//   host.Submit(&request, Lane::kCall);  // OnRequestDone(&request) in a later turn.
 #ifndef RINGKV_SERVER_HANDLERS_HANDLER_HOST_H_
 #define RINGKV_SERVER_HANDLERS_HANDLER_HOST_H_
+
+#include <cstdint>
 
 #include "server/server_context.h"
 #include "shard/request.h"
@@ -18,13 +20,19 @@ namespace ringkv {
 
 class Handler;
 
+// Which queue a submitted Request waits in before the engine takes it. A call of one Request
+// (Get, Put, Scan's parts) goes in kCall; the items of a MultiGet, MultiPut or Stream go in
+// kBatch, so that a call arriving behind a batch of thousands waits a turn, not the whole batch.
+enum class Lane : uint8_t { kCall, kBatch };
+
 class HandlerHost {
  public:
   virtual ServerContext& context() = 0;
 
   // Hands in a Request whose Request::tag is its Handler; the Handler's OnRequestDone gets it
-  // back in a later engine turn, never from inside this call.
-  virtual void Submit(Request* request) = 0;
+  // back in a later engine turn, never from inside this call. Requests of one lane are taken
+  // in the order submitted.
+  virtual void Submit(Request* request, Lane lane) = 0;
   // Hands out a Request that something other than the engine (the data dir's snapshotter)
   // gives back through CompleteExternal; counted as in flight until then.
   virtual void SubmitExternal(Handler* handler, Request* request) = 0;

@@ -14,6 +14,7 @@
 #include "server/handlers/handler_host.h"
 #include "server/handlers/methods.h"
 #include "server/server_context.h"
+#include "server/shard_loop.h"
 #include "shard/router.h"
 #include "shard/shard.h"
 
@@ -67,7 +68,7 @@ class TestHost final : public HandlerHost {
   explicit TestHost(MemoryLimit memory = {}) : shard_(0, memory) {}
 
   ServerContext& context() override { return context_; }
-  void Submit(Request* request) override {
+  void Submit(Request* request, Lane /*lane*/) override {
     pending_.push_back(request);
     ++submitted;
   }
@@ -228,6 +229,41 @@ TEST(HandlersTest, HealthSaysNotServingOnceTheServerDrains) {
   Call draining(host, MethodId::kHealthCheck, health::HealthCheckRequest());
   EXPECT_EQ(draining.Answer<health::HealthCheckResponse>().status(),
             health::HealthCheckResponse::NOT_SERVING);
+}
+
+// The loop's two lanes: a call submitted behind a batch's items is taken in the next poll, each
+// lane keeps its order, and while both wait each gets half of a burst.
+TEST(ShardLoopTest, ACallBehindABatchIsTakenFirstAndTheLanesShareABurst) {
+  TestContext context;
+  FinishLine finish_line(1);
+  ShardLoop loop({.id = 0, .context = &context, .finish_line = &finish_line});
+  std::vector<Request> batch(100), calls(40);
+  for (Request& r : batch) loop.Submit(&r, Lane::kBatch);
+  for (int i = 0; i < 3; ++i) loop.Submit(&calls[i], Lane::kCall);
+  Request* out[32];
+  ASSERT_EQ(loop.Poll(out, 32), 32u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(out[i], &calls[i]) << i;
+  for (size_t i = 3; i < 32; ++i) EXPECT_EQ(out[i], &batch[i - 3]) << i;
+
+  // 37 calls and 71 items wait: 16 of each, in order.
+  for (size_t i = 3; i < calls.size(); ++i) loop.Submit(&calls[i], Lane::kCall);
+  ASSERT_EQ(loop.Poll(out, 32), 32u);
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(out[i], &calls[3 + i]) << i;
+  for (size_t i = 16; i < 32; ++i) EXPECT_EQ(out[i], &batch[29 + i - 16]) << i;
+
+  // The rest: 21 calls, then 55 items; a lane alone takes the whole burst.
+  size_t calls_seen = 0, items_seen = 0;
+  for (size_t n; (n = loop.Poll(out, 32)) > 0;) {
+    for (size_t i = 0; i < n; ++i) {
+      if (out[i] >= calls.data() && out[i] < calls.data() + calls.size()) {
+        EXPECT_EQ(out[i], &calls[19 + calls_seen++]);
+      } else {
+        EXPECT_EQ(out[i], &batch[45 + items_seen++]);
+      }
+    }
+  }
+  EXPECT_EQ(calls_seen, 21u);
+  EXPECT_EQ(items_seen, 55u);
 }
 
 }  // namespace

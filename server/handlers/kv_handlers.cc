@@ -60,9 +60,9 @@ class UnaryHandler : public Handler {
 
   // Every Submit is counted before the first can come back: completions come only from a later
   // engine turn.
-  void SubmitCounted(Request& request) {
+  void SubmitCounted(Request& request, Lane lane = Lane::kCall) {
     ++outstanding_;
-    Submit(request);
+    Submit(request, lane);
   }
   // Counts a Request that comes back by another way than Submit (ShardLoop::SubmitExternal).
   void CountExternal() { ++outstanding_; }
@@ -193,7 +193,7 @@ class BatchHandler : public UnaryHandler<RequestPb, ResponsePb> {
     }
     if (accepted.empty()) return this->Reply(absl::OkStatus());
     // Each is counted as it is submitted: a completion comes only from a later engine turn.
-    for (Request* op : accepted) this->SubmitCounted(*op);
+    for (Request* op : accepted) this->SubmitCounted(*op, Lane::kBatch);
   }
 
  private:
@@ -407,7 +407,7 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
         continue;
       }
       ++in_flight_;
-      Submit(op);
+      Submit(op, Lane::kBatch);
     }
     incoming_.Clear();
   }
