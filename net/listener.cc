@@ -1,5 +1,6 @@
 #include "net/listener.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -63,6 +64,22 @@ absl::StatusOr<std::unique_ptr<Listener>> Listener::Bind(const std::string& addr
                              ? ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port)
                              : ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
   return std::unique_ptr<Listener>(new Listener(fd, bound_port));
+}
+
+std::string PeerHost(int fd) {
+  sockaddr_storage peer{};
+  socklen_t len = sizeof peer;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = "";
+  const void* address = nullptr;
+  if (peer.ss_family == AF_INET) {
+    address = &reinterpret_cast<const sockaddr_in*>(&peer)->sin_addr;
+  } else if (peer.ss_family == AF_INET6) {
+    address = &reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_addr;
+  } else {
+    return "";
+  }
+  return inet_ntop(peer.ss_family, address, text, sizeof text) != nullptr ? text : "";
 }
 
 Listener::~Listener() { close(fd_); }

@@ -25,6 +25,10 @@
 
 namespace ringkv {
 
+// The IP address of a connected socket's peer, as text ("127.0.0.1", "::1"); empty if the
+// socket has none (closed, or not an IP socket).
+std::string PeerHost(int fd);
+
 class Listener {
  public:
   // Binds and listens on "HOST:PORT" ("[v6]:PORT" for IPv6; port 0 picks a free one).

@@ -6,7 +6,8 @@
   flow is stable at the primary's position, both hold the same keys with the same values,
   versions and TTLs, after one full sync per flow; the replica expired nothing on its own;
   lag in bytes and ms is 0 and each worker counted its messages' delays; the primary lists
-  both flows with the replica's address.
+  both flows with the replica's address; a replica listening on 0.0.0.0 is listed at the
+  address it connects from.
 - A replica refuses every write (UNAVAILABLE, "read-only replica of" and the primary's address;
   nothing stored), in unary calls, MultiPut, Stream and through the CLI, and serves reads (Get,
   MultiGet, Scan, Stream GET). Stats give the roles.
@@ -951,6 +952,16 @@ class ReplicationTest(unittest.TestCase):
         self.assertIsNone(server.process.poll(), "the replica exited")
         self.assertIsNone(get(kv, b"k"))
         self.assertEqual(scan_keys(kv), set())
+
+    def test_lists_a_wildcard_replica_at_its_peer_address(self):
+        # A replica that listens on 0.0.0.0 names no machine: the primary lists it at the
+        # address its connection comes from, with the port it listens on.
+        primary = self.start()
+        replica = self.replica_of(primary, "--listen=0.0.0.0:0", "--insecure")
+        pkv = self.kv(primary)
+        wait_until(lambda: sorted((f.address, f.worker)
+                                  for f in stats(pkv).replication.replicas)
+                   == [(replica.address, 0), (replica.address, 1)], 10, lambda: show(pkv))
 
     def test_bad_setup_threads_mismatch(self):
         primary = self.start()

@@ -6,8 +6,12 @@
 #include <grpcpp/support/async_unary_call.h>
 
 #include <memory>
+#include <string>
 
 #include "absl/base/internal/raw_logging.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "server/grpc/grpc_services.h"
 #include "server/handlers/methods.h"
 #include "server/loop_io.h"
@@ -43,6 +47,30 @@ class Adapter : public GrpcCall {
   void Read() override { ABSL_RAW_LOG(FATAL, "Read on a call that takes one message"); }
   void Write(const google::protobuf::MessageLite&) override {
     ABSL_RAW_LOG(FATAL, "Write on a unary call");
+  }
+  // grpc++ names the peer as a URI, "ipv4:127.0.0.1:5000" or "ipv6:%5B::1%5D:5000".
+  std::string PeerHost() const override {
+    std::string peer = context_.peer();
+    std::string host;
+    absl::string_view rest(peer);
+    if (!absl::ConsumePrefix(&rest, "ipv4:") && !absl::ConsumePrefix(&rest, "ipv6:")) return "";
+    for (size_t i = 0; i < rest.size(); ++i) {  // Undo the URI's %XX escapes.
+      int code = 0;
+      if (rest[i] == '%' && i + 2 < rest.size() &&
+          absl::SimpleHexAtoi(rest.substr(i + 1, 2), &code)) {
+        host.push_back(static_cast<char>(code));
+        i += 2;
+      } else {
+        host.push_back(rest[i]);
+      }
+    }
+    const size_t colon = host.rfind(':');  // Before the port.
+    if (colon == std::string::npos) return "";
+    host.resize(colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    return host;
   }
 
  protected:

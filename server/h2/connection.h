@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "net/listener.h"
 #include "server/auth/authenticator.h"
 #include "server/h2/h2_call.h"
 #include "server/h2/h2_io.h"
@@ -106,6 +107,7 @@ class Connection final : public CallConnection {
   nghttp2_session* session() override { return session_; }
   void MarkDirty() override;
   RoleCache& role_cache() override { return role_cache_; }
+  std::string peer_host() const override { return fd_ >= 0 ? PeerHost(fd_) : std::string(); }
   // Appends a DATA frame of `call` to the output: its 9-byte header and `length` bytes the
   // call moves from its own buffer (the no-copy path of nghttp2's data provider).
   bool AppendData(const uint8_t* frame_header, H2Call& call, size_t length);

@@ -60,6 +60,8 @@ class CallConnection {
   virtual void MarkDirty() = 0;
   // The role of the client's last authorization header: it sends the same one on every call.
   virtual RoleCache& role_cache() = 0;
+  // The client's IP address (CallSink::PeerHost).
+  virtual std::string peer_host() const = 0;
 
  protected:
   ~CallConnection() = default;
@@ -102,6 +104,9 @@ class H2Call final : public CallSink {
   void Read() override;
   void Write(const google::protobuf::MessageLite& message) override;
   void Finish(const absl::Status& status, const google::protobuf::MessageLite* response) override;
+  std::string PeerHost() const override {
+    return connection_ != nullptr ? connection_->peer_host() : std::string();
+  }
 
   // For the loop's ready list and retirement.
   bool queued = false;

@@ -75,6 +75,9 @@ class CallSink {
   // Ends the call; `response` is the unary reply (null for streams and errors).
   virtual void Finish(const absl::Status& status,
                       const google::protobuf::MessageLite* response) = 0;
+  // The client's IP address ("127.0.0.1", "::1"), or empty if unknown. Not cheap: for the rare
+  // call that needs it (a replica's Flow, to list where the replica is).
+  virtual std::string PeerHost() const = 0;
 
  protected:
   ~CallSink() = default;

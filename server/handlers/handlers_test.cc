@@ -120,6 +120,7 @@ class RecordingSink final : public CallSink {
     status = s;
     if (response != nullptr) answer = response->SerializeAsString();
   }
+  std::string PeerHost() const override { return ""; }
 
   int reads = 0;
   int finishes = 0;

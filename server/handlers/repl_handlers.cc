@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "ringkv/v1/kv.pb.h"
 #include "server/handlers/internal/factories.h"
 #include "server/repl/replica_flows.h"
@@ -31,6 +32,18 @@ namespace pb = ::ringkv::v1;
 using repl::Step;
 
 std::atomic<int64_t> next_flow_id{1};
+
+// Where to list a replica: the address it states (its --listen, HOST:PORT), but with the host
+// its connection comes from when it listens on a wildcard (0.0.0.0, [::], no host), which
+// names no machine.
+std::string ListedAddress(const std::string& stated, const std::string& peer) {
+  const size_t colon = stated.rfind(':');
+  if (colon == std::string::npos || peer.empty()) return stated;
+  const absl::string_view host(stated.data(), colon);
+  if (!host.empty() && host != "0.0.0.0" && host != "[::]") return stated;
+  const bool v6 = peer.find(':') != std::string::npos;
+  return absl::StrCat(v6 ? "[" : "", peer, v6 ? "]" : "", stated.substr(colon));
+}
 
 class FlowHandler : public Handler {
  public:
@@ -110,7 +123,7 @@ class FlowHandler : public Handler {
     op_.target = static_cast<uint16_t>(request_.worker());
     flow_id_ = next_flow_id.fetch_add(1, std::memory_order_relaxed);
     listed_.replica_id = request_.server_id();
-    listed_.address = request_.address();
+    listed_.address = ListedAddress(request_.address(), sink_.PeerHost());
     listed_.worker = request_.worker();
     context_.AddReplicaFlow(&listed_);
     // A replica that followed this very run of this server asks to go on from its position.

@@ -20,7 +20,9 @@ namespace ringkv::repl {
 
 struct ReplicaFlow {
   std::string replica_id;  // The replica's server id (random per start).
-  std::string address;     // Where the replica listens, as it says (HOST:PORT).
+  // Where the replica listens (HOST:PORT), as it says; a wildcard host (it listens on
+  // 0.0.0.0) is replaced by the address its connection comes from.
+  std::string address;
   uint32_t worker = 0;
   std::atomic<uint64_t> acked{0};      // Every record before this position is applied there.
   std::atomic<bool> streaming{false};  // Past its full sync (or resumed): it takes the tail.
