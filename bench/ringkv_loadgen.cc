@@ -69,6 +69,10 @@ ABSL_FLAG(double, duration, 10, "seconds to run (ignored when --ops is set)");
 ABSL_FLAG(uint64_t, ops, 0, "stop after this many operations instead of --duration");
 ABSL_FLAG(uint64_t, keys, 1'000'000, "key space, pre-loaded before timing");
 ABSL_FLAG(uint32_t, value_size, 32, "value bytes");
+ABSL_FLAG(uint64_t, seed, 0,
+          "varies the key sequence: each call slot draws its keys from its own generator, seeded "
+          "from its index and this, so runs with the same seed send the same keys in the same "
+          "order");
 ABSL_FLAG(std::string, ratio, "1:0", "GET:PUT mix, e.g. 1:0 (all GET), 0:1 (all PUT), 9:1");
 ABSL_FLAG(std::string, mode, "unary", "unary, multi or stream");
 ABSL_FLAG(uint32_t, batch, 16, "keys per MultiGet/MultiPut, or operations per stream message");
@@ -105,8 +109,14 @@ struct Config {
   double get_fraction;
   bool preload;
   int64_t ttl_ms;             // Every PUT's TTL; 0: none.
+  uint64_t seed;              // --seed.
   std::string authorization;  // "Bearer TOKEN" (--token-file), or empty.
 };
+
+// The key generator's seed of call slot `s`.
+uint64_t SlotSeed(const Config& config, uint32_t s) {
+  return s * 7919 + 1 + config.seed * 1'000'003;
+}
 
 // Per-thread results, merged at the end.
 struct Tally {
@@ -429,7 +439,7 @@ void RunGrpcThread(const std::vector<std::unique_ptr<pb::KV::Stub>>& stubs, cons
   std::vector<std::unique_ptr<GrpcSlot>> slots;
   for (uint32_t s = thread; s < concurrency; s += threads) {
     slots.push_back(std::make_unique<GrpcSlot>(stubs[s % stubs.size()].get(), &cq, config,
-                                               s * 7919 + 1, tally));
+                                               SlotSeed(config, s), tally));
   }
   for (auto& slot : slots) slot->Start();
   size_t live = slots.size();
@@ -580,7 +590,7 @@ void RunH2Thread(const std::vector<std::unique_ptr<H2Channel>>& channels, const 
   for (uint32_t s = 0; s < concurrency; ++s) {
     if (s % channels.size() % threads != thread) continue;
     slots.push_back(std::make_unique<H2Slot>(channels[s % channels.size()].get(), config,
-                                             s * 7919 + 1, tally, stop, &unsent));
+                                             SlotSeed(config, s), tally, stop, &unsent));
   }
   for (auto& slot : slots) slot->Start();
   std::vector<bool> want_out(mine.size(), false);
@@ -651,6 +661,7 @@ Config ParseCallsOrExit(const char* argv0) {
   config.value.assign(absl::GetFlag(FLAGS_value_size), 'v');
   config.preload = absl::GetFlag(FLAGS_preload);
   config.ttl_ms = absl::GetFlag(FLAGS_ttl_ms);
+  config.seed = absl::GetFlag(FLAGS_seed);
   if (config.ttl_ms < 0) ExitUsageError(argv0, "--ttl_ms must be >= 0");
   if (config.ttl_ms > 0 && config.preload) {
     ExitUsageError(argv0, "--ttl_ms needs --preload=false (keys that expire make GETs miss)");
