@@ -855,7 +855,9 @@ class ReplicationTest(unittest.TestCase):
         self.assertEqual(load.returncode, 0, load.stderr)
         switched = self.cli(r, "replicate", f"--to={b.address}")
         self.assertEqual(switched.returncode, 0, switched.stderr)
-        wait_until(lambda: any(f.state == "full_sync" for f in flows(rkv).values()), 30,
+        # Both flows mid-sync: one that had not begun when the primary died would not count a
+        # second full sync (a flake under TSan, where a flow can start late).
+        wait_until(lambda: [f.state for f in flows(rkv).values()] == ["full_sync"] * 2, 30,
                    lambda: show(rkv), poll=0.001)
         self.kill9(b)
         got = self.wait_flows(rkv, 2, lambda f: f.state == "connecting" and f.last_error != "")
