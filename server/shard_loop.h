@@ -4,7 +4,8 @@
 //
 // Request path: the LoopIo takes a call's bytes off the network and drives its Handler
 // (server/handlers/handler.h), which checks the input, fills in engine Requests and Submit()s
-// them here (the loop is the handlers' HandlerHost). The engine turn polls them (this is the
+// them here (the loop is the handlers' HandlerHost), in one of two lanes (Lane: a call's one
+// Request, or a batch's items) that share each poll. The engine turn polls them (this is the
 // engine's RequestSource), runs those its own shard owns and sends the others through an rte_ring
 // to their owner, which runs them and sends them back; Complete() then hands each finished Request
 // to its handler, which answers through its CallSink once all of its Requests are back; the LoopIo
