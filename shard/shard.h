@@ -170,13 +170,17 @@ class Shard {
   const MemoryLimit& memory_limit() const { return limit_; }
   // Keys evicted to make room for writes, since the shard was made.
   uint64_t evicted() const { return evicted_; }
-  // Bytes of records the table's arena moved to give back the space of freed ones, since the
+  // Bytes of records the table's arenas moved to give back the space of freed ones, since the
   // shard was made (internal::Arena).
-  uint64_t compacted_bytes() const { return table_.arena().moved_bytes(); }
-  // The arena's segments (records of 129 bytes to 16 KiB), and the dead bytes in them that
-  // compaction has yet to give back. memory_bytes counts the records instead (internal::Table).
-  size_t arena_bytes() const { return table_.arena().segment_bytes(); }
-  size_t arena_dead_bytes() const { return table_.arena().dead_bytes(); }
+  uint64_t compacted_bytes() const {
+    return table_.arena().moved_bytes() + table_.big_arena().moved_bytes();
+  }
+  // What the arenas' segments hold (records of 129 bytes to 512 KiB), and of that, the dead
+  // bytes that compaction has not yet given back (Arena::held_bytes).
+  size_t arena_bytes() const { return table_.arena().held_bytes() + table_.big_arena().held_bytes(); }
+  size_t arena_dead_bytes() const {
+    return table_.arena().held_dead_bytes() + table_.big_arena().held_dead_bytes();
+  }
 
  private:
   using Entry = internal::Table::Entry;

@@ -13,8 +13,16 @@
 // is done the segment is released. The owner decides which records are live, since only it
 // knows which slot points where.
 //
-// Segment layout: a 64-byte header (live bytes, bump offset, its index in segments_), then
-// records. Not thread-safe: the shard's owner only.
+// Segments are aligned to their size, so a record's segment header is its address masked.
+// Segment layout: a 64-byte header (live bytes, bump offset, its index in segments_, bytes
+// given back), then records. Not thread-safe: the shard's owner only.
+//
+// A give-back arena (the table's second one, for records of 16 KiB to 512 KiB in 16 MiB
+// segments) also hands a freed block's whole pages back to the kernel at once (MADV_DONTNEED),
+// all but the block's first kKeptBytes, which its owner uses to mark it dead for the walk. Its
+// dead bytes then cost address space rather than memory, so it can have segments large enough
+// that the unused end of one (a record that did not fit) is a small part of it, and compact
+// later (at a quarter dead, not a sixteenth).
 //
 //   Arena arena;
 //   char* r = arena.Allocate(Arena::Round(1032));  // 1,040 bytes
@@ -38,8 +46,12 @@ class Arena {
   static constexpr size_t kMaxRecord = size_t{16} << 10;
 
   static size_t Round(size_t bytes) { return (bytes + kGrain - 1) / kGrain * kGrain; }
+  // What a give-back arena leaves of a freed block: its owner's mark.
+  static constexpr size_t kKeptBytes = 16;
 
-  Arena() = default;
+  // `segment_bytes`: a power of two.
+  explicit Arena(size_t segment_bytes = kSegmentBytes, bool give_back = false)
+      : segment_bytes_(segment_bytes), give_back_(give_back) {}
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -53,13 +65,17 @@ class Arena {
     std::swap(live_, other.live_);
     std::swap(dead_, other.dead_);
     std::swap(moved_, other.moved_);
+    std::swap(returned_, other.returned_);
+    std::swap(segment_bytes_, other.segment_bytes_);
+    std::swap(give_back_, other.give_back_);
   }
 
-  // `bytes` (a multiple of kGrain, at most kMaxRecord), from the head segment; never from the
-  // segment being compacted.
+  // `bytes` (a multiple of kGrain, at most a 64th of a segment), from the head segment; never
+  // from the segment being compacted.
   char* Allocate(size_t bytes);
   // Counts the record at `p` of `bytes` dead; releases its segment if that leaves it empty
-  // (unless it is the head, or the one being walked).
+  // (unless it is the head, or the one being walked). A give-back arena gives the kernel the
+  // record's whole pages past its first kKeptBytes.
   void Free(char* p, size_t bytes);
 
   // Compaction. NeedsCompaction: the dead bytes are past the threshold. NextToMove: the next
@@ -68,7 +84,8 @@ class Arena {
   // after moving the record if it is live. A segment whose walk is done is released once
   // every record in it is freed, which the walk has made sure of.
   bool NeedsCompaction() const {
-    return dead_ > kSegmentBytes && dead_ > segments_.size() * kSegmentBytes / 16;
+    return dead_ > segment_bytes_ &&
+           dead_ > segments_.size() * segment_bytes_ / (give_back_ ? 4 : 16);
   }
   bool compacting() const { return victim_ != nullptr; }
   char* NextToMove();
@@ -76,11 +93,20 @@ class Arena {
   // Copies the record at `p` of `bytes` to the head and frees it there; returns the copy.
   char* Move(char* p, size_t bytes);
 
-  // Bytes: in segments (what the arena holds), in live records, and dead (freed records, and
-  // segments' unused ends) in segments not yet released.
-  size_t segment_bytes() const { return segments_.size() * kSegmentBytes; }
+  // Bytes: in segments (the address space the arena holds), in live records, and dead (freed
+  // records, and segments' unused ends) in segments not yet released.
+  size_t segment_bytes() const { return segments_.size() * segment_bytes_; }
   size_t live_bytes() const { return live_; }
   size_t dead_bytes() const { return dead_; }
+  // Of segment_bytes(), what can hold memory: less the head's end not reached yet, and in a
+  // give-back arena, less the pages given back (and sealed segments' unused ends, never
+  // touched). Of dead_bytes(), what is in those.
+  size_t held_bytes() const {
+    const size_t head_end = head_ == nullptr ? 0 : segment_bytes_ - HeaderOf(head_)->used;
+    return segment_bytes() - head_end - returned_;
+  }
+  size_t held_dead_bytes() const { return dead_ - returned_; }
+  size_t segment_size() const { return segment_bytes_; }
   // Bytes Move has copied, since the arena was made.
   uint64_t moved_bytes() const { return moved_; }
 
@@ -89,12 +115,13 @@ class Arena {
     uint32_t live;   // Bytes of records not freed.
     uint32_t used;   // Bump offset: records end here (header included).
     uint32_t index;  // In segments_.
+    uint32_t returned;  // Bytes given back (a give-back arena's), of the dead ones.
   };
   static constexpr size_t kHeaderBytes = 64;
   static_assert(sizeof(Header) <= kHeaderBytes);
 
-  static Header* HeaderOf(const void* p) {
-    return reinterpret_cast<Header*>(reinterpret_cast<uintptr_t>(p) & ~(kSegmentBytes - 1));
+  Header* HeaderOf(const void* p) const {
+    return reinterpret_cast<Header*>(reinterpret_cast<uintptr_t>(p) & ~(segment_bytes_ - 1));
   }
   char* NewSegment();
   void Release(Header* h);
@@ -110,6 +137,9 @@ class Arena {
   size_t live_ = 0;
   size_t dead_ = 0;
   uint64_t moved_ = 0;
+  size_t returned_ = 0;  // Of dead_, given back (a give-back arena's).
+  size_t segment_bytes_;
+  bool give_back_;
 };
 
 }  // namespace ringkv::internal

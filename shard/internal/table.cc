@@ -67,7 +67,11 @@ Table::Table(size_t reserve) {
 
 Table::~Table() {
   for (size_t i = 0; i < slot_count(); ++i) {
-    if (IsLive(i) && !IsArenaRecord(slot(i).record())) std::free(slot(i).record());
+    if (!IsLive(i)) continue;
+    Pool pool;
+    Allocation(slot(i).record(), &pool);
+    // The arenas' records go with their segments.
+    if (pool != Pool::kArena && pool != Pool::kBigArena) FreeRecord(slot(i).record());
   }
   FreeSlots(slots_, capacity());
   if (growing()) FreeSlots(old_, old_mask_ + 1);
@@ -101,27 +105,71 @@ bool Table::Matches(const Entry& e, std::string_view key, uint8_t tag) {
   return KeyLen(r) == key.size() && std::memcmp(r + kRecordHeader, key.data(), key.size()) == 0;
 }
 
-size_t Table::BlockBytes(const Entry& e) {
-  return Charge(Capacity(e.record()), IsArenaRecord(e.record()));
+size_t Table::Allocation(const char* record, Pool* pool) {
+  if (IsArenaRecord(record)) {
+    *pool = Pool::kArena;
+    return Capacity(record);
+  }
+  if (!IsBig(record)) {
+    *pool = Pool::kHeap;
+    return Capacity(record);
+  }
+  *pool = static_cast<Pool>(Load<uint64_t>(record - kBigPrefix + 8) & 0xff);
+  return Load<uint64_t>(record - kBigPrefix);
 }
+
+size_t Table::BlockBytes(const Entry& e) {
+  Pool pool;
+  const size_t bytes = Allocation(e.record(), &pool);
+  return Charge(bytes, pool);
+}
+
+namespace {
+
+// Slots hold a record's address with a tag and a distance in its top bits, which
+// LeakSanitizer does not take for a pointer; the table's destructor frees every record.
+char* Malloc(size_t bytes) {
+  char* p = static_cast<char*>(std::malloc(bytes));
+  if (p == nullptr) throw std::bad_alloc();
+  if (&__lsan_ignore_object != nullptr) __lsan_ignore_object(p);
+  return p;
+}
+
+}  // namespace
 
 char* Table::NewRecord(size_t bytes, size_t key_len) {
   char* record;
-  size_t capacity;
+  Pool pool = PoolFor(bytes);
+  size_t allocated = AllocatedBytes(bytes);
   uint32_t size;
-  if (InArena(bytes)) {
-    capacity = Arena::Round(bytes);
-    record = arena_.Allocate(capacity);
-    size = kArenaBit | static_cast<uint32_t>(capacity / Arena::kGrain - 1) << kSizeShift;
-  } else {
+  if (pool == Pool::kHeap) {
     const uint8_t c = ClassOf(bytes);
-    capacity = ClassBytes(c);
-    record = static_cast<char*>(std::malloc(capacity));
-    if (record == nullptr) throw std::bad_alloc();
-    // Slots hold the address with a tag and a distance in its top bits, which LeakSanitizer
-    // does not take for a pointer; the destructor frees every record.
-    if (&__lsan_ignore_object != nullptr) __lsan_ignore_object(record);
+    record = Malloc(allocated);
     size = uint32_t{c} << kSizeShift;
+  } else if (pool == Pool::kArena) {
+    record = arena_.Allocate(allocated);
+    size = kArenaBit | static_cast<uint32_t>(allocated / Arena::kGrain - 1) << kSizeShift;
+  } else {
+    char* block;
+    if (pool == Pool::kBigArena) {
+      block = big_.Allocate(allocated);
+    } else {
+      void* p = mmap(nullptr, allocated, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+      if (p != MAP_FAILED) {
+        block = static_cast<char*>(p);
+      } else {  // Out of mappings (vm.max_map_count) or address space: malloc may still have.
+        pool = Pool::kBigHeap;
+        allocated = SizeClass(bytes + kBigPrefix);
+        block = Malloc(allocated);
+      }
+    }
+    const uint64_t block_bytes = allocated;
+    const uint64_t flags = static_cast<uint64_t>(pool);
+    std::memcpy(block, &block_bytes, sizeof(block_bytes));
+    std::memcpy(block + 8, &flags, sizeof(flags));
+    record = block + kBigPrefix;
+    size = kBigSize << kSizeShift;
   }
   const uint64_t meta = 0;
   const uint32_t key_word = static_cast<uint32_t>(key_len) | size;
@@ -129,17 +177,35 @@ char* Table::NewRecord(size_t bytes, size_t key_len) {
   std::memcpy(record, &meta, sizeof(meta));
   std::memcpy(record + 8, &key_word, sizeof(key_word));
   std::memcpy(record + 12, &value_len, sizeof(value_len));
-  heap_bytes_ += Charge(capacity, InArena(bytes));
+  heap_bytes_ += Charge(allocated, pool);
   return record;
 }
 
 void Table::FreeRecord(char* record) {
-  const size_t capacity = Capacity(record);
-  heap_bytes_ -= Charge(capacity, IsArenaRecord(record));
-  if (IsArenaRecord(record)) {
-    arena_.Free(record, capacity);
-  } else {
-    std::free(record);
+  Pool pool;
+  const size_t allocated = Allocation(record, &pool);
+  heap_bytes_ -= Charge(allocated, pool);
+  char* block = record - kBigPrefix;
+  switch (pool) {
+    case Pool::kHeap:
+      std::free(record);
+      break;
+    case Pool::kArena:
+      arena_.Free(record, allocated);
+      break;
+    case Pool::kBigArena: {
+      // Marked for the compaction walk, which cannot read the key of a block given back.
+      const uint64_t flags = static_cast<uint64_t>(pool) | kDeadBlock;
+      std::memcpy(block + 8, &flags, sizeof(flags));
+      big_.Free(block, allocated);
+      break;
+    }
+    case Pool::kMapped:
+      munmap(block, allocated);
+      break;
+    case Pool::kBigHeap:
+      std::free(block);
+      break;
   }
 }
 
@@ -161,9 +227,33 @@ size_t Table::CompactStep(size_t bytes) {
   return walked;
 }
 
+size_t Table::CompactBigStep(size_t bytes) {
+  size_t walked = 0;
+  while (walked < bytes) {
+    char* block = big_.NextToMove();
+    if (block == nullptr) break;
+    const size_t allocated = Load<uint64_t>(block);
+    big_.Skip(allocated);
+    walked += allocated;
+    if ((Load<uint64_t>(block + 8) & kDeadBlock) != 0) continue;
+    // A block not marked dead is its key's record.
+    char* r = block + kBigPrefix;
+    const std::string_view key(r + kRecordHeader, KeyLen(r));
+    Entry* e = Find(key, Router::Hash(key));
+    if (e == nullptr || e->record() != r) continue;
+    e->set_record(big_.Move(block, allocated) + kBigPrefix);
+  }
+  return walked;
+}
+
+void Table::CompactSteps(size_t record) {
+  if (arena_.compacting() || arena_.NeedsCompaction()) CompactStep(CompactBudget(record));
+  if (big_.compacting() || big_.NeedsCompaction()) CompactBigStep(CompactBigBudget(record));
+}
+
 char* Table::MoveRecord(Entry* e, size_t need, size_t keep) {
   // The move leaves a dead record behind: a compaction step keeps up with those.
-  if (arena_.compacting() || arena_.NeedsCompaction()) CompactStep(CompactBudget(need));
+  CompactSteps(need);
   char* old = e->record();
   const size_t key_len = KeyLen(old);
   char* record = NewRecord(need, key_len);
@@ -358,10 +448,8 @@ Table::Entry* Table::Insert(std::string_view key, uint64_t hash, bool* inserted,
   *inserted = true;
   if (!growing() && size_ >= grow_at_) StartGrowth();
   if (growing()) GrowStep(kGrowStepBuckets);
-  if (arena_.compacting() || arena_.NeedsCompaction()) {
-    // The key may have made room by evicting a record of about its size: keep up with that.
-    CompactStep(CompactBudget(kRecordHeader + key.size() + value_room));
-  }
+  // The key may have made room by evicting a record of about its size: keep up with that.
+  CompactSteps(kRecordHeader + key.size() + value_room);
   char* record = NewRecord(kRecordHeader + key.size() + value_room, key.size());
   std::memcpy(record + kRecordHeader, key.data(), key.size());
   Entry fresh;

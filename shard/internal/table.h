@@ -14,9 +14,9 @@
 // Why slots and records, not entries that hold the key and value: bytes per key. Entries of 48
 // bytes at the loads a power-of-two table runs at (2/5 to 4/5) cost 60-120 bytes a key before
 // any key or value that does not fit in them; a slot costs 10-20, and a record its key, value
-// and 16 bytes, rounded up to 16 (jemalloc's classes up to 128 bytes, the Arena's up to 16 KiB;
-// jemalloc's, within 25%, above that). 5M keys of 16 + 32 bytes took 670 MB with entries and
-// take 414 MB now, against Redis's 781 in the same run.
+// and 16 bytes, rounded up to 16 (jemalloc's classes up to 128 bytes, the arenas' above that,
+// and pages above 512 KiB). 5M keys of 16 + 32 bytes took 670 MB with entries and take 414 MB
+// now, against Redis's 781 in the same run.
 //
 // Slot (a uint64_t, 0 when empty):
 //   bits  0..47  the record's address (user-space addresses fit in 47 bits)
@@ -27,13 +27,18 @@
 //   meta       8  the owner's (the shard keeps a version and flags there), but for the top
 //                 bit, kHasAux, which is the table's
 //   key word   4  bits 0..20 the key's length (keys are at most 1 MiB); bits 21..30 the
-//                 record's size: a jemalloc size class (SizeClass) if bit 31 is clear, else
-//                 16-byte units less one, in the Arena
+//                 record's size: if bit 31 is set, 16-byte units less one, in the Arena; else
+//                 a jemalloc size class (SizeClass), or kBigSize for a big record
 //   value_len  4  (values are at most 1 GiB)
 //   key, value
 // Records of at most 128 bytes are malloc'd at exactly one of jemalloc's size classes (16
 // bytes apart up to 128); bigger ones up to 16 KiB go to the table's Arena (16 bytes apart,
-// where jemalloc's classes are a quarter of a power of two apart), and the rest to malloc.
+// where jemalloc's classes are a quarter of a power of two apart: a record of 16,440 bytes took
+// 20 KiB). Bigger ones are big records, in a block that starts with a 16-byte prefix (the
+// block's size, and its pool and a dead mark): up to 512 KiB in the big arena (16 MiB segments
+// that give freed pages back at once, so a segment's unused end is at most 1/32 of it), and
+// above that in a mapping of their own, rounded up to pages (malloc's size class if mmap
+// fails).
 //   aux        8  with kHasAux only: an optional word the owner keeps with an entry (the shard:
 //                 a TTL's deadline), unaligned, after the value
 // The key's hash is not kept: growth, scans and snapshots compute it again from the key
@@ -134,6 +139,7 @@ class Table {
     std::swap(grow_at_, other.grow_at_);
     std::swap(heap_bytes_, other.heap_bytes_);
     arena_.Swap(other.arena_);
+    big_.Swap(other.big_);
     std::swap(old_, other.old_);
     std::swap(old_mask_, other.old_mask_);
     std::swap(moved_, other.moved_);
@@ -189,8 +195,13 @@ class Table {
   // Work the table has pending (a growth, or a compaction due), and a step of it for an owner
   // with nothing else to do: up to `buckets` buckets moved and 64 bytes of records walked per
   // bucket. Returns a measure of the work done, 0 when there was none to do.
-  bool has_upkeep() const { return growing() || arena_.compacting() || arena_.NeedsCompaction(); }
-  size_t Upkeep(size_t buckets) { return GrowStep(buckets) + CompactStep(buckets * 64); }
+  bool has_upkeep() const {
+    return growing() || arena_.compacting() || arena_.NeedsCompaction() || big_.compacting() ||
+           big_.NeedsCompaction();
+  }
+  size_t Upkeep(size_t buckets) {
+    return GrowStep(buckets) + CompactStep(buckets * 64) + CompactBigStep(buckets * 1024);
+  }
   // Bytes of arena records walked per Insert of a new key or record moved while a compaction
   // is due: at least kCompactStepBytes, and 32 times the record written, so that a step frees
   // more than a write makes dead (by evicting or moving a record of about its size) where the
@@ -200,7 +211,15 @@ class Table {
   // Moves the live records of up to `bytes` of the arena's emptiest segment; returns the bytes
   // walked (0 when no compaction is due).
   size_t CompactStep(size_t bytes);
+  // The same for the big arena, whose compaction is due at a quarter dead: a step walks at
+  // least 4 times the record written, so that it frees more than the write made dead.
+  static constexpr size_t kCompactBigStepBytes = size_t{1} << 20;
+  static size_t CompactBigBudget(size_t record) {
+    return std::max(kCompactBigStepBytes, 4 * record);
+  }
+  size_t CompactBigStep(size_t bytes);
   const Arena& arena() const { return arena_; }
+  const Arena& big_arena() const { return big_; }
 
   static std::string_view KeyOf(const Entry& e) {
     return {e.record() + kRecordHeader, KeyLen(e.record())};
@@ -242,15 +261,37 @@ class Table {
   static size_t BlockBytesFor(size_t key_len, size_t value_len, bool aux) {
     return RecordBytes(kRecordHeader + key_len + value_len + (aux ? sizeof(uint64_t) : 0));
   }
+  // Where a record's bytes come from: malloc (exactly a size class), the arena, the big arena,
+  // a mapping of its own, or malloc for a big record whose mmap failed.
+  enum class Pool : uint8_t { kHeap, kArena, kBigArena, kMapped, kBigHeap };
+  static constexpr size_t kMaxBigRecord = size_t{512} << 10;
+  static constexpr size_t kPageBytes = 4096;
+  static constexpr size_t kBigSegmentBytes = size_t{16} << 20;
+  static Pool PoolFor(size_t n) {
+    return n <= 128                ? Pool::kHeap
+           : n <= Arena::kMaxRecord ? Pool::kArena
+           : n <= kMaxBigRecord     ? Pool::kBigArena
+                                    : Pool::kMapped;
+  }
   // What a record of `n` bytes counts for (heap_bytes(), and so --max-memory).
-  static size_t RecordBytes(size_t n) { return Charge(AllocatedBytes(n), InArena(n)); }
-  // What a record of `n` bytes is allocated: its jemalloc size class, or in the arena, `n`
-  // rounded up to 16.
-  static size_t AllocatedBytes(size_t n) { return InArena(n) ? Arena::Round(n) : SizeClass(n); }
-  // What a record allocated `bytes` counts for: in the arena, 1/8 more, for the dead bytes
-  // compaction lets stand (1/16 of the arena, and a segment) and the newest segment's unused
-  // end, so that the limit bounds the memory the process holds.
-  static size_t Charge(size_t bytes, bool arena) { return arena ? bytes + bytes / 8 : bytes; }
+  static size_t RecordBytes(size_t n) { return Charge(AllocatedBytes(n), PoolFor(n)); }
+  // What a record of `n` bytes is allocated: its jemalloc size class; in the arena, `n` rounded
+  // up to 16; a big record, that and its prefix, in pages when mapped.
+  static size_t AllocatedBytes(size_t n) {
+    switch (PoolFor(n)) {
+      case Pool::kHeap: return SizeClass(n);
+      case Pool::kArena: return Arena::Round(n);
+      case Pool::kBigArena: return Arena::Round(n) + kBigPrefix;
+      default: return (n + kBigPrefix + kPageBytes - 1) / kPageBytes * kPageBytes;
+    }
+  }
+  // What a record allocated `bytes` counts for: in an arena, 1/8 more, so that the limit
+  // bounds the memory the process holds. In the arena that is for the dead bytes compaction
+  // lets stand (1/16 of it, and a segment) and the newest segment's unused end; in the big
+  // one, the parts of pages that freed records could not give back (a quarter of it dead).
+  static size_t Charge(size_t bytes, Pool pool) {
+    return pool == Pool::kArena || pool == Pool::kBigArena ? bytes + bytes / 8 : bytes;
+  }
   // jemalloc's size class for `n` bytes: multiples of 16 up to 128, then four classes per
   // doubling. A record takes exactly its class, in every build.
   static size_t SizeClass(size_t n) { return ClassBytes(ClassOf(n)); }
@@ -308,16 +349,27 @@ class Table {
   static constexpr uint32_t kKeyLenMask = (uint32_t{1} << 21) - 1;
   static constexpr int kSizeShift = 21;
   static constexpr uint32_t kArenaBit = uint32_t{1} << 31;
-  static bool InArena(size_t n) { return n > 128 && n <= Arena::kMaxRecord; }
+  static constexpr uint32_t kBigSize = 0x3ff;
+  // A big record's block: its size (uint64_t), then its Pool in the low byte of a uint64_t
+  // with kDeadBlock above it, then the record.
+  static constexpr size_t kBigPrefix = Arena::kKeptBytes;
+  static constexpr uint64_t kDeadBlock = uint64_t{1} << 8;
   static uint32_t KeyLen(const char* record) { return Load<uint32_t>(record + 8) & kKeyLenMask; }
   static bool IsArenaRecord(const char* record) {
     return (Load<uint32_t>(record + 8) & kArenaBit) != 0;
   }
+  static bool IsBig(const char* record) {
+    return (Load<uint32_t>(record + 8) >> kSizeShift) == kBigSize;  // Arena bit clear.
+  }
+  // The bytes a record took from its pool (with a big record's prefix), and the pool.
+  static size_t Allocation(const char* record, Pool* pool);
+  // Bytes for the header, key, value and aux.
   static size_t Capacity(const char* record) {
     const uint32_t word = Load<uint32_t>(record + 8);
     const uint32_t size = (word >> kSizeShift) & 0x3ff;
-    return (word & kArenaBit) != 0 ? (size + 1) * Arena::kGrain
-                                   : ClassBytes(static_cast<uint8_t>(size));
+    if ((word & kArenaBit) != 0) return (size + 1) * Arena::kGrain;
+    if (size == kBigSize) return Load<uint64_t>(record - kBigPrefix) - kBigPrefix;
+    return ClassBytes(static_cast<uint8_t>(size));
   }
   // The size class of `n` bytes as a number (1 .. about 110), and back.
   static uint8_t ClassOf(size_t n);
@@ -372,12 +424,16 @@ class Table {
   void FreeRecord(char* record);
   // Whether a record the allocator sized `usable` bytes is the right one for `need` bytes:
   // big enough, and not a size class too big.
+  // (A big record: not more than 1/32 too big.)
   static bool Fits(size_t need, size_t usable) {
+    if (need > Arena::kMaxRecord) return need <= usable && usable <= need + need / 32;
     return need <= usable && usable <= AllocatedBytes(need + need / 4);
   }
   // Moves e's record to a new one of at least `need` bytes, copying its meta, its key and the
   // `keep` bytes after the key.
   char* MoveRecord(Entry* e, size_t need, size_t keep);
+  // Compaction steps, where due, that keep up with a write of a `record`-byte record.
+  void CompactSteps(size_t record);
 
   Entry* slots_;  // While growing, the new array.
   size_t mask_;
@@ -385,6 +441,7 @@ class Table {
   size_t grow_at_;         // Size at which the next Insert starts a growth.
   size_t heap_bytes_ = 0;  // Records, as they count (Charge).
   Arena arena_;
+  Arena big_{kBigSegmentBytes, /*give_back=*/true};
   // While growing: the old array (null otherwise), whose home buckets below moved_ are in
   // slots_ now, and the byte offset in it below which its emptied pages were given back.
   Entry* old_ = nullptr;

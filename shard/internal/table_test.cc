@@ -207,6 +207,81 @@ TEST(Table, TheArenaPacksRecordsAndCompactionBoundsItsDeadBytes) {
   EXPECT_LE(table.arena().segment_bytes(), Arena::kSegmentBytes);
 }
 
+// Records over 16 KiB: to 512 KiB in the big arena, at their size rounded to 16 and a 16-byte
+// prefix; above that in pages of their own. Freed ones give their pages back at once.
+TEST(Table, BigRecordsCostTheirSizeAndGiveFreedPagesBack) {
+  Table table;
+  std::map<std::string, std::string> model;
+  auto value_for = [](const std::string& key, size_t len) {
+    std::string v(len, '\0');
+    for (size_t i = 0; i < len; i += 64) v[i] = static_cast<char>(key[i % key.size()] + i / 64);
+    v[len - 1] = key.back();
+    return v;
+  };
+  auto put = [&](const std::string& key, size_t len) {
+    bool inserted;
+    Table::Entry* e = table.Insert(key, H(key), &inserted, len);
+    table.SetValue(e, value_for(key, len));
+    model[key] = value_for(key, len);
+    return e;
+  };
+  // 16 bytes of header, 8 of key ("big:1234"), the value; 16 of prefix.
+  for (int i = 0; i < 450; ++i) put("big:" + std::to_string(1000 + i), i < 200 ? 16'400 : 100'000);
+  Table::Entry* e = put("map:1000", 600'000);
+  EXPECT_EQ(Table::BlockBytes(*e), (16 + 8 + 600'000 + 16 + 4095) / 4096 * 4096);
+  e = table.Find("big:1000", H("big:1000"));
+  EXPECT_EQ(Table::BlockBytes(*e), (Arena::Round(16 + 8 + 16'400) + 16) * 9 / 8);
+  EXPECT_EQ(table.heap_bytes(), RecordBytes(table));
+  const Arena& big = table.big_arena();
+  EXPECT_EQ(big.live_bytes(), 200 * (Arena::Round(16'424) + 16) + 250 * (Arena::Round(100'024) + 16));
+  // 28.3 MB in two 16 MiB segments: the first one's unused end (less than a record) was never
+  // touched, and counts as given back.
+  EXPECT_EQ(big.segment_bytes(), 2 * Table::kBigSegmentBytes);
+  EXPECT_EQ(big.held_bytes(), big.live_bytes() + 2 * 64);
+  EXPECT_EQ(table.arena().segment_bytes(), 0u);  // None of these are small records.
+
+  // Churn: sizes across the three pools, deletes. The dead bytes' pages go back at once.
+  std::mt19937_64 rng(7);
+  size_t most_held_dead = 0;
+  for (int step = 0; step < 3'000; ++step) {
+    const std::string key = "big:" + std::to_string(1000 + rng() % 400);
+    if (rng() % 4 == 0) {
+      if (Table::Entry* found = table.Find(key, H(key))) table.Erase(found);
+      model.erase(key);
+    } else {
+      const size_t len = rng() % 8 == 0 ? 520'000 + rng() % 100'000 : 16'400 + rng() % 150'000;
+      put(key, len);
+    }
+    most_held_dead = std::max(most_held_dead, big.held_dead_bytes());
+    if (step % 500 == 0) {
+      ASSERT_EQ(table.heap_bytes(), RecordBytes(table));
+    }
+  }
+  EXPECT_GT(big.moved_bytes(), 0u);
+  // Of the dead bytes, only the partial pages at a freed record's ends stay resident: at most
+  // 8 KiB for each of the records that the quarter of dead bytes compaction lets stand.
+  EXPECT_LE(most_held_dead,
+            (std::max(Table::kBigSegmentBytes, big.segment_bytes() / 4) + 2 * (620'000 + 32)) /
+                16'400 * 8192);
+  EXPECT_LE(big.dead_bytes(), std::max(Table::kBigSegmentBytes, big.segment_bytes() / 4) +
+                                  2 * Table::CompactBigBudget(620'000));
+  ASSERT_EQ(table.size(), model.size());
+  for (const auto& [k, v] : model) {
+    const Table::Entry* found = table.Find(k, H(k));
+    ASSERT_NE(found, nullptr) << k;
+    ASSERT_EQ(Table::ValueOf(*found), v) << k;
+  }
+  EXPECT_EQ(table.heap_bytes(), RecordBytes(table));
+  for (const auto& [k, v] : model) table.Erase(table.Find(k, H(k)));
+  while (table.has_upkeep() && table.Upkeep(1024) > 0) {
+  }
+  EXPECT_EQ(table.heap_bytes(), 0u);
+  EXPECT_EQ(big.live_bytes(), 0u);
+  EXPECT_LE(big.segment_bytes(), Table::kBigSegmentBytes);
+  // What is left in the head segment: the ends of its records' pages.
+  EXPECT_LE(big.held_bytes(), big.segment_bytes() / 16);
+}
+
 TEST(Table, ReserveSizesTheTableToStayFourFifthsFull) {
   EXPECT_EQ(Table(0).capacity(), 16u);
   EXPECT_EQ(Table(1000).capacity(), 2048u);  // 1,250 slots needed.
