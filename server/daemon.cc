@@ -24,6 +24,15 @@
 #include "server/auth/exposure.h"
 #include "server/server.h"
 
+// jemalloc's options for the daemon (MALLOC_CONF in the environment overrides them). Without a
+// background thread jemalloc purges freed pages only inside allocations, and at its default
+// 10 s decay it kept what was freed over the last seconds anyway: an idle server held 41-58
+// MiB of freed buffers after 1,000 PUTs of 600 KB (5.6 MiB with these). Redis runs a
+// background thread too (jemalloc-bg-thread yes). Not the allocator under the sanitizers.
+extern "C" {
+const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000";
+}
+
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "address to listen on, HOST:PORT; loopback unless told otherwise (port 0: any free)");
 ABSL_FLAG(std::string, transport, "h2",
