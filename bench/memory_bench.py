@@ -11,7 +11,10 @@ Each server starts empty and alone; its resident size (VmRSS) is read when it st
 after the inserts, once the key count is checked (ringkv stats, DBSIZE). A row gives the
 resident size after, and bytes per key: (after - empty) / N, with the payload (16 + V) beside
 it. Each server starts 10 s after the last one stopped, so that the kernel has freed the last
-one's memory. BASELINE, if given, is another ringkv-server binary run the same way (say, a
+one's memory. MEMORY_SETTLE_S=S (default 0) waits S seconds more before reading the size after
+the inserts, for both: jemalloc hands freed pages back over 10 s (its dirty decay), so with
+large values the buffers of the last calls can still be resident when the size first stops
+changing. BASELINE, if given, is another ringkv-server binary run the same way (say, a
 build of the commit before a change).
 
 Usage: bench/memory_bench.py [RUNS=3] [SHAPES=1M:10,1M:100,1M:1000,5M:32] [BASELINE]
@@ -42,8 +45,12 @@ def parse_shape(text):
     return int(keys.rstrip("KkMm")) * scale, int(value)
 
 
-def settle(pid):
+SETTLE_S = float(os.environ.get("MEMORY_SETTLE_S", "0"))
+
+
+def settle(pid, wait=0.0):
     """The resident size once it stops changing (a server may still be freeing buffers)."""
+    time.sleep(wait)
     last = rss_bytes(pid)
     for _ in range(20):
         time.sleep(0.5)
@@ -76,7 +83,7 @@ def run_redis(keys, value_size):
         sock.close()
         if count != keys:
             raise RuntimeError(f"Redis holds {count} keys, not {keys}")
-        return {"empty": empty, "after": settle(proc.pid)}
+        return {"empty": empty, "after": settle(proc.pid, SETTLE_S)}
     finally:
         stop(proc)
 
@@ -94,7 +101,7 @@ def run_ringkv(keys, value_size, binary="build/server/ringkv-server"):
         count = sum(int(s.get("keys", 0)) for s in json.loads(out)["shards"])
         if count != keys:
             raise RuntimeError(f"ringkv holds {count} keys, not {keys}")
-        return {"empty": empty, "after": settle(proc.pid)}
+        return {"empty": empty, "after": settle(proc.pid, SETTLE_S)}
     finally:
         stop(proc)
 
