@@ -29,9 +29,11 @@
 // 10 s decay it kept what was freed over the last seconds anyway: an idle server held 41-58
 // MiB of freed buffers after 1,000 PUTs of 600 KB (5.6 MiB with these). Redis runs a
 // background thread too (jemalloc-bg-thread yes). Not the allocator under the sanitizers.
+#ifdef RINGKV_HAVE_JEMALLOC
 extern "C" {
 const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000";
 }
+#endif
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "address to listen on, HOST:PORT; loopback unless told otherwise (port 0: any free)");
