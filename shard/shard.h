@@ -177,7 +177,9 @@ class Shard {
   }
   // What the arenas' segments hold (records of 129 bytes to 512 KiB), and of that, the dead
   // bytes that compaction has not yet given back (Arena::held_bytes).
-  size_t arena_bytes() const { return table_.arena().held_bytes() + table_.big_arena().held_bytes(); }
+  size_t arena_bytes() const {
+    return table_.arena().held_bytes() + table_.big_arena().held_bytes();
+  }
   size_t arena_dead_bytes() const {
     return table_.arena().held_dead_bytes() + table_.big_arena().held_dead_bytes();
   }

@@ -112,9 +112,9 @@ class Arena {
 
  private:
   struct Header {
-    uint32_t live;   // Bytes of records not freed.
-    uint32_t used;   // Bump offset: records end here (header included).
-    uint32_t index;  // In segments_.
+    uint32_t live;      // Bytes of records not freed.
+    uint32_t used;      // Bump offset: records end here (header included).
+    uint32_t index;     // In segments_.
     uint32_t returned;  // Bytes given back (a give-back arena's), of the dead ones.
   };
   static constexpr size_t kHeaderBytes = 64;

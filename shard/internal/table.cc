@@ -154,8 +154,8 @@ char* Table::NewRecord(size_t bytes, size_t key_len) {
     if (pool == Pool::kBigArena) {
       block = big_.Allocate(allocated);
     } else {
-      void* p = mmap(nullptr, allocated, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+      void* p =
+          mmap(nullptr, allocated, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p != MAP_FAILED) {
         block = static_cast<char*>(p);
       } else {  // Out of mappings (vm.max_map_count) or address space: malloc may still have.

@@ -268,7 +268,7 @@ class Table {
   static constexpr size_t kPageBytes = 4096;
   static constexpr size_t kBigSegmentBytes = size_t{16} << 20;
   static Pool PoolFor(size_t n) {
-    return n <= 128                ? Pool::kHeap
+    return n <= 128                 ? Pool::kHeap
            : n <= Arena::kMaxRecord ? Pool::kArena
            : n <= kMaxBigRecord     ? Pool::kBigArena
                                     : Pool::kMapped;
@@ -279,10 +279,14 @@ class Table {
   // up to 16; a big record, that and its prefix, in pages when mapped.
   static size_t AllocatedBytes(size_t n) {
     switch (PoolFor(n)) {
-      case Pool::kHeap: return SizeClass(n);
-      case Pool::kArena: return Arena::Round(n);
-      case Pool::kBigArena: return Arena::Round(n) + kBigPrefix;
-      default: return (n + kBigPrefix + kPageBytes - 1) / kPageBytes * kPageBytes;
+      case Pool::kHeap:
+        return SizeClass(n);
+      case Pool::kArena:
+        return Arena::Round(n);
+      case Pool::kBigArena:
+        return Arena::Round(n) + kBigPrefix;
+      default:
+        return (n + kBigPrefix + kPageBytes - 1) / kPageBytes * kPageBytes;
     }
   }
   // What a record allocated `bytes` counts for: in an arena, 1/8 more, so that the limit

@@ -233,7 +233,8 @@ TEST(Table, BigRecordsCostTheirSizeAndGiveFreedPagesBack) {
   EXPECT_EQ(Table::BlockBytes(*e), (Arena::Round(16 + 8 + 16'400) + 16) * 9 / 8);
   EXPECT_EQ(table.heap_bytes(), RecordBytes(table));
   const Arena& big = table.big_arena();
-  EXPECT_EQ(big.live_bytes(), 200 * (Arena::Round(16'424) + 16) + 250 * (Arena::Round(100'024) + 16));
+  EXPECT_EQ(big.live_bytes(),
+            200 * (Arena::Round(16'424) + 16) + 250 * (Arena::Round(100'024) + 16));
   // 28.3 MB in two 16 MiB segments: the first one's unused end (less than a record) was never
   // touched, and counts as given back.
   EXPECT_EQ(big.segment_bytes(), 2 * Table::kBigSegmentBytes);
