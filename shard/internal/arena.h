@@ -7,11 +7,17 @@
 // head segment, and a freed record is only counted as dead, its bytes left as they were (so a
 // walk over a segment can still read every record's header). A segment whose records are all
 // freed gives its pages back to the kernel (MADV_DONTNEED) and waits for reuse. Compaction
-// empties the others: when the dead bytes pass 1/16 of the arena (and a segment), the owner
+// empties the others: when the dead bytes pass 1/8 of the arena (and a segment), the owner
 // (Table::CompactStep) walks the segment with the fewest live bytes, a bounded number of bytes
 // at a time, moves each live record to the head (Move) and re-points its slot; once the walk
 // is done the segment is released. The owner decides which records are live, since only it
 // knows which slot points where.
+//
+// Why 1/8: the lower the threshold, the fuller the segments compaction empties, and the more
+// it copies for each byte it frees. At 1/16 it moved 2.3-2.4 bytes per byte written when
+// overwrites changed values' sizes (bench/churn_bench.py); at 1/8, 1.1-1.2, for 1.25-1.3x the
+// writes per second; at 1/4, 0.5, but the dead bytes would then pass what a record's charge
+// for --max-memory (Table::Charge, 1/8) leaves room for by far more.
 //
 // Segments are aligned to their size, so a record's segment header is its address masked.
 // Segment layout: a 64-byte header (live bytes, bump offset, its index in segments_, bytes
@@ -22,7 +28,7 @@
 // all but the block's first kKeptBytes, which its owner uses to mark it dead for the walk. Its
 // dead bytes then cost address space rather than memory, so it can have segments large enough
 // that the unused end of one (a record that did not fit) is a small part of it, and compact
-// later (at a quarter dead, not a sixteenth).
+// later (at a quarter dead, not an eighth).
 //
 //   Arena arena;
 //   char* r = arena.Allocate(Arena::Round(1032));  // 1,040 bytes
@@ -85,7 +91,7 @@ class Arena {
   // every record in it is freed, which the walk has made sure of.
   bool NeedsCompaction() const {
     return dead_ > segment_bytes_ &&
-           dead_ > segments_.size() * segment_bytes_ / (give_back_ ? 4 : 16);
+           dead_ > segments_.size() * segment_bytes_ / (give_back_ ? 4 : 8);
   }
   bool compacting() const { return victim_ != nullptr; }
   char* NextToMove();

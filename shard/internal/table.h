@@ -291,7 +291,9 @@ class Table {
   }
   // What a record allocated `bytes` counts for: in an arena, 1/8 more, so that the limit
   // bounds the memory the process holds. In the arena that is for the dead bytes compaction
-  // lets stand (1/16 of it, and a segment) and the newest segment's unused end; in the big
+  // lets stand (1/8 of it, and a segment: the arena is then at most 8/7 of its live bytes, 1.6%
+  // past the charge, well within the limit + 10%) and the newest segment's unused end;
+  // in the big
   // one, the parts of pages that freed records could not give back (a quarter of it dead).
   static size_t Charge(size_t bytes, Pool pool) {
     return pool == Pool::kArena || pool == Pool::kBigArena ? bytes + bytes / 8 : bytes;
