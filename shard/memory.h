@@ -2,8 +2,8 @@
 // (--max-memory and --eviction; the daemon gives each shard an equal share).
 //
 // What counts (Shard::memory_bytes): the table's slots, the records that hold each key with its
-// value (as the allocator sized them; arena records for 1/8 more, the dead bytes compaction
-// lets stand: internal::Table::Charge), and the TTL index. That is the memory
+// value (as the allocator sized them; arena records for 1/7 or 1/8 more, the dead bytes
+// compaction lets stand: internal::Table::Charge), and the TTL index. That is the memory
 // the data holds; the process adds its own base and per-connection buffers on top.
 //
 // Policies, as Redis names them:

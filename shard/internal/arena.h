@@ -16,8 +16,8 @@
 // Why 1/8: the lower the threshold, the fuller the segments compaction empties, and the more
 // it copies for each byte it frees. At 1/16 it moved 2.3-2.4 bytes per byte written when
 // overwrites changed values' sizes (bench/churn_bench.py); at 1/8, 1.1-1.2, for 1.25-1.3x the
-// writes per second; at 1/4, 0.5, but the dead bytes would then pass what a record's charge
-// for --max-memory (Table::Charge, 1/8) leaves room for by far more.
+// writes per second; at 1/4, 0.5, but a quarter of the arena could then be dead, and a
+// record's charge for --max-memory (Table::Charge) would have to be 1/3 over its size, not 1/7.
 //
 // Segments are aligned to their size, so a record's segment header is its address masked.
 // Segment layout: a 64-byte header (live bytes, bump offset, its index in segments_, bytes

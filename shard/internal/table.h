@@ -289,14 +289,15 @@ class Table {
         return (n + kBigPrefix + kPageBytes - 1) / kPageBytes * kPageBytes;
     }
   }
-  // What a record allocated `bytes` counts for: in an arena, 1/8 more, so that the limit
-  // bounds the memory the process holds. In the arena that is for the dead bytes compaction
-  // lets stand (1/8 of it, and a segment: the arena is then at most 8/7 of its live bytes, 1.6%
-  // past the charge, well within the limit + 10%) and the newest segment's unused end;
-  // in the big
-  // one, the parts of pages that freed records could not give back (a quarter of it dead).
+  // What a record allocated `bytes` counts for, so that the limit bounds the memory the
+  // process holds. In the arena, 1/7 more: compaction lets 1/8 of it stand dead, so it is at
+  // most 8/7 of its live bytes (and a segment or two: the newest one's unused end, the one
+  // being walked). In the big one, 1/8 more, for the parts of pages that freed records could
+  // not give back (a quarter of it dead).
   static size_t Charge(size_t bytes, Pool pool) {
-    return pool == Pool::kArena || pool == Pool::kBigArena ? bytes + bytes / 8 : bytes;
+    return pool == Pool::kArena      ? bytes + bytes / 7
+           : pool == Pool::kBigArena ? bytes + bytes / 8
+                                     : bytes;
   }
   // jemalloc's size class for `n` bytes: multiples of 16 up to 128, then four classes per
   // doubling. A record takes exactly its class, in every build.

@@ -158,8 +158,9 @@ TEST(Table, TheArenaPacksRecordsAndCompactionBoundsItsDeadBytes) {
   const size_t live = table.arena().live_bytes();
   EXPECT_LE(live, keys.size() * Arena::Round(record + 1));
   EXPECT_EQ(table.heap_bytes(), RecordBytes(table));
-  // An arena record counts for 1/8 more than it takes: room for the dead bytes.
-  EXPECT_EQ(table.heap_bytes(), live + live / 8);
+  // An arena record counts for 1/7 more than it takes (rounded down): room for the dead bytes.
+  EXPECT_LE(table.heap_bytes(), live + live / 7);
+  EXPECT_GE(table.heap_bytes() + keys.size(), live + live / 7);
   EXPECT_LE(table.arena().segment_bytes(), live * 102 / 100 + Arena::kSegmentBytes);
   // Churn: overwrites with other sizes, deletes and re-inserts, each leaving dead bytes.
   size_t most_dead = 0;
@@ -179,14 +180,16 @@ TEST(Table, TheArenaPacksRecordsAndCompactionBoundsItsDeadBytes) {
     most_dead = std::max(most_dead, table.arena().dead_bytes());
     if (step % 20'000 == 0) {
       ASSERT_EQ(table.heap_bytes(), RecordBytes(table));
-      ASSERT_EQ(table.arena().live_bytes() * 9 / 8, table.heap_bytes());
+      const size_t now = table.arena().live_bytes();
+      ASSERT_LE(table.heap_bytes(), now + now / 7);
+      ASSERT_GE(table.heap_bytes() + table.size(), now + now / 7);
     }
   }
   EXPECT_GT(table.arena().moved_bytes(), 0u);
   // Compaction starts past a segment and 1/8 dead; a step (per insert, or per record a write
   // moved) walks 32 times the record written, which frees more than the write made dead. So
   // the dead bytes never get far past the threshold, and the arena stays within its records'
-  // charge (1/8 more than their size) and a segment.
+  // charge (1/7 more than their size) and a segment.
   EXPECT_LE(most_dead, std::max(Arena::kSegmentBytes, table.arena().segment_bytes() / 8) +
                            2 * Arena::kSegmentBytes);
   EXPECT_LE(table.arena().segment_bytes(), table.heap_bytes() + Arena::kSegmentBytes);
