@@ -16,7 +16,10 @@ Each row gives writes per second over the phases, the server's CPU per write (us
 /proc over the phases), its resident size at the end, and for ringkv the bytes its arenas moved
 to compact (`compacted_bytes`) per byte written, and the dead bytes left at the end.
 
-Usage: bench/churn_bench.py [RUNS=3] [PHASES=20] [BIG=200] [KEYS=1000000] [SMALL=32]
+BASELINE, if given, is another ringkv-server binary, run the same way in each round (say, a build
+of the commit before a change).
+
+Usage: bench/churn_bench.py [RUNS=3] [PHASES=20] [BIG=200] [KEYS=1000000] [SMALL=32] [BASELINE]
 (repository root, after scripts/setup.sh). Prints markdown; raw results in bench-results/churn/.
 """
 import json
@@ -32,6 +35,7 @@ PHASES = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 BIG = int(sys.argv[3]) if len(sys.argv) > 3 else 200
 KEYS = int(sys.argv[4]) if len(sys.argv) > 4 else 1_000_000
 SMALL = int(sys.argv[5]) if len(sys.argv) > 5 else 32
+BASELINE = sys.argv[6] if len(sys.argv) > 6 else None
 OUT = "bench-results/churn"
 LOADGEN = "build/bench/ringkv-loadgen"
 CLI = "build/client/ringkv"
@@ -49,8 +53,8 @@ def arena(addr):
             for k in ("compacted_bytes", "arena_dead_bytes", "arena_bytes", "memory_bytes")}
 
 
-def run_ringkv(churn):
-    proc, addr = start_ringkv(os.path.join(OUT, "ringkv.log"), ["--threads=1"])
+def run_ringkv(churn, binary="build/server/ringkv-server"):
+    proc, addr = start_ringkv(os.path.join(OUT, "ringkv.log"), ["--threads=1"], binary)
     try:
         subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", f"--value-size={SMALL}",
                         "--ops=1", "--progress=false"], capture_output=True, check=True)
@@ -103,11 +107,15 @@ def run_redis(churn):
 def main():
     os.makedirs(OUT, exist_ok=True)
     rows = {}
+    systems = [("ringkv, sizes alternating", run_ringkv, True),
+               ("Redis, sizes alternating", run_redis, True),
+               (f"ringkv, {SMALL} bytes throughout", run_ringkv, False),
+               (f"Redis, {SMALL} bytes throughout", run_redis, False)]
+    if BASELINE:
+        systems.insert(1, ("ringkv baseline, sizes alternating",
+                           lambda churn: run_ringkv(churn, BASELINE), True))
     for _ in range(RUNS):
-        for name, fn, churn in (("ringkv, sizes alternating", run_ringkv, True),
-                                ("Redis, sizes alternating", run_redis, True),
-                                (f"ringkv, {SMALL} bytes throughout", run_ringkv, False),
-                                (f"Redis, {SMALL} bytes throughout", run_redis, False)):
+        for name, fn, churn in systems:
             r = fn(churn)
             rows.setdefault(name, []).append(r)
             print(f"{name}: {r}", file=sys.stderr)
