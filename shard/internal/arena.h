@@ -76,8 +76,8 @@ class Arena {
     std::swap(give_back_, other.give_back_);
   }
 
-  // `bytes` (a multiple of kGrain, at most a 64th of a segment), from the head segment; never
-  // from the segment being compacted.
+  // `bytes` (a multiple of kGrain, small beside a segment: the head's end that the next record
+  // does not fit in is dead), from the head segment; never from the segment being compacted.
   char* Allocate(size_t bytes);
   // Counts the record at `p` of `bytes` dead; releases its segment if that leaves it empty
   // (unless it is the head, or the one being walked). A give-back arena gives the kernel the
