@@ -77,7 +77,7 @@ void Arena::Free(char* p, size_t bytes) {
   live_ -= bytes;
   dead_ += bytes;
   if (give_back_) {
-    constexpr uintptr_t kPage = 4096;
+    constexpr uintptr_t kPage = kPageBytes;
     const uintptr_t from = (reinterpret_cast<uintptr_t>(p) + kKeptBytes + kPage - 1) & ~(kPage - 1);
     const uintptr_t to = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kPage - 1);
     // Advice: failure only keeps the pages, and then they are not counted as given back.

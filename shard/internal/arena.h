@@ -52,8 +52,9 @@ class Arena {
   static constexpr size_t kMaxRecord = size_t{16} << 10;
 
   static size_t Round(size_t bytes) { return (bytes + kGrain - 1) / kGrain * kGrain; }
-  // What a give-back arena leaves of a freed block: its owner's mark.
+  // What a give-back arena leaves of a freed block: its owner's mark. It gives back whole pages.
   static constexpr size_t kKeptBytes = 16;
+  static constexpr size_t kPageBytes = 4096;
 
   // `segment_bytes`: a power of two.
   explicit Arena(size_t segment_bytes = kSegmentBytes, bool give_back = false)
@@ -112,7 +113,6 @@ class Arena {
     return segment_bytes() - head_end - returned_;
   }
   size_t held_dead_bytes() const { return dead_ - returned_; }
-  size_t segment_size() const { return segment_bytes_; }
   // Bytes Move has copied, since the arena was made.
   uint64_t moved_bytes() const { return moved_; }
 

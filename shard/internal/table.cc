@@ -209,39 +209,26 @@ void Table::FreeRecord(char* record) {
   }
 }
 
-size_t Table::CompactStep(size_t bytes) {
+size_t Table::Compact(Arena& arena, size_t bytes) {
+  const bool big = &arena == &big_;
+  const size_t prefix = big ? kBigPrefix : 0;
   size_t walked = 0;
   while (walked < bytes) {
-    char* r = arena_.NextToMove();
-    if (r == nullptr) break;
-    const size_t capacity = Capacity(r);
-    arena_.Skip(capacity);
-    walked += capacity;
-    // A freed record's bytes are as they were: its key still says whose it was, and it is
-    // live only if that key's slot still points to it.
-    const std::string_view key(r + kRecordHeader, KeyLen(r));
-    Entry* e = Find(key, Router::Hash(key));
-    if (e == nullptr || e->record() != r) continue;
-    e->set_record(arena_.Move(r, capacity));
-  }
-  return walked;
-}
-
-size_t Table::CompactBigStep(size_t bytes) {
-  size_t walked = 0;
-  while (walked < bytes) {
-    char* block = big_.NextToMove();
+    char* block = arena.NextToMove();
     if (block == nullptr) break;
-    const size_t allocated = Load<uint64_t>(block);
-    big_.Skip(allocated);
+    char* r = block + prefix;
+    // A big block gives its size and a dead mark in its prefix: the rest of a dead one may be
+    // given back. A freed arena record's bytes are as they were: its header gives its size,
+    // and its key says whose it was.
+    const size_t allocated = big ? Load<uint64_t>(block) : Capacity(r);
+    arena.Skip(allocated);
     walked += allocated;
-    if ((Load<uint64_t>(block + 8) & kDeadBlock) != 0) continue;
-    // A block not marked dead is its key's record.
-    char* r = block + kBigPrefix;
+    if (big && (Load<uint64_t>(block + 8) & kDeadBlock) != 0) continue;
+    // Live only if its key's slot still points to it.
     const std::string_view key(r + kRecordHeader, KeyLen(r));
     Entry* e = Find(key, Router::Hash(key));
     if (e == nullptr || e->record() != r) continue;
-    e->set_record(big_.Move(block, allocated) + kBigPrefix);
+    e->set_record(arena.Move(block, allocated) + prefix);
   }
   return walked;
 }

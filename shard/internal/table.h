@@ -60,7 +60,7 @@
 // The arena's compaction moves live records out of its emptiest segment, a bounded number of
 // bytes at a time (kCompactStepBytes per Insert of a new key, or per record moved by SetValue
 // or SetAux, while it is due; more per Upkeep when the owner is idle), and re-points their
-// slots.
+// slots; the big arena's the same way (CompactBigBudget).
 //
 // Entry pointers (to slots) are valid until the next Insert (which may move entries as the
 // table grows), Erase (which shifts the entries after the erased one) or Upkeep. A record's
@@ -193,8 +193,9 @@ class Table {
   size_t GrowStep(size_t buckets);
   bool growing() const { return old_ != nullptr; }
   // Work the table has pending (a growth, or a compaction due), and a step of it for an owner
-  // with nothing else to do: up to `buckets` buckets moved and 64 bytes of records walked per
-  // bucket. Returns a measure of the work done, 0 when there was none to do.
+  // with nothing else to do: up to `buckets` buckets moved, and per bucket 64 bytes of the
+  // arena's records walked and 1 KiB of the big arena's. Returns a measure of the work done, 0 when
+  // there was none to do.
   bool has_upkeep() const {
     return growing() || arena_.compacting() || arena_.NeedsCompaction() || big_.compacting() ||
            big_.NeedsCompaction();
@@ -210,14 +211,14 @@ class Table {
   static size_t CompactBudget(size_t record) { return std::max(kCompactStepBytes, 32 * record); }
   // Moves the live records of up to `bytes` of the arena's emptiest segment; returns the bytes
   // walked (0 when no compaction is due).
-  size_t CompactStep(size_t bytes);
+  size_t CompactStep(size_t bytes) { return Compact(arena_, bytes); }
   // The same for the big arena, whose compaction is due at a quarter dead: a step walks at
   // least 4 times the record written, so that it frees more than the write made dead.
   static constexpr size_t kCompactBigStepBytes = size_t{1} << 20;
   static size_t CompactBigBudget(size_t record) {
     return std::max(kCompactBigStepBytes, 4 * record);
   }
-  size_t CompactBigStep(size_t bytes);
+  size_t CompactBigStep(size_t bytes) { return Compact(big_, bytes); }
   const Arena& arena() const { return arena_; }
   const Arena& big_arena() const { return big_; }
 
@@ -265,7 +266,6 @@ class Table {
   // a mapping of its own, or malloc for a big record whose mmap failed.
   enum class Pool : uint8_t { kHeap, kArena, kBigArena, kMapped, kBigHeap };
   static constexpr size_t kMaxBigRecord = size_t{512} << 10;
-  static constexpr size_t kPageBytes = 4096;
   static constexpr size_t kBigSegmentBytes = size_t{16} << 20;
   static Pool PoolFor(size_t n) {
     return n <= 128                 ? Pool::kHeap
@@ -286,7 +286,7 @@ class Table {
       case Pool::kBigArena:
         return Arena::Round(n) + kBigPrefix;
       default:
-        return (n + kBigPrefix + kPageBytes - 1) / kPageBytes * kPageBytes;
+        return (n + kBigPrefix + Arena::kPageBytes - 1) / Arena::kPageBytes * Arena::kPageBytes;
     }
   }
   // What a record allocated `bytes` counts for, so that the limit bounds the memory the
@@ -441,6 +441,8 @@ class Table {
   char* MoveRecord(Entry* e, size_t need, size_t keep);
   // Compaction steps, where due, that keep up with a write of a `record`-byte record.
   void CompactSteps(size_t record);
+  // CompactStep or CompactBigStep: walks up to `bytes` of `arena`'s emptiest segment.
+  size_t Compact(Arena& arena, size_t bytes);
 
   Entry* slots_;  // While growing, the new array.
   size_t mask_;
