@@ -56,6 +56,13 @@ struct Outcome {
   size_t offset = 0;       // Of the first byte not loaded.
   bool malformed = false;  // A block that checked out held a bad record, or a snapshot's end.
   uint64_t revision = 0;   // A snapshot's footer's.
+  // A replica's positions (persist/format.h): the file begins with a reset its snapshot never
+  // committed, so it was left out; its last position (footer's, for a snapshot), if any, and
+  // whether data records follow it (without a position: whether it holds any).
+  bool left_out = false;
+  bool has_position = false;
+  ReplPosition position;
+  bool data_after_position = false;
 };
 
 absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) {
@@ -99,9 +106,11 @@ absl::StatusOr<Source> OpenSource(const std::string& dir, const std::string& nam
   return source;
 }
 
-// Reads the records of `source`, calling apply(record) for each, in order.
+// Reads the records of `source`, calling apply(record) for each data record, in order. A log
+// of a generation above `snapshot_generation` (the one restored) that begins with a reset
+// position is read but not applied.
 template <typename Apply>
-Outcome Load(const Source& source, Apply apply) {
+Outcome Load(const Source& source, uint64_t snapshot_generation, Apply apply) {
   const std::string_view data = source.data().substr(source.body);
   BlockReader reader(data, SeedOf(source.header));
   const bool snapshot = source.header.kind == FileKind::kSnapshot;
@@ -126,8 +135,20 @@ Outcome Load(const Source& source, Apply apply) {
     RecordReader records_in(payload);
     Record r;
     while (records_in.Next(&r)) {
+      if (r.kind == RecordKind::kPosition) {
+        if (records == 0 && r.reset && !snapshot &&
+            source.header.generation > snapshot_generation) {
+          outcome.left_out = true;
+        }
+        outcome.has_position = true;
+        outcome.position = {std::string(r.key), r.version};
+        outcome.data_after_position = false;
+        ++records;
+        continue;
+      }
       ++records;
-      apply(r);
+      outcome.data_after_position = true;
+      if (!outcome.left_out) apply(r);
     }
     if (records_in.malformed()) {
       outcome.malformed = true;
@@ -142,13 +163,18 @@ Outcome Load(const Source& source, Apply apply) {
     outcome.malformed = true;  // Not whole: a snapshot is committed whole or not at all.
   }
   outcome.revision = footer.revision;
+  if (snapshot) {
+    outcome.has_position = !footer.history.empty();
+    outcome.position = {footer.history, footer.lsn};
+    outcome.data_after_position = !outcome.has_position && records > 0;
+  }
   return outcome;
 }
 
 // Applies the records of `source` whose key `keep` accepts (by its hash) to `shard`.
 template <typename Keep>
-Outcome LoadInto(const Source& source, Shard& shard, Keep keep) {
-  return Load(source, [&](const Record& r) {
+Outcome LoadInto(const Source& source, uint64_t snapshot_generation, Shard& shard, Keep keep) {
+  return Load(source, snapshot_generation, [&](const Record& r) {
     const uint64_t hash = Router::Hash(r.key);
     if (!keep(hash)) return;
     const HashedKey key{r.key, hash};
@@ -161,6 +187,8 @@ Outcome LoadInto(const Source& source, Shard& shard, Keep keep) {
         break;
       case RecordKind::kDelete:
         shard.LoadDelete(key);
+        break;
+      case RecordKind::kPosition:  // Load keeps these.
         break;
     }
   });
@@ -313,7 +341,7 @@ class RestorePlan {
         absl::StatusOr<Source> source = OpenSource(dir_, names[i]);
         whole = source.ok() && !source->headerless() && source->header.shard == i &&
                 (i == 0 || source->header.shards == shards) &&
-                Whole(Load(*source, [](const Record&) {}));
+                Whole(Load(*source, 0, [](const Record&) {}));
         if (whole) shards = source->header.shards;
       }
       if (whole && shards == names.size()) return generation;
@@ -447,6 +475,41 @@ class RestorePlan {
   std::vector<std::string> leftovers_;
 };
 
+// A replica's worker's position after the restore (persist/format.h's position records): the
+// last one its files hold, unless data records follow it. None for files of another worker
+// count.
+Positions RestoredPositions(const std::vector<const Source*>& order,
+                            const std::vector<Outcome>& outcomes, uint32_t workers) {
+  Positions positions;
+  for (const Source* source : order) {
+    if (source->header.shards != workers) return positions;
+  }
+  positions.resize(workers);
+  std::vector<bool> known(workers, false);
+  for (size_t f = 0; f < order.size(); ++f) {
+    const Source& source = *order[f];
+    const Outcome& o = outcomes[f];
+    const uint32_t w = source.header.shard;
+    if (o.left_out) {
+      Log(LogLevel::kInfo,
+          "%s: left out: it follows a replica's full sync whose snapshot never committed, so "
+          "worker %d restores the data it held before that sync",
+          source.path, w);
+      continue;
+    }
+    if (o.has_position) {
+      positions[w] = o.position;
+      known[w] = !o.data_after_position && !o.position.history.empty();
+    } else if (o.data_after_position || source.header.kind == FileKind::kSnapshot) {
+      known[w] = false;
+    }
+  }
+  for (uint32_t w = 0; w < workers; ++w) {
+    if (!known[w]) positions[w] = std::nullopt;
+  }
+  return positions;
+}
+
 }  // namespace
 
 DataDir::DataDir(std::string path, const Options& options, int lock_fd)
@@ -513,6 +576,7 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
   // read it (they agree).
   const std::vector<const Source*> order = plan.Order();
   const uint32_t n = static_cast<uint32_t>(shards.size());
+  const uint64_t snapshot_generation = plan.snapshot_generation();
   std::vector<Outcome> outcomes(order.size());
   std::vector<std::thread> threads;
   for (uint32_t t = 0; t < n; ++t) {
@@ -521,9 +585,10 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
         const Source& source = *order[f];
         if (source.header.shards == n) {
           if (source.header.shard != t) continue;
-          outcomes[f] = LoadInto(source, *shards[t], [](uint64_t) { return true; });
+          outcomes[f] =
+              LoadInto(source, snapshot_generation, *shards[t], [](uint64_t) { return true; });
         } else {
-          Outcome o = LoadInto(source, *shards[t],
+          Outcome o = LoadInto(source, snapshot_generation, *shards[t],
                                [&](uint64_t hash) { return router.ShardOf(hash) == t; });
           if (t == 0) outcomes[f] = o;
         }
@@ -561,6 +626,7 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
                                           source.file_bytes, " bytes)");
     if (absl::Status s = plan.Refuse(what, kWayOutDamage); !s.ok()) return s;
   }
+  positions_ = RestoredPositions(order, outcomes, n);
   for (Shard* shard : shards) revision = std::max(revision, shard->revision());
   for (Shard* shard : shards) shard->RaiseRevision(revision);
   for (Shard* shard : shards) restored_keys_ += shard->size();
@@ -938,7 +1004,8 @@ absl::Status DataDir::CommitManifest(const SnapshotInfo& info, uint32_t shards,
 }
 
 absl::StatusOr<SnapshotInfo> DataDir::WriteSnapshot(const std::vector<const Shard*>& shards,
-                                                    SnapshotInfo info, int64_t now_ms) {
+                                                    SnapshotInfo info, int64_t now_ms,
+                                                    const Positions& positions) {
   const uint32_t n = static_cast<uint32_t>(shards.size());
   auto created = CreateSnapshotFiles(info, n, /*wake_workers=*/false);
   if (!created.ok()) return created.status();
@@ -955,6 +1022,7 @@ absl::StatusOr<SnapshotInfo> DataDir::WriteSnapshot(const std::vector<const Shar
             if (file.backlogged()) file.WaitForRoom();
             file.Add(key, value, version, deadline_ms);
           });
+      if (i < positions.size() && positions[i].has_value()) file.set_position(*positions[i]);
       file.Finish(shards[i]->revision());
     });
   }
@@ -969,12 +1037,13 @@ absl::StatusOr<SnapshotInfo> DataDir::WriteSnapshot(const std::vector<const Shar
   return info;
 }
 
-absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards, int64_t now_ms) {
+absl::Status DataDir::CloseAndSnapshot(const std::vector<const Shard*>& shards, int64_t now_ms,
+                                       const Positions& positions) {
   StopSnapshotter();
   const absl::Status log_status = CloseLogs();
   const uint32_t n = static_cast<uint32_t>(shards.size());
   const SnapshotInfo info{.generation = generation_ + 1, .unix_ms = now_ms};
-  absl::StatusOr<SnapshotInfo> written = WriteSnapshot(shards, info, now_ms);
+  absl::StatusOr<SnapshotInfo> written = WriteSnapshot(shards, info, now_ms, positions);
   absl::Status status = written.status();
   if (status.ok()) status = CommitSnapshot(*written, n);
   if (!status.ok()) {

@@ -53,6 +53,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,6 +94,9 @@ struct SnapshotInfo {
 
 class SnapshotFile;
 
+// Per worker: a replica's position, if it has one (persist/format.h).
+using Positions = std::vector<std::optional<ReplPosition>>;
+
 // How a data directory is opened.
 struct Options {
   SyncMode fsync = SyncMode::kEverySec;  // --fsync.
@@ -114,6 +118,14 @@ class DataDir {
 
   // Loads the data into `shards` (shard i is worker i's; `router` routes keys among them).
   absl::Status Restore(const std::vector<Shard*>& shards, const Router& router, int64_t now_ms);
+  // After Restore: each worker's replica position, where its files say the data stands (an
+  // empty vector when they were written with another worker count).
+  const Positions& restored_positions() const { return positions_; }
+  // Any thread: the generation of the snapshot the MANIFEST names (0: none).
+  uint64_t committed_generation() const {
+    std::lock_guard lock(manifest_mu_);
+    return manifest_.generation;
+  }
   // One new log per worker, listed in the MANIFEST; `on_progress(i)` is called from log i's
   // syncer (LogWriter). If the disk has no room for them (or the MANIFEST), the logs start
   // stalled (LogWriter::CreateWaiting: reads are served, writes refused) and a thread of the
@@ -134,7 +146,9 @@ class DataDir {
   // stops the thread. While the workers still run. Idempotent.
   void StopSnapshotter();
 
-  absl::Status CloseAndSnapshot(const std::vector<const Shard*>& shards, int64_t now_ms);
+  // `positions` (a replica's, per worker) go in the snapshot files' footers.
+  absl::Status CloseAndSnapshot(const std::vector<const Shard*>& shards, int64_t now_ms,
+                                const Positions& positions = {});
   // Closes the logs (written and synced) without a snapshot; the first error.
   absl::Status CloseLogs();
   // A stop: every log stalled for want of space makes a last try, and fails if it is still
@@ -156,7 +170,8 @@ class DataDir {
   // Writes `shards` (which nothing else touches meanwhile) to committed snapshot files of
   // `info.generation`; `info` with their keys and bytes.
   absl::StatusOr<SnapshotInfo> WriteSnapshot(const std::vector<const Shard*>& shards,
-                                             SnapshotInfo info, int64_t now_ms);
+                                             SnapshotInfo info, int64_t now_ms,
+                                             const Positions& positions = {});
   Manifest CurrentManifest() const;
   // Creates the files of this run's logs (generation_), syncs the directory and lists them in
   // the MANIFEST; on failure removes what it made.
@@ -206,6 +221,7 @@ class DataDir {
   bool snapshotter_stop_ = false;                // Guarded by snapshot_mu_.
   std::vector<std::unique_ptr<LogWriter>> logs_;
   uint64_t restored_keys_ = 0;
+  Positions positions_;  // Control thread: Restore's.
   double restore_seconds_ = 0;
   std::atomic<bool> logs_open_{false};
   LogGroup log_group_;  // Shared by the logs (LogWriter::Create).

@@ -12,8 +12,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +91,101 @@ Request PutRequest(std::string_view key, std::string_view value) {
   put.value = value;
   put.hash = Router::Hash(put.key);
   return put;
+}
+
+// A replica's positions (persist/format.h): the last position record of a worker's logs, or a
+// stop snapshot's footer, unless data records follow it; a log of a generation above the
+// restored snapshot that begins with a reset is left out whole.
+TEST_F(DataDirTest, ReplicaPositionsAndResetLogs) {
+  // One run of the directory: restores into one shard, then `write` logs, then closes (with a
+  // snapshot whose footers get `at_stop`, if given). The restore's positions and state.
+  const auto run = [&](const std::function<void(LogWriter&)>& write,
+                       std::optional<Positions> at_stop, Positions* positions, State* state) {
+    auto dir = DataDir::Open(dir_, {.fsync = SyncMode::kAlways}).value();
+    std::vector<std::unique_ptr<Shard>> shards;
+    shards.push_back(std::make_unique<Shard>());
+    ASSERT_TRUE(dir->Restore({shards[0].get()}, Router(1), kNow).ok());
+    *positions = dir->restored_positions();
+    *state = StateOf(shards);
+    ASSERT_TRUE(dir->OpenLogs(1, [](uint16_t) {}).ok());
+    write(dir->log(0));
+    if (at_stop.has_value()) {
+      ASSERT_TRUE(dir->CloseAndSnapshot({shards[0].get()}, kNow, *at_stop).ok());
+    } else {
+      ASSERT_TRUE(dir->CloseLogs().ok());
+    }
+  };
+  const auto nothing = [](LogWriter&) {};
+  Positions positions;
+  State state;
+  run(
+      [](LogWriter& log) {
+        log.Set("a", "1", 1, 0);
+        log.Position("h1", 5, false);
+        log.Commit();
+      },
+      std::nullopt, &positions, &state);
+  run(nothing, std::nullopt, &positions, &state);
+  EXPECT_EQ(positions, (Positions{ReplPosition{"h1", 5}}));
+  EXPECT_EQ(state.size(), 1u);
+  // Data after the last position: none (the primary's writes after a promotion).
+  run(
+      [](LogWriter& log) {
+        log.Set("b", "2", 2, 0);
+        log.Commit();
+      },
+      std::nullopt, &positions, &state);
+  run(nothing, Positions{ReplPosition{"h2", 9}}, &positions, &state);
+  EXPECT_EQ(positions, Positions{std::nullopt});
+  EXPECT_EQ(state.size(), 2u);
+  // The stop's snapshot's footer gives the position (this run's logs share its generation).
+  run(nothing, std::nullopt, &positions, &state);
+  EXPECT_EQ(positions, (Positions{ReplPosition{"h2", 9}}));
+  run(
+      [](LogWriter& log) {
+        // A log above the snapshot's generation that begins with a reset (a live snapshot's
+        // segment after a full sync, whose snapshot never committed): left out.
+        log.Position("h3", 1, true);
+        log.Set("mixed", "3", 3, 0);
+        log.Position("h3", 2, false);
+        log.Commit();
+      },
+      std::nullopt, &positions, &state);
+  EXPECT_EQ(positions, (Positions{ReplPosition{"h2", 9}}));
+  EXPECT_EQ(state.size(), 2u);
+  run(nothing, std::nullopt, &positions, &state);
+  EXPECT_EQ(positions, (Positions{ReplPosition{"h2", 9}}));
+  EXPECT_EQ(state.count("mixed"), 0u);
+  EXPECT_EQ(state.size(), 2u);
+  // An empty history says "no position".
+  run(
+      [](LogWriter& log) {
+        log.Position("", 0, false);
+        log.Commit();
+      },
+      std::nullopt, &positions, &state);
+  run(nothing, std::nullopt, &positions, &state);
+  EXPECT_EQ(positions, Positions{std::nullopt});
+  // Files of another worker count give no positions.
+  run(
+      [](LogWriter& log) {
+        log.Position("h4", 7, false);
+        log.Commit();
+      },
+      std::nullopt, &positions, &state);
+  std::vector<std::unique_ptr<Shard>> two;
+  ASSERT_TRUE(Restore(dir_, 2, false, &two).ok());
+  auto dir = DataDir::Open(dir_, {.fsync = SyncMode::kAlways}).value();
+  std::vector<std::unique_ptr<Shard>> one;
+  one.push_back(std::make_unique<Shard>());
+  ASSERT_TRUE(dir->Restore({one[0].get()}, Router(1), kNow).ok());
+  EXPECT_EQ(dir->restored_positions(), (Positions{ReplPosition{"h4", 7}}));
+  dir.reset();
+  auto again = DataDir::Open(dir_, {.fsync = SyncMode::kAlways}).value();
+  std::vector<Shard*> raw;
+  for (auto& shard : two) raw.push_back(shard.get());
+  ASSERT_TRUE(again->Restore(raw, Router(2), kNow).ok());
+  EXPECT_TRUE(again->restored_positions().empty());
 }
 
 TEST_F(DataDirTest, LogsAndSnapshotsRoundTripWithVersionsDeadlinesAndDeletes) {

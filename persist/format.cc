@@ -157,6 +157,12 @@ void AppendDeadline(std::string* out, std::string_view key, int64_t deadline_ms)
 
 void AppendDelete(std::string* out, std::string_view key) { PutKey(out, RecordKind::kDelete, key); }
 
+void AppendPosition(std::string* out, std::string_view history, uint64_t lsn, bool reset) {
+  PutKey(out, RecordKind::kPosition, history);
+  PutVarint(out, lsn);
+  out->push_back(static_cast<char>(reset ? 1 : 0));
+}
+
 size_t MaxSetBytes(size_t key_bytes, size_t value_bytes) {
   return 1 + 10 + key_bytes + 10 + 10 + 10 + value_bytes;
 }
@@ -182,6 +188,15 @@ bool RecordReader::Next(Record* r) {
     case RecordKind::kDelete:
       r->kind = RecordKind::kDelete;
       break;
+    case RecordKind::kPosition:
+      r->kind = RecordKind::kPosition;
+      ok = ok && GetVarint(&data_, &r->version) && !data_.empty() &&
+           static_cast<uint8_t>(data_.front()) <= 1;
+      if (ok) {
+        r->reset = data_.front() == 1;
+        data_.remove_prefix(1);
+      }
+      break;
     default:
       ok = false;
   }
@@ -198,6 +213,10 @@ std::string EncodeFooter(const SnapshotFooter& f) {
   PutFixed(&out, f.records, 8);
   PutFixed(&out, f.data_blocks, 8);
   PutFixed(&out, f.revision, 8);
+  if (!f.history.empty()) {
+    PutFixed(&out, f.lsn, 8);
+    out.append(f.history);
+  }
   return out;
 }
 
@@ -205,10 +224,13 @@ bool DecodeFooter(std::string_view p, SnapshotFooter* f) {
   // Format 1's footer has no revision.
   if (!p.starts_with(kFooterMagic)) return false;
   const size_t size = p.size() - kFooterMagic.size();
-  if (size != 16 && size != 24) return false;
+  // A replica's has its position after the revision: the lsn, then the history to its end.
+  if (size != 16 && size != 24 && size <= 32) return false;
   f->records = GetFixed(p, 8, 8);
   f->data_blocks = GetFixed(p, 16, 8);
-  f->revision = size == 24 ? GetFixed(p, 24, 8) : 0;
+  f->revision = size >= 24 ? GetFixed(p, 24, 8) : 0;
+  f->lsn = size > 32 ? GetFixed(p, 32, 8) : 0;
+  f->history = size > 32 ? std::string(p.substr(40)) : std::string();
   return true;
 }
 

@@ -21,7 +21,9 @@
 //   set-aside-<ms>/            the files a --load-intact start replaced with the snapshot it
 //                              wrote (the old MANIFEST too), moved there, never deleted.
 // Formats: 1 (no inventory in the MANIFEST, no revision in snapshot footers) is still read;
-// everything written is format 2.
+// everything written is format 2. Position records and footers with a position, which only a
+// replica writes, came later within format 2: a ringkv-server older than them refuses such a
+// file as damaged.
 // A generation begins at each start of the server and at each snapshot. The snapshot of
 // generation G holds everything the logs of generations before G held: restore loads it, then
 // replays the logs of generation G on, oldest first. Within one generation a key lives in one
@@ -32,13 +34,23 @@
 // block copied from another file fails its check.
 //
 // Records (one block holds many; a record never spans blocks):
-//   u8 kind (1 set, 2 deadline, 3 delete), varint key length, key, then
+//   u8 kind (1 set, 2 deadline, 3 delete, 4 position), varint key length, key, then
 //   set:      varint version, varint deadline (ms since the epoch; 0: none), varint value
 //             length, value
 //   deadline: varint deadline
 //   delete:   nothing
+//   position: (a replica's log only; its "key" is the primary's history, empty for none) varint
+//             lsn, u8 reset (0 or 1). The records before it in this worker's logs bring the
+//             shard to the primary's state at that position (server/repl/sink.h). With reset,
+//             the records before it in this file were replaced by a full sync: the log is
+//             replayed only on the snapshot of its own generation, which holds the new data;
+//             on an older one (that snapshot never committed) it is left out, so a restore
+//             gives the data held before the full sync, never a mix.
 // A record holds a key's state after a change, not the change: replaying any prefix gives a
 // state the shard had.
+//
+// A snapshot's footer may carry a replica's position too (a stop's snapshot, which removes the
+// logs): the records of the file are the primary's state at it.
 #ifndef RINGKV_PERSIST_FORMAT_H_
 #define RINGKV_PERSIST_FORMAT_H_
 
@@ -83,20 +95,30 @@ struct ParsedName {
 };
 std::optional<ParsedName> ParseName(std::string_view name);
 
-enum class RecordKind : uint8_t { kSet = 1, kDeadline = 2, kDelete = 3 };
+enum class RecordKind : uint8_t { kSet = 1, kDeadline = 2, kDelete = 3, kPosition = 4 };
 
 struct Record {
   RecordKind kind = RecordKind::kSet;
-  std::string_view key;
+  std::string_view key;  // kPosition: the history.
   std::string_view value;
-  uint64_t version = 0;
+  uint64_t version = 0;  // kPosition: the lsn.
   int64_t deadline_ms = 0;
+  bool reset = false;  // kPosition.
+};
+
+// Where a replica's worker stands in its primary's stream (server/repl/): the primary's
+// history and the position of the next record.
+struct ReplPosition {
+  std::string history;
+  uint64_t lsn = 0;
+  bool operator==(const ReplPosition&) const = default;
 };
 
 void AppendSet(std::string* out, std::string_view key, std::string_view value, uint64_t version,
                int64_t deadline_ms);
 void AppendDeadline(std::string* out, std::string_view key, int64_t deadline_ms);
 void AppendDelete(std::string* out, std::string_view key);
+void AppendPosition(std::string* out, std::string_view history, uint64_t lsn, bool reset);
 // The bytes AppendSet adds, at most.
 size_t MaxSetBytes(size_t key_bytes, size_t value_bytes);
 
@@ -119,6 +141,9 @@ struct SnapshotFooter {
   uint64_t records = 0;
   uint64_t data_blocks = 0;
   uint64_t revision = 0;  // The shard's revision at the cut (format 1: 0, unknown).
+  // A replica's position at the cut, if it had one (empty history: none).
+  std::string history;
+  uint64_t lsn = 0;
 };
 std::string EncodeFooter(const SnapshotFooter& footer);
 bool DecodeFooter(std::string_view payload, SnapshotFooter* footer);

@@ -49,6 +49,7 @@ LogWriter::LogWriter(Segment segment, SyncMode mode, std::function<void()> on_pr
       env_(env),
       group_(group),
       current_(std::move(segment)) {
+  generation_ = current_.generation;
   file_bytes_.store(current_.bytes);
   synced_bytes_.store(current_.synced);
 }
@@ -57,6 +58,7 @@ absl::StatusOr<LogWriter::Segment> LogWriter::OpenSegment(const std::string& dir
                                                           const FileHeader& header, Env& env) {
   Segment segment;
   segment.path = absl::StrCat(dir, "/", LogName(header.generation, header.shard));
+  segment.generation = header.generation;
   if (int error = env.OpenLog(segment.path, &segment.fd); error != 0) {
     return IoError("cannot create the log", segment.path, error);
   }
@@ -102,8 +104,10 @@ std::unique_ptr<LogWriter> LogWriter::Start(Segment segment, SyncMode mode,
 std::unique_ptr<LogWriter> LogWriter::CreateWaiting(const std::string& path, SyncMode mode,
                                                     std::function<void()> on_progress,
                                                     LogGroup* group, Env& env) {
+  const std::optional<ParsedName> name = ParseName(path.substr(path.rfind('/') + 1));
   std::unique_ptr<LogWriter> log(
-      new LogWriter(Segment{.path = path}, mode, std::move(on_progress), group, env));
+      new LogWriter(Segment{.path = path, .generation = name ? name->generation : 0}, mode,
+                    std::move(on_progress), group, env));
   log->error_ = absl::StrCat("cannot create the log ", path, ": ", std::strerror(ENOSPC),
                              "; writes are refused until it can be created");
   log->stalled_since_ = std::chrono::steady_clock::now();
@@ -131,6 +135,7 @@ void LogWriter::Cut() {
     std::lock_guard<std::mutex> io(io_mu_);
     pending_.next = std::move(next_);
   }
+  if (pending_.next != nullptr) generation_ = pending_.next->generation;
   pending_.cut = pending_.blocks.size();
   block_closed_ = true;
 }
@@ -182,6 +187,11 @@ void LogWriter::Delete(std::string_view key) {
   Reserve(MaxSetBytes(key.size(), 0));
   AppendDelete(&pending_.data, key);
   ++appended_;
+}
+
+void LogWriter::Position(std::string_view history, uint64_t lsn, bool reset) {
+  Reserve(MaxSetBytes(history.size(), 0));
+  AppendPosition(&pending_.data, history, lsn, reset);
 }
 
 void LogWriter::Commit() {

@@ -91,6 +91,7 @@ class LogWriter final : public Journal {
   // One file of a log: created, its header written and synced (the directory is not).
   struct Segment {
     std::string path;
+    uint64_t generation = 0;
     int fd = -1;
     uint32_t seed = 0;
     uint64_t bytes = 0;   // Written.
@@ -149,6 +150,10 @@ class LogWriter final : public Journal {
   bool backlogged() const override { return pending_.data.size() > kMaxPending; }
   // Records from now on go to the segment PrepareCut gave (which must have been called).
   void Cut() override;
+  // A replica's position after the records before it (persist/format.h: a position record).
+  void Position(std::string_view history, uint64_t lsn, bool reset);
+  // Worker: the generation of the file the next record goes to.
+  uint64_t generation() const { return generation_; }
 
   // Writes and syncs whatever is left (in every mode), stops the syncer and closes the file;
   // the log's error if it failed (a log still stalled fails). Once only.
@@ -255,6 +260,7 @@ class LogWriter final : public Journal {
   // outside the lock), retired_ (switched away from, to be synced and closed) and next_.
   mutable std::mutex io_mu_;
   Segment current_;
+  uint64_t generation_ = 0;  // Worker: the generation records go to (Cut switches it).
   std::vector<Segment> retired_;
   std::unique_ptr<Segment> next_;
   uint64_t segment_number_ = 0;  // Counts switches; a sync publishes only for its segment.

@@ -54,6 +54,11 @@ class SnapshotFile final : public SnapshotJob {
     return queued_bytes_.load(std::memory_order_acquire) >= kMaxQueuedBytes;
   }
   void Finish(uint64_t revision) override;
+  // A replica's position at the cut, for the footer (before Finish).
+  void set_position(const ReplPosition& position) {
+    footer_.history = position.history;
+    footer_.lsn = position.lsn;
+  }
 
   // Blocks while backlogged().
   void WaitForRoom();

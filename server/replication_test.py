@@ -29,9 +29,16 @@
 - A replica switched to a primary killed (SIGKILL) mid full sync keeps exactly its old data.
 - TLS to the primary (mTLS): a replica with the CA and a client certificate follows; one in
   plaintext or without a certificate syncs nothing and says why.
+- A replica with --data-dir, killed (SIGKILL) and then stopped, restarted on its directory:
+  each worker goes on from the position on its disk (partial resync, no full sync) and ends
+  equal; promoted (also right after its full sync, before a snapshot holds the image), the
+  writes it takes survive a SIGKILL with the data it had.
+- A replica with --data-dir switched to another primary (under writes) and killed at a random
+  moment of that full sync or soon after: restarted alone, it holds exactly the old primary's
+  data, or the new one's with a prefix of its writes; never a mix.
 - Bad setups: --threads unlike the primary's, a replica of itself, a port that is no ringkv
-  server: each keeps retrying with a clear last_error and serves reads; --replica-of with
-  --data-dir refuses the start (exit status 2).
+  server: each keeps retrying with a clear last_error and serves reads;
+  --full-sync-keeps-data=false with --data-dir refuses the start (exit status 2).
 
 Every wait polls with a deadline. Usage:
   replication_test.py SERVER_BINARY CLI_BINARY PROTO_DIR TOOLS_DIR LOADGEN_BINARY [SERVER_FLAG...]
@@ -59,6 +66,8 @@ from certs import make_certificates  # noqa: E402
 
 SERVER, CLI, PROTO_DIR, TOOLS, LOADGEN = sys.argv[1:6] if len(sys.argv) >= 6 else (None,) * 5
 SERVER_FLAGS = sys.argv[6:]
+# ringkv-server with a persist::FaultEnv (server/testing/faults_main.cc).
+FAULTS = os.environ.get("RINGKV_SERVER_FAULTS")
 SLOW = 1 if os.environ.get("RINGKV_SANITIZER", "none") == "none" else 3  # Deadlines' factor.
 
 CALL_TIMEOUT = 10  # Seconds, per RPC.
@@ -278,10 +287,12 @@ class ClosingListener:
 class ReplicationTest(unittest.TestCase):
     # Servers: each test starts its own, and its cleanups stop them.
 
-    def start(self, *flags, threads=2):
+    def start(self, *flags, threads=2, binary=None):
         """A server, stopped (SIGTERM, exit status 0) when the test ends; one that a test
         killed is only reaped, and one that died on its own fails the test."""
-        server = RingkvServer(SERVER, f"--threads={threads}", *flags, *SERVER_FLAGS)
+        started_ms = int(time.time() * 1000)
+        server = RingkvServer(binary or SERVER, f"--threads={threads}", *flags, *SERVER_FLAGS)
+        server.started_ms = started_ms
         server.log = LogReader(server)
         server.killed = False
 
@@ -298,8 +309,9 @@ class ReplicationTest(unittest.TestCase):
         self.addCleanup(cleanup)
         return server
 
-    def replica_of(self, primary, *flags, threads=2):
-        return self.start(f"--replica-of={primary.address}", *flags, threads=threads)
+    def replica_of(self, primary, *flags, threads=2, binary=None):
+        return self.start(f"--replica-of={primary.address}", *flags, threads=threads,
+                          binary=binary)
 
     def kv(self, server, fresh=False):
         """A stub on a channel to the server. fresh: on a connection of its own (grpcio shares
@@ -648,6 +660,176 @@ class ReplicationTest(unittest.TestCase):
                          extra=lambda: sum(f.full_syncs for f in flows(rkv).values()) >= 4)
         self.assertEqual(self.compare(akv, rkv, at_least=3510), 3510)
 
+    def data_dir(self):
+        data = tempfile.mkdtemp(prefix="ringkv-replication-")
+        self.addCleanup(shutil.rmtree, data, True)
+        return f"--data-dir={os.path.join(data, 'data')}"
+
+    def wait_snapshot(self, kv, after_ms=0):
+        """Waits until a snapshot begun after after_ms has committed on that server."""
+        wait_until(lambda: stats(kv).persistence.snapshot_unix_ms > after_ms, 20 * SLOW,
+                   lambda: str(stats(kv).persistence))
+
+    def contents(self, kv):
+        """key -> (value, version), every key the server holds."""
+        keys = sorted(scan_keys(kv))
+        out = {}
+        for i in range(0, len(keys), 100):
+            out.update({k: e[:2] for k, e in read(kv, keys[i:i + 100]).items()})
+        return out
+
+    def test_replica_with_a_data_dir_goes_on_from_its_disk(self):
+        # A replica with --data-dir logs what it applies with its positions: killed (SIGKILL)
+        # or stopped, then restarted on its directory, each worker goes on from its position
+        # (a partial resync, no full sync) and ends equal to the primary. Promoted, the writes
+        # it takes survive a SIGKILL too.
+        primary = self.start()
+        pkv = self.kv(primary)
+        put_many(pkv, [(b"a%04d" % i, b"first-%d" % i, 0) for i in range(1000)])
+        flags = (f"--listen=127.0.0.1:{free_port()}", self.data_dir())
+        replica = self.replica_of(primary, *flags)
+        rkv = self.kv(replica)
+        self.wait_stable(pkv, rkv, replica)
+        # The full sync's image is on disk once the snapshot it asks for has committed.
+        self.wait_snapshot(rkv, replica.started_ms)
+        put_many(pkv, [(b"b%04d" % i, b"second-%d" % i, 60000) for i in range(300)])
+        self.wait_stable(pkv, rkv, replica)
+        for how in ("kill", "stop"):
+            if how == "kill":
+                self.kill9(replica)
+            else:
+                replica.stop()
+                replica.killed = True  # Stopped here, not by the cleanup.
+            # More writes while it is away: new keys, overwrites with TTLs, deletes.
+            put_many(pkv, [(b"c%s%04d" % (how.encode(), i), b"third", 0) for i in range(300)])
+            put_many(pkv, [(b"a%04d" % i, b"again-%s" % how.encode(), 60000)
+                           for i in range(100)])
+            for i in range(100, 150) if how == "kill" else range(150, 200):
+                pkv.Delete(kv_pb2.DeleteRequest(key=b"a%04d" % i), timeout=CALL_TIMEOUT)
+            replica = self.replica_of(primary, *flags)
+            rkv = self.kv(replica, fresh=True)
+            self.wait_stable(pkv, rkv, replica)
+            got = flows(rkv)
+            self.assertEqual({w: (f.full_syncs, f.partial_syncs) for w, f in got.items()},
+                             {0: (0, 1), 1: (0, 1)}, f"after a {how}: {show(rkv)}")
+            self.compare(pkv, rkv, at_least=1500)
+        promoted = self.cli(replica, "replicate", "--stop")
+        self.assertEqual(promoted.returncode, 0, promoted.stderr)
+        put_many(rkv, [(b"d%04d" % i, b"fourth", 0) for i in range(200)])
+        expected = self.contents(rkv)
+        self.kill9(replica)
+        again = self.start(*flags)
+        self.assertEqual(self.contents(self.kv(again, fresh=True)), expected)
+
+    def test_replica_with_a_data_dir_promoted_right_after_its_full_sync(self):
+        # Promoted as soon as its full sync is applied: the promotion waits until a snapshot
+        # holds the image, so that the writes it then takes, logged after the image, are
+        # restored with it after a SIGKILL.
+        primary = self.start()
+        pkv = self.kv(primary)
+        put_many(pkv, [(b"a%05d" % i, b"x" * (i % 90), 0) for i in range(20000)])
+        flags = (f"--listen=127.0.0.1:{free_port()}", self.data_dir())
+        replica = self.replica_of(primary, *flags)
+        rkv = self.kv(replica)
+        self.wait_stable(pkv, rkv, replica)
+        promoted = self.cli(replica, "replicate", "--stop")
+        self.assertEqual(promoted.returncode, 0, promoted.stderr)
+        put_many(rkv, [(b"p%03d" % i, b"after", 0) for i in range(100)])
+        expected = self.contents(rkv)
+        self.assertEqual(len(expected), 20100)
+        self.kill9(replica)
+        again = self.start(*flags)
+        self.assertEqual(self.contents(self.kv(again, fresh=True)), expected)
+
+    def test_replica_with_a_data_dir_killed_before_its_full_sync_is_on_disk(self):
+        # The same, at the worst moment: the replica (ringkv-server-faults) kills itself when
+        # the snapshot its full sync asked for has its files written and renamed but no
+        # MANIFEST names them yet, while the new primary's writes are logged after the image.
+        # Restarted alone, it holds exactly the old primary's data.
+        a, b = self.start(threads=1), self.start(threads=1)
+        akv, bkv = self.kv(a), self.kv(b)
+        put_many(akv, [(b"a%05d" % i, b"A" * (i % 50), 0) for i in range(3000)])
+        put_many(bkv, [(b"b%05d" % i, b"B" * (i % 70), 0) for i in range(20000)])
+        a_data = self.contents(akv)
+        stop = self.start_writer(bkv)
+        flags = (f"--listen=127.0.0.1:{free_port()}", self.data_dir())
+        replica = self.replica_of(a, *flags, threads=1)
+        rkv = self.kv(replica)
+        self.wait_stable(akv, rkv, replica)
+        replica.stop()  # Its snapshot at exit holds A's data.
+        replica.killed = True
+        doomed = self.replica_of(b, *flags, "--fault-crash-in-snapshot=renamed", threads=1,
+                                 binary=FAULTS)
+        doomed.killed = True
+        doomed.process.wait(timeout=30 * SLOW)
+        self.assertEqual(doomed.process.returncode, -signal.SIGKILL)
+        stop.set()
+        alone = self.start(*flags, threads=1)
+        got = self.contents(self.kv(alone, fresh=True))
+        self.assertEqual(got == a_data, True,
+                         f"{len(got)} keys: {sum(k.startswith(b'a') for k in got)} of A's, "
+                         f"{sum(k.startswith(b'b') for k in got)} of B's, "
+                         f"{sum(k.startswith(b'w') for k in got)} written to B")
+
+    def start_writer(self, kv):
+        """A thread setting w0000000, w0000001, ... one after another until the event it
+        returns is set (a cleanup sets it and joins the thread)."""
+        stop, written = threading.Event(), [0]
+
+        def write():
+            while not stop.is_set():
+                kv.Put(kv_pb2.PutRequest(key=b"w%07d" % written[0], value=b"w"),
+                       timeout=CALL_TIMEOUT)
+                written[0] += 1
+        writer = threading.Thread(target=write)
+        writer.start()
+        self.addCleanup(writer.join)
+        self.addCleanup(stop.set)
+        return stop
+
+    def test_replica_with_a_data_dir_killed_around_a_full_sync(self):
+        # A replica with --data-dir switched from primary A (static) to B (static keys, and a
+        # writer setting w-keys one after another) and killed (SIGKILL) at a random moment of
+        # that full sync or soon after: restarted alone, it holds exactly A's data, or B's
+        # static keys with a prefix of the writer's keys; never a mix. One worker everywhere,
+        # so that records apply in the writer's order.
+        rng = random.Random(23)
+        a, b = self.start(threads=1), self.start(threads=1)
+        akv, bkv = self.kv(a), self.kv(b)
+        put_many(akv, [(b"a%05d" % i, b"A" * (i % 50), 0) for i in range(3000)])
+        put_many(bkv, [(b"b%05d" % i, b"B" * (i % 70), 0) for i in range(50000)])
+        a_data, b_static = self.contents(akv), self.contents(bkv)
+        self.start_writer(bkv)
+        flags = (f"--listen=127.0.0.1:{free_port()}", self.data_dir())
+        outcomes = []
+        for round in range(5 if SLOW == 1 else 2):
+            replica = self.replica_of(a, *flags, threads=1)
+            rkv = self.kv(replica, fresh=True)
+            self.wait_stable(akv, rkv, replica)
+            self.wait_snapshot(rkv, replica.started_ms)
+            switched = self.cli(replica, "replicate", f"--to={b.address}")
+            self.assertEqual(switched.returncode, 0, switched.stderr)
+            # Before, during or after the image, or between the swap and the snapshot.
+            time.sleep(rng.choice((0, 0.02, 0.05, 0.1, 0.2, 0.4)) * SLOW)
+            self.kill9(replica)
+            alone = self.start(*flags, threads=1)
+            got = self.contents(self.kv(alone, fresh=True))
+            alone.stop()
+            alone.killed = True
+            if got == a_data:
+                outcomes.append("A")
+                continue
+            writes = sorted(k for k in got if k.startswith(b"w"))
+            static = {k: v for k, v in got.items() if not k.startswith(b"w")}
+            self.assertEqual(
+                (static == b_static, writes == [b"w%07d" % i for i in range(len(writes))]),
+                (True, True),
+                f"round {round}: neither A's data nor B's: {len(got)} keys, "
+                f"{sum(k.startswith(b'a') for k in got)} of A's, "
+                f"{sum(k.startswith(b'b') for k in got)} of B's, {len(writes)} written")
+            outcomes.append("B")
+        print(f"  restored after the kill: {' '.join(outcomes)}", file=sys.stderr)
+
     def test_min_replicas(self):
         # --min-replicas=1: a write is refused (not run) while no replica follows; once one
         # does, each acknowledged write is already on it (read back from the replica at once);
@@ -804,14 +986,22 @@ class ReplicationTest(unittest.TestCase):
         self.assertEqual(stats(rkv).replication.primary, second.address)
         self.assertRefused(lambda: rkv.Put(kv_pb2.PutRequest(key=b"k", value=b"v"),
                                            timeout=CALL_TIMEOUT), second.address)
-        # A primary with a data directory cannot follow at run time yet; the flags are checked
-        # before anything is sent.
-        data = tempfile.mkdtemp(prefix="ringkv-replication-")
-        self.addCleanup(shutil.rmtree, data, True)
-        durable = self.start(f"--data-dir={data}")
-        refused = self.cli(durable, "replicate", f"--to={second.address}")
-        self.assertEqual(refused.returncode, 3, refused.stderr)
-        self.assertIn("cannot become a replica yet", refused.stderr)
+        # A primary with a data directory steps down too: its data is replaced, on disk as
+        # well (restarted alone, it holds the new primary's data).
+        flags = (f"--listen=127.0.0.1:{free_port()}", self.data_dir())
+        durable = self.start(*flags)
+        dkv = self.kv(durable)
+        put_many(dkv, [(b"own%03d" % i, b"d", 0) for i in range(50)])
+        stepped = self.cli(durable, "replicate", f"--to={second.address}")
+        self.assertEqual(stepped.returncode, 0, stepped.stderr)
+        self.wait_stable(skv, dkv, durable)
+        self.assertEqual(self.compare(skv, dkv, at_least=200), 200)
+        expected = self.contents(skv)
+        durable.stop()
+        durable.killed = True
+        alone = self.start(*flags)
+        self.assertEqual(self.contents(self.kv(alone, fresh=True)), expected)
+        # The flags are checked before anything is sent.
         for args in ((), ("--stop", f"--to={second.address}")):
             usage = self.cli(replica, "replicate", *args)
             self.assertEqual(usage.returncode, 2, usage.stderr)
@@ -989,16 +1179,15 @@ class ReplicationTest(unittest.TestCase):
             self.assertEqual(f.full_syncs, 0)
         self.assertServesReads(server, kv)
 
-    def test_bad_setup_data_dir_refused(self):
+    def test_bad_setup_data_dir_with_a_dropping_full_sync_refused(self):
         data = tempfile.mkdtemp(prefix="ringkv-replication-")
         self.addCleanup(shutil.rmtree, data, True)
         r = subprocess.run([SERVER, "--listen=127.0.0.1:0", "--threads=2",
-                            f"--replica-of=127.0.0.1:{free_port()}",
+                            f"--replica-of=127.0.0.1:{free_port()}", "--full-sync-keeps-data=false",
                             f"--data-dir={os.path.join(data, 'data')}", *SERVER_FLAGS],
                            capture_output=True, text=True, timeout=10 * SLOW)
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("--replica-of", r.stderr)
-        self.assertIn("--data-dir", r.stderr)
+        self.assertIn("--full-sync-keeps-data=false cannot go with --data-dir", r.stderr)
         r = subprocess.run([SERVER, "--replica-of=127.0.0.1:1", "--min-replicas=1"],
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 2, r.stderr)

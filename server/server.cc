@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <random>
 #include <tuple>
 
@@ -154,6 +156,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     server->threads_.emplace_back([loop = loop.get()] { loop->Run(); });
   }
   if (server->metrics_server_ != nullptr) server->metrics_server_->Start();
+  if (server->data_dir_ != nullptr) {
+    // Once the loops run (a snapshot waits for every worker's cut), and before a replica's
+    // client (its full sync asks for one).
+    RingEngine* engine = server->ring_engine_.get();
+    server->data_dir_->StartSnapshotter(
+        [engine](uint32_t i, SnapshotJob* job) { engine->worker(i).StartSnapshot(job); },
+        options.snapshot_every);
+  }
   {
     // Under the lock a role change takes (a loop thread may already run one).
     std::lock_guard lock(server->role_mu_);
@@ -162,13 +172,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
       server->replica_client_ = server->MakeReplicaClient(server->primary_);
       server->replica_client_->Start();
     }
-  }
-  if (server->data_dir_ != nullptr) {
-    // Once the loops run: a snapshot waits for every worker's cut.
-    RingEngine* engine = server->ring_engine_.get();
-    server->data_dir_->StartSnapshotter(
-        [engine](uint32_t i, SnapshotJob* job) { engine->worker(i).StartSnapshot(job); },
-        options.snapshot_every);
   }
   return server;
 }
@@ -243,10 +246,11 @@ absl::Status Server::SetUpReplication() {
     if (!replica) return absl::OkStatus();  // The lock engine: a baseline.
     return absl::InvalidArgumentError("--replica-of works with --engine=ring only");
   }
-  if (replica && data_dir_ != nullptr) {
+  if (data_dir_ != nullptr && !options_.full_sync_keeps_data) {
     return absl::InvalidArgumentError(
-        "--replica-of with --data-dir is not supported yet: a replica keeps what it follows in "
-        "memory only (it full-syncs from its primary at every start)");
+        "--full-sync-keeps-data=false cannot go with --data-dir: a replica's snapshot taken "
+        "during a full sync would hold part of the image (leave it at true: the image loads "
+        "beside the data and is swapped in whole)");
   }
   if (!options_.primary_token_file.empty()) {
     std::ifstream in(options_.primary_token_file);
@@ -280,6 +284,27 @@ absl::Status Server::SetUpReplication() {
     repl_sinks_.push_back(std::make_unique<repl::ReplSink>(options_.full_sync_keeps_data));
     role_ports_.push_back(
         std::make_unique<repl::RolePort>(*repl_sources_.back(), *repl_sinks_.back(), replica));
+    if (data_dir_ != nullptr) {
+      // A replica's log keeps what its sink applies, with positions (server/repl/sink.h).
+      repl::ReplSink* sink = repl_sinks_.back().get();
+      persist::DataDir* dir = data_dir_.get();
+      sink->set_durability({.log = &data_dir_->log(i),
+                            .committed = [dir] { return dir->committed_generation(); },
+                            .request_snapshot =
+                                [dir] {
+                                  dir->RequestSnapshot(
+                                      [](const absl::StatusOr<persist::SnapshotInfo>&) {});
+                                }});
+      repl_sources_.back()->set_after_cut([sink] { sink->AfterCut(); });
+      const persist::Positions& restored = data_dir_->restored_positions();
+      if (replica && i < restored.size() && restored[i].has_value()) {
+        sink->Restore(*restored[i]);
+        Log(LogLevel::kInfo,
+            "replica: worker %d: the data directory holds position %d of the primary's run %s; "
+            "it asks to go on from there",
+            i, restored[i]->lsn, restored[i]->history);
+      }
+    }
     worker.set_journal(repl_sources_.back().get());
     worker.set_replication(role_ports_.back().get());
   }
@@ -329,11 +354,6 @@ absl::Status Server::RequestRoleChange(const std::string& to, RoleDone done) {
   if (role_changing_) {
     return absl::FailedPreconditionError("another role change is under way; try again");
   }
-  if (!to.empty() && primary_.empty() && data_dir_ != nullptr) {
-    return absl::FailedPreconditionError(
-        "a server with --data-dir cannot become a replica yet (a replica keeps what it follows "
-        "in memory only): restart it with --replica-of and without --data-dir");
-  }
   if (role_thread_.joinable()) role_thread_.join();  // The last change's, done.
   role_changing_ = true;
   role_thread_ = std::thread([this, to, done = std::move(done)] {
@@ -362,8 +382,36 @@ absl::Status Server::Promote() {
   if (client != nullptr) client->Stop();
   for (auto& port : role_ports_) port->Promote();
   if (absl::Status s = AwaitPorts(false); !s.ok()) return s;
+  if (absl::Status s = AwaitDurableImages(); !s.ok()) return s;
   SetPrimary("");
   Log(LogLevel::kInfo, "promoted: no longer a replica of %s; writes are served", was);
+  return absl::OkStatus();
+}
+
+absl::Status Server::AwaitDurableImages() {
+  // A full sync's image that no snapshot holds yet: the writes this server is about to take
+  // would be logged after it, and lost with it if a crash came before that snapshot.
+  const auto pending = [this] {
+    return std::any_of(repl_sinks_.begin(), repl_sinks_.end(),
+                       [](const auto& sink) { return sink->durable_pending(); });
+  };
+  for (int attempt = 0; attempt < 3 && pending(); ++attempt) {
+    std::promise<absl::Status> taken;
+    data_dir_->RequestSnapshot([&taken](const absl::StatusOr<persist::SnapshotInfo>& info) {
+      taken.set_value(info.status());
+    });
+    if (absl::Status s = taken.get_future().get(); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "not promoted: the last full sync's data is in no snapshot yet, and the snapshot that "
+          "would hold it failed (",
+          s.message(), "); writes stay refused; try again once it can be written"));
+    }
+  }
+  if (pending()) {
+    return absl::UnavailableError(
+        "not promoted: the last full sync's data is in no snapshot yet after three snapshots; "
+        "writes stay refused; try again");
+  }
   return absl::OkStatus();
 }
 
@@ -525,7 +573,10 @@ absl::Status Server::Shutdown() {
     for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
       shards.push_back(&ring_engine_->worker(i).shard());
     }
-    status = data_dir_->CloseAndSnapshot(shards, options_.clock());
+    // A replica's positions go in the footers, so that a restart goes on from them.
+    persist::Positions positions;
+    for (const auto& sink : repl_sinks_) positions.push_back(sink->position_at_stop());
+    status = data_dir_->CloseAndSnapshot(shards, options_.clock(), positions);
     if (status.ok()) {
       const persist::PersistenceStats stats = data_dir_->Stats();
       Log(LogLevel::kInfo, "snapshot of %d keys (%d bytes) written to %s", stats.snapshot_keys,

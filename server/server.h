@@ -134,6 +134,9 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   // Waits until every worker's port serves as a replica (follow) or a primary; UNAVAILABLE if
   // the server shuts down meanwhile.
   absl::Status AwaitPorts(bool follow);
+  // A promotion, with a data directory: once no full sync's image waits for a snapshot to hold
+  // it (server/repl/sink.h), taking one if needed.
+  absl::Status AwaitDurableImages();
 
   // Constant after Start.
   const ServerOptions options_;

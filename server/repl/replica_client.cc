@@ -22,7 +22,10 @@ int64_t CountRecords(std::string_view records) {
   persist::RecordReader reader(records);
   persist::Record r;
   int64_t n = 0;
-  while (reader.Next(&r)) ++n;
+  while (reader.Next(&r)) {
+    if (r.kind == persist::RecordKind::kPosition) return -1;  // A log's, not a stream's.
+    ++n;
+  }
   return reader.malformed() ? -1 : n;
 }
 
@@ -75,6 +78,12 @@ void ReplicaClient::Follow(uint32_t worker) {
   std::string history;
   uint64_t position = 0;
   bool resumable = false;
+  if (std::optional<persist::ReplPosition> restored = sink.TakeRestored()) {
+    // The data directory holds this worker's data at that position of that history.
+    history = restored->history;
+    position = restored->lsn;
+    resumable = true;
+  }
   while (!stopping_.load(std::memory_order_acquire)) {
     grpc::ClientContext context;
     if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
@@ -121,6 +130,7 @@ void ReplicaClient::Follow(uint32_t worker) {
           item.kind = ReplSink::Item::Kind::kFullSync;
           item.keys = message.keys();
           history = message.history();
+          item.history = history;
           position = message.lsn();
           resumable = false;
           sink.set_connected(true);

@@ -54,7 +54,7 @@ class RolePort final : public ReplicationPort {
     }
     const size_t work = sink_.Turn(shard, clock, answered);
     if (!want && sink_.drained()) {
-      sink_.DropStaging();  // A full sync cut short: the data held before stays.
+      sink_.Promoted();  // A full sync cut short: the data held before stays.
       following_ = false;
       follows_.store(false, std::memory_order_release);
       return work + 1;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "persist/format.h"
+#include "persist/log_writer.h"
 #include "shard/clock.h"
 #include "shard/router.h"
 #include "shard/shard.h"
@@ -95,7 +96,69 @@ bool ReplSink::Serve(Request& request, Shard& /*shard*/, int64_t /*now_ms*/) {
   return true;
 }
 
+void ReplSink::Restore(const persist::ReplPosition& position) {
+  history_ = position.history;
+  applied_lsn_.store(position.lsn, std::memory_order_relaxed);
+  synced_.store(true, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  restored_ = position;
+}
+
+std::optional<persist::ReplPosition> ReplSink::TakeRestored() {
+  std::lock_guard lock(mu_);
+  std::optional<persist::ReplPosition> restored = std::move(restored_);
+  restored_.reset();
+  return restored;
+}
+
+void ReplSink::Promoted() {
+  staging_.reset();  // A full sync cut short: the data held before stays.
+  syncing_ = false;
+  history_.clear();
+  std::lock_guard lock(mu_);
+  restored_.reset();
+}
+
+void ReplSink::AfterCut() {
+  persist::LogWriter* log = durability_.log;
+  if (log == nullptr) return;
+  const uint64_t generation = log->generation();
+  bool reset = false;
+  if (unlogged_.load(std::memory_order_relaxed)) {
+    // The first cut after a swap: this segment begins the records on the new image.
+    reset = true;
+    reset_generation_.store(generation, std::memory_order_relaxed);
+    unlogged_.store(false, std::memory_order_release);
+  } else if (const uint64_t g = reset_generation_.load(std::memory_order_relaxed); g != 0) {
+    if (durability_.committed() >= g) {
+      reset_generation_.store(0, std::memory_order_release);
+    } else {
+      reset = true;  // That snapshot failed: this one must hold the image too.
+    }
+  }
+  // During a full sync the shard still holds the old data, of the old history: no position.
+  const std::string_view history = syncing_ ? std::string_view() : history_;
+  if (reset || !history.empty()) {
+    log->Position(history, applied_lsn_.load(std::memory_order_relaxed), reset);
+  }
+}
+
+bool ReplSink::durable_pending() const {
+  if (unlogged_.load(std::memory_order_acquire)) return true;
+  const uint64_t g = reset_generation_.load(std::memory_order_acquire);
+  return g != 0 && durability_.committed() < g;
+}
+
+std::optional<persist::ReplPosition> ReplSink::position_at_stop() const {
+  if (history_.empty() || syncing_) return std::nullopt;
+  return persist::ReplPosition{history_, applied_lsn_.load(std::memory_order_relaxed)};
+}
+
 size_t ReplSink::Turn(Shard& shard, Clock /*clock*/, std::vector<Request*>* /*answered*/) {
+  if (persist::LogWriter* log = durability_.log;
+      log != nullptr && !log->failed() && (log->backlogged() || log->stalled())) {
+    return 0;  // The log's progress wakes the worker.
+  }
   if (taken_.empty()) {
     if (!waiting_.load(std::memory_order_acquire)) return 0;
     std::lock_guard lock(mu_);
@@ -113,6 +176,10 @@ size_t ReplSink::Turn(Shard& shard, Clock /*clock*/, std::vector<Request*>* /*an
     ack |= taken_.front().ack;
     taken_.pop_front();
   }
+  if (logged_) {
+    logged_ = false;
+    durability_.log->Position(history_, applied_lsn_.load(std::memory_order_relaxed), false);
+  }
   if (ack) {
     std::lock_guard lock(ack_mu_);
     ack_due_ = true;
@@ -125,6 +192,8 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
   switch (item.kind) {
     case Item::Kind::kFullSync:
       synced_.store(false, std::memory_order_relaxed);
+      syncing_ = true;
+      history_ = item.history;
       if (keep_data_) {
         staging_ = std::make_unique<Shard>(item.keys);  // An earlier, unfinished one goes.
       } else {
@@ -138,6 +207,12 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
         shard.SwapData(*staging_);
         staging_.reset();  // The data held before.
       }
+      if (syncing_ && durability_.log != nullptr) {
+        // The log holds the data replaced: nothing more goes to it until a snapshot's cut.
+        unlogged_.store(true, std::memory_order_release);
+        durability_.request_snapshot();
+      }
+      syncing_ = false;
       shard.RaiseRevision(item.revision);
       // Unless a later full sync has begun meanwhile (its FULL_SYNC is still queued).
       if (item.sync == full_syncs_.load(std::memory_order_relaxed)) {
@@ -153,6 +228,11 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
   constexpr size_t kBurst = 32;
   // An image goes to the full sync's own shard, if it has one.
   Shard& target = item.kind == Item::Kind::kImage && staging_ != nullptr ? *staging_ : shard;
+  persist::LogWriter* log = durability_.log;
+  if (item.kind != Item::Kind::kTail || log == nullptr || log->failed() ||
+      unlogged_.load(std::memory_order_relaxed)) {
+    log = nullptr;
+  }
   persist::RecordReader reader(item.records);
   persist::Record records[kBurst];
   HashedKey keys[kBurst];
@@ -171,12 +251,17 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
       switch (r.kind) {
         case persist::RecordKind::kSet:
           target.LoadSet(keys[i], r.value, r.version, r.deadline_ms);
+          if (log != nullptr) log->Set(r.key, r.value, r.version, r.deadline_ms);
           break;
         case persist::RecordKind::kDeadline:
           target.LoadDeadline(keys[i], r.deadline_ms);
+          if (log != nullptr) log->SetDeadline(r.key, r.deadline_ms);
           break;
         case persist::RecordKind::kDelete:
           target.LoadDelete(keys[i]);
+          if (log != nullptr) log->Delete(r.key);
+          break;
+        case persist::RecordKind::kPosition:  // The client lets none through.
           break;
       }
     }
@@ -184,6 +269,7 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
   }
   if (item.kind == Item::Kind::kTail) {
     applied_lsn_.store(item.lsn + item.count, std::memory_order_release);
+    logged_ |= log != nullptr;
     applied_bytes_.store(item.end_bytes, std::memory_order_relaxed);
     if (item.made_us > 0) CountDelay(std::max<int64_t>(0, SystemClockUs() - item.made_us));
   }

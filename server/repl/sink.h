@@ -15,8 +15,25 @@
 // sends the position applied. Without such a message it still sends the position every
 // kAckEveryMs if it moved, so that the primary knows how far behind its replicas are.
 //
+// With a data directory (set_durability), the worker's log keeps what the sink applies, so
+// that a restart restores it and goes on from its position (a partial resync):
+//   - each turn's records go to the log, followed by a position record (persist/format.h):
+//     the primary's history and the position applied;
+//   - a full sync's image goes to no log: once it is swapped in, nothing more is logged until
+//     the worker's next snapshot cut (asked for at once), whose log segment begins with a
+//     reset position. A restore replays such a segment only on the snapshot of its own
+//     generation (which holds the image); if that never committed, the worker restores the
+//     data held before the full sync, at its old position. Every later cut begins with a
+//     reset too, until a snapshot past the swap has committed;
+//   - a stop's snapshot keeps the positions in its footers (position_at_stop);
+//   - while the log is backlogged or stalled the worker applies nothing (the queue fills and
+//     the stream waits); once it has failed, the worker applies without logging (the disk
+//     keeps an older state, with its position).
+//
 // Threads: Push, Stop and the setters from the client thread; NextAck and the Acks calls from
-// the flow's threads; Serve and Turn from the worker; figures() from any thread.
+// the flow's threads; Serve, Turn, AfterCut and Promoted from the worker; figures() and
+// durable_pending() from any thread; set_durability and Restore before the worker runs;
+// position_at_stop after it has stopped; TakeRestored from the client thread.
 #ifndef RINGKV_SERVER_REPL_SINK_H_
 #define RINGKV_SERVER_REPL_SINK_H_
 
@@ -26,14 +43,20 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "persist/format.h"
 #include "shard/replication_port.h"
 #include "shard/shard.h"
+
+namespace ringkv::persist {
+class LogWriter;
+}  // namespace ringkv::persist
 
 namespace ringkv::repl {
 
@@ -56,6 +79,7 @@ class ReplSink final : public ReplicationPort {
     std::string records;
     uint32_t count = 0;
     uint64_t lsn = 0;        // kFullSync: the cut; kTail: its first record's position.
+    std::string history;     // kFullSync: the primary's.
     uint64_t revision = 0;   // kImageDone.
     uint64_t keys = 0;       // kFullSync: the image's keys, at most.
     bool ack = false;        // kTail: the primary waits for an acknowledgement of it.
@@ -104,8 +128,29 @@ class ReplSink final : public ReplicationPort {
   bool Serve(Request& request, Shard& shard, int64_t now_ms) override;
   size_t Turn(Shard& shard, Clock clock, std::vector<Request*>* answered) override;
   bool follows() const override { return true; }
-  // Worker: the image of an unfinished full sync goes (the worker stops following).
-  void DropStaging() { staging_.reset(); }
+  // Worker: the worker stops following (a promotion): the image of an unfinished full sync
+  // goes, and no position is kept from now on.
+  void Promoted();
+
+  // The worker's log, where it has a data directory (outlives the sink); `committed` gives the
+  // generation of the data directory's committed snapshot; `request_snapshot` asks for a
+  // snapshot (any thread).
+  struct Durability {
+    persist::LogWriter* log = nullptr;
+    std::function<uint64_t()> committed;
+    std::function<void()> request_snapshot;
+  };
+  void set_durability(Durability durability) { durability_ = std::move(durability); }
+  // The data directory's restore left this worker at `position`: the data is whole there.
+  void Restore(const persist::ReplPosition& position);
+  // Client thread, once: the restored position to resume from (nullopt: none, or taken).
+  std::optional<persist::ReplPosition> TakeRestored();
+  // Worker, right after its log's cut (ReplSource's after_cut): the new segment's first record.
+  void AfterCut();
+  // Any thread: a full sync is in memory that the log cannot restore yet (see above).
+  bool durable_pending() const;
+  // After the worker has stopped: where the shard stands, for the stop's snapshot.
+  std::optional<persist::ReplPosition> position_at_stop() const;
 
   struct Figures {
     const char* state;  // "connecting", "full_sync" or "stable".
@@ -141,6 +186,16 @@ class ReplSink final : public ReplicationPort {
   // Worker only.
   std::deque<Item> taken_;          // Taken from queue_, not applied yet.
   std::unique_ptr<Shard> staging_;  // keep_data_: the image of the full sync under way.
+  std::string history_;             // The primary's (empty: no position to keep).
+  bool syncing_ = false;            // Between FULL_SYNC and IMAGE_DONE.
+  bool logged_ = false;             // This turn logged records: a position follows them.
+
+  Durability durability_;
+  std::optional<persist::ReplPosition> restored_;  // Guarded by mu_.
+  // Written by the worker: the image swapped in is in no log yet (until the next cut) ...
+  std::atomic<bool> unlogged_{false};
+  // ... and the generation whose segment began with a reset, until a snapshot of it commits.
+  std::atomic<uint64_t> reset_generation_{0};
 
   std::mutex ack_mu_;
   std::condition_variable ack_cv_;

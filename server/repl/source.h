@@ -46,6 +46,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -95,8 +96,13 @@ class ReplSource final : public Journal, public ReplicationPort {
   bool stalled() const override { return inner_ && inner_->stalled(); }
   bool backlogged() const override { return inner_ && inner_->backlogged(); }
   void Cut() override {
-    if (inner_) inner_->Cut();
+    if (inner_ == nullptr) return;
+    inner_->Cut();
+    if (after_cut_) after_cut_();
   }
+  // Called on the worker right after each cut of the log (a replica's sink writes its position
+  // there: server/repl/sink.h). Before the worker runs.
+  void set_after_cut(std::function<void()> after_cut) { after_cut_ = std::move(after_cut); }
 
   // ReplicationPort.
   bool Serve(Request& request, Shard& shard, int64_t now_ms) override;
@@ -190,6 +196,7 @@ class ReplSource final : public Journal, public ReplicationPort {
   void ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered);
 
   Journal* const inner_;
+  std::function<void()> after_cut_;
   Worker& worker_;
   const size_t backlog_limit_;
   const int64_t replica_timeout_ms_;
