@@ -30,7 +30,11 @@ cut (ss -K, by the replica's own ports), for 5 s; then it runs again. The time f
 until it has applied what the primary had made by then, and whether that was a partial
 resync (no new full sync).
 
-Usage: [PARTS=put,sync,resync] bench/repl_bench.py [RUNS=3] [SECONDS=5] [SYNC_KEYS=1000000] [BASELINE]
+The replica with a data directory (ringkv --data-dir, --fsync=everysec; Redis appendonly
+yes, appendfsync everysec on the replica) is a row of part 1 too. ROWS=name,name runs only
+those rows of part 1.
+
+Usage: [PARTS=put,sync,resync] [ROWS=...] bench/repl_bench.py [RUNS=3] [SECONDS=5] [SYNC_KEYS=1000000] [BASELINE]
 (repository root, after scripts/setup.sh). Prints markdown; raw results in bench-results/repl/.
 """
 import json
@@ -133,14 +137,16 @@ def wait(predicate, timeout, what):
     raise RuntimeError(f"not so within {timeout} s: {what}")
 
 
-def put_ringkv(binary, with_replica, sync=False):
+def put_ringkv(binary, with_replica, sync=False, data_dir=False):
     proc, addr = start_ringkv(log("ringkv"),
                               ["--threads=1"] + (["--min-replicas=1"] if sync else []), binary)
     replica = None
+    work = tempfile.mkdtemp(prefix="ringkv-repl-bench-") if data_dir else None
     try:
         if with_replica:
-            replica, raddr = start_ringkv(log("ringkv-replica"),
-                                          ["--threads=1", f"--replica-of={addr}"])
+            replica, raddr = start_ringkv(
+                log("ringkv-replica"), ["--threads=1", f"--replica-of={addr}"]
+                + ([f"--data-dir={work}/data"] if data_dir else []))
             wait(lambda: ringkv_caught_up(addr, raddr), 60, "the replica's full sync")
         # The pre-load (a --min-replicas primary takes it once its replica follows).
         subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
@@ -168,9 +174,11 @@ def put_ringkv(binary, with_replica, sync=False):
         if replica:
             stop(replica)
         stop(proc)
+        if work:
+            shutil.rmtree(work, ignore_errors=True)
 
 
-def put_redis(with_replica, sync=False):
+def put_redis(with_replica, sync=False, aof=False):
     proc, port = redis("redis")
     replica = None
     try:
@@ -178,7 +186,9 @@ def put_redis(with_replica, sync=False):
                         str(KEYS), "-d", "32", "-P", "64", "-c", "50", "-q"],
                        capture_output=True, check=True)
         if with_replica:
-            replica, rport = redis("redis-replica", ["--replicaof", "127.0.0.1", str(port)])
+            replica, rport = redis("redis-replica", ["--replicaof", "127.0.0.1", str(port)]
+                                   + (["--appendonly", "yes", "--appendfsync", "everysec"]
+                                      if aof else []))
             wait(lambda: redis_info(rport).get("master_link_status") == "up"
                  and redis_info(rport).get("master_sync_in_progress") == "0", 60,
                  "the Redis replica's sync")
@@ -338,8 +348,10 @@ def delay_cell(rs, key):
 def main():
     os.makedirs(OUT, exist_ok=True)
     rows = {name: [] for name in ("ringkv", "ringkv + replica", "ringkv + replica, min 1",
-                                  "ringkv baseline", "redis", "redis + replica",
-                                  "redis + replica, WAIT 1 0")}
+                                  "ringkv + replica with --data-dir", "ringkv baseline",
+                                  "redis", "redis + replica", "redis + replica, WAIT 1 0",
+                                  "redis + replica with AOF everysec")}
+    wanted = set(os.environ["ROWS"].split(",")) if os.environ.get("ROWS") else set(rows)
     syncs = {"ringkv": [], "redis": []}
     resyncs = []
     for run in range(RUNS):
@@ -348,12 +360,16 @@ def main():
                                                                  True)),
                          ("ringkv + replica, min 1",
                           lambda: put_ringkv("build/server/ringkv-server", True, sync=True)),
+                         ("ringkv + replica with --data-dir",
+                          lambda: put_ringkv("build/server/ringkv-server", True, data_dir=True)),
                          ("ringkv baseline", (lambda: put_ringkv(BASELINE, False))
                           if BASELINE else None),
                          ("redis", lambda: put_redis(False)),
                          ("redis + replica", lambda: put_redis(True)),
-                         ("redis + replica, WAIT 1 0", lambda: put_redis(True, sync=True))):
-            if fn is None:
+                         ("redis + replica, WAIT 1 0", lambda: put_redis(True, sync=True)),
+                         ("redis + replica with AOF everysec",
+                          lambda: put_redis(True, aof=True))):
+            if fn is None or name not in wanted:
                 continue
             r = fn()
             rows[name].append(r)
