@@ -1,0 +1,249 @@
+#include "server/etcd/etcd_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "etcd/etcdserverpb/rpc.grpc.pb.h"
+
+namespace ringkv::etcd {
+namespace {
+
+namespace pb = ::etcdserverpb;
+
+std::string LeaderKey(const std::string& prefix) { return prefix + "/leader"; }
+std::string TermKey(const std::string& prefix) { return prefix + "/term"; }
+
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
+  return std::chrono::system_clock::now() + absl::ToChronoMicroseconds(timeout);
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+}  // namespace
+
+std::optional<EtcdClient::Leader> ParseLeader(const std::string& text) {
+  const size_t space = text.find(' ');
+  EtcdClient::Leader leader;
+  if (space == std::string::npos || !absl::SimpleAtoi(text.substr(0, space), &leader.term) ||
+      leader.term == 0) {
+    return std::nullopt;
+  }
+  leader.value = text.substr(space + 1);
+  return leader;
+}
+
+EtcdClient::EtcdClient(Options options) : options_(std::move(options)) {
+  for (const std::string& endpoint : options_.endpoints) {
+    std::string target = endpoint;
+    if (target.starts_with("http://")) target = target.substr(7);
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.use_local_subchannel_pool", 1);
+    channels_.push_back(
+        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  }
+}
+
+EtcdClient::~EtcdClient() = default;
+
+absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(Options options) {
+  if (options.endpoints.empty()) return absl::InvalidArgumentError("no etcd endpoint given");
+  std::unique_ptr<EtcdClient> client(new EtcdClient(std::move(options)));
+  // A count-only read of one key: answered by any member that has a leader.
+  absl::Status status = client->OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(client->options_.timeout));
+    pb::RangeRequest request;
+    request.set_key("ringkv");
+    request.set_count_only(true);
+    pb::RangeResponse response;
+    return pb::KV::NewStub(channel)->Range(&context, request, &response);
+  });
+  if (!status.ok()) return status;
+  return client;
+}
+
+template <typename Call>
+absl::Status EtcdClient::OnSomeEndpoint(Call call) {
+  std::vector<std::string> errors;
+  const size_t n = channels_.size();
+  const size_t first = preferred_.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t e = (first + i) % n;
+    const grpc::Status status = call(channels_[e]);
+    if (status.ok()) {
+      preferred_.store(e, std::memory_order_relaxed);
+      return absl::OkStatus();
+    }
+    // An answer that is etcd's own refusal (not a transport failure) is final.
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return absl::Status(FromGrpc(status).code(), absl::StrCat("etcd at ", options_.endpoints[e],
+                                                                ": ", status.error_message()));
+    }
+    errors.push_back(absl::StrCat(options_.endpoints[e], ": ", status.error_message()));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("no etcd endpoint answered (", absl::StrJoin(errors, "; "), ")"));
+}
+
+absl::StatusOr<int64_t> EtcdClient::Grant(int64_t ttl_seconds) {
+  pb::LeaseGrantResponse response;
+  absl::Status status = OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.timeout));
+    pb::LeaseGrantRequest request;
+    request.set_ttl(ttl_seconds);
+    return pb::Lease::NewStub(channel)->LeaseGrant(&context, request, &response);
+  });
+  if (!status.ok()) return status;
+  if (!response.error().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("etcd refused a lease: ", response.error()));
+  }
+  return response.id();
+}
+
+absl::StatusOr<int64_t> EtcdClient::KeepAlive(int64_t lease) {
+  pb::LeaseKeepAliveResponse response;
+  absl::Status status = OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.timeout));
+    auto stream = pb::Lease::NewStub(channel)->LeaseKeepAlive(&context);
+    pb::LeaseKeepAliveRequest request;
+    request.set_id(lease);
+    if (stream->Write(request) && stream->Read(&response)) {
+      stream->WritesDone();
+      context.TryCancel();  // The answer is in; the stream is not needed any more.
+      (void)stream->Finish();
+      return grpc::Status::OK;
+    }
+    return stream->Finish();
+  });
+  if (!status.ok()) return status;
+  return response.ttl() > 0 ? response.ttl() : 0;
+}
+
+absl::Status EtcdClient::Revoke(int64_t lease) {
+  return OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.timeout));
+    pb::LeaseRevokeRequest request;
+    request.set_id(lease);
+    pb::LeaseRevokeResponse response;
+    return pb::Lease::NewStub(channel)->LeaseRevoke(&context, request, &response);
+  });
+}
+
+absl::StatusOr<std::optional<EtcdClient::Entry>> EtcdClient::Get(const std::string& key) {
+  pb::RangeResponse response;
+  absl::Status status = OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.timeout));
+    pb::RangeRequest request;
+    request.set_key(key);
+    return pb::KV::NewStub(channel)->Range(&context, request, &response);
+  });
+  if (!status.ok()) return status;
+  if (response.kvs_size() == 0) return std::optional<Entry>();
+  const pb::KeyValue& kv = response.kvs(0);
+  return Entry{.value = kv.value(),
+               .create_revision = kv.create_revision(),
+               .mod_revision = kv.mod_revision(),
+               .lease = kv.lease()};
+}
+
+absl::Status EtcdClient::Put(const std::string& key, const std::string& value, int64_t lease) {
+  return OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.timeout));
+    pb::PutRequest request;
+    request.set_key(key);
+    request.set_value(value);
+    request.set_lease(lease);
+    pb::PutResponse response;
+    return pb::KV::NewStub(channel)->Put(&context, request, &response);
+  });
+}
+
+absl::StatusOr<std::optional<EtcdClient::Leader>> EtcdClient::CurrentLeader(
+    const std::string& prefix) {
+  absl::StatusOr<std::optional<Entry>> entry = Get(LeaderKey(prefix));
+  if (!entry.ok()) return entry.status();
+  if (!entry->has_value()) return std::optional<Leader>();
+  std::optional<Leader> leader = ParseLeader((*entry)->value);
+  if (!leader.has_value()) {
+    return absl::DataLossError(absl::StrCat("etcd key ", LeaderKey(prefix), " holds \"",
+                                            (*entry)->value, "\", not \"TERM VALUE\""));
+  }
+  leader->lease = (*entry)->lease;
+  return leader;
+}
+
+absl::StatusOr<std::optional<uint64_t>> EtcdClient::Campaign(const std::string& prefix,
+                                                             const std::string& value,
+                                                             int64_t lease, Leader* holder) {
+  // A race with another candidate's transaction (the term moved, the leader key did not
+  // stay) is tried again; a few rounds settle it.
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    absl::StatusOr<std::optional<Entry>> term_entry = Get(TermKey(prefix));
+    if (!term_entry.ok()) return term_entry.status();
+    uint64_t term = 0;
+    int64_t term_mod = 0;  // An absent key's mod revision compares as 0.
+    if (term_entry->has_value()) {
+      if (!absl::SimpleAtoi((*term_entry)->value, &term)) {
+        return absl::DataLossError(absl::StrCat("etcd key ", TermKey(prefix), " holds \"",
+                                                (*term_entry)->value, "\", not a number"));
+      }
+      term_mod = (*term_entry)->mod_revision;
+    }
+    const uint64_t next = term + 1;
+    pb::TxnRequest txn;
+    pb::Compare* free = txn.add_compare();
+    free->set_key(LeaderKey(prefix));
+    free->set_target(pb::Compare::CREATE);
+    free->set_result(pb::Compare::EQUAL);
+    free->set_create_revision(0);
+    pb::Compare* same_term = txn.add_compare();
+    same_term->set_key(TermKey(prefix));
+    same_term->set_target(pb::Compare::MOD);
+    same_term->set_result(pb::Compare::EQUAL);
+    same_term->set_mod_revision(term_mod);
+    pb::PutRequest* put_leader = txn.add_success()->mutable_request_put();
+    put_leader->set_key(LeaderKey(prefix));
+    put_leader->set_value(absl::StrCat(next, " ", value));
+    put_leader->set_lease(lease);
+    pb::PutRequest* put_term = txn.add_success()->mutable_request_put();
+    put_term->set_key(TermKey(prefix));
+    put_term->set_value(absl::StrCat(next));
+    txn.add_failure()->mutable_request_range()->set_key(LeaderKey(prefix));
+    pb::TxnResponse response;
+    absl::Status status = OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineAfter(options_.timeout));
+      return pb::KV::NewStub(channel)->Txn(&context, txn, &response);
+    });
+    if (!status.ok()) return status;
+    if (response.succeeded()) return std::optional<uint64_t>(next);
+    if (response.responses_size() == 1 && response.responses(0).response_range().kvs_size() == 1) {
+      const pb::KeyValue& kv = response.responses(0).response_range().kvs(0);
+      std::optional<Leader> leader = ParseLeader(kv.value());
+      if (!leader.has_value()) {
+        return absl::DataLossError(absl::StrCat("etcd key ", LeaderKey(prefix), " holds \"",
+                                                kv.value(), "\", not \"TERM VALUE\""));
+      }
+      leader->lease = kv.lease();
+      if (holder != nullptr) *holder = *leader;
+      return std::optional<uint64_t>();
+    }
+    // The leader key is free but the term moved: another candidate won and lost meanwhile.
+  }
+  return absl::AbortedError(absl::StrCat("the election under ", prefix, " kept racing; try again"));
+}
+
+}  // namespace ringkv::etcd

@@ -1,0 +1,94 @@
+// EtcdClient: ringkv's client of etcd's v3 API over gRPC (proto/etcd/etcdserverpb/rpc.proto, a
+// trimmed copy of etcd's), the ground the automatic failover of issue 23 stands on: leases,
+// keys, and an election whose every win gets a term from a counter kept beside the leader key,
+// bumped by the same transaction that elects (../shared/research/scale-out.md: Patroni's
+// leader key with a TTL, etcd's election API).
+//
+// Calls are synchronous, each with a deadline (Options::timeout). The endpoints are tried in
+// turn, starting from the last that answered, until one does; an error names every endpoint
+// tried and why it failed.
+//
+// The election (Campaign), for a group whose keys live under PREFIX:
+//   PREFIX/term    the last term handed out (a decimal number; absent: 0)
+//   PREFIX/leader  "TERM VALUE", put under the winner's lease: it goes when the lease does
+// One transaction compares that the leader key does not exist and that the term key is as it
+// was read, and then puts both: two candidates can never both win, and each win's term is
+// above every term before it, even when a leader's key expired meanwhile.
+//
+// Threads: any; calls may run concurrently (the gRPC channel is shared).
+#ifndef RINGKV_SERVER_ETCD_ETCD_CLIENT_H_
+#define RINGKV_SERVER_ETCD_ETCD_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
+namespace ringkv::etcd {
+
+class EtcdClient {
+ public:
+  struct Options {
+    std::vector<std::string> endpoints;  // HOST:PORT each (a leading http:// is dropped).
+    absl::Duration timeout = absl::Seconds(2);
+  };
+  // A client whose endpoints answered a read; UNAVAILABLE naming them otherwise.
+  static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(Options options);
+  ~EtcdClient();
+
+  // A lease of `ttl_seconds` (etcd may grant more: its minimum is about its election
+  // timeout); its id.
+  absl::StatusOr<int64_t> Grant(int64_t ttl_seconds);
+  // Renews `lease` once; the seconds it has left (0: it had expired, or was revoked).
+  absl::StatusOr<int64_t> KeepAlive(int64_t lease);
+  absl::Status Revoke(int64_t lease);
+
+  struct Entry {
+    std::string value;
+    int64_t create_revision = 0;
+    int64_t mod_revision = 0;
+    int64_t lease = 0;
+  };
+  absl::StatusOr<std::optional<Entry>> Get(const std::string& key);
+  absl::Status Put(const std::string& key, const std::string& value, int64_t lease = 0);
+
+  struct Leader {
+    uint64_t term = 0;
+    std::string value;
+    int64_t lease = 0;
+  };
+  // Takes PREFIX/leader for `value` under `lease` if nobody holds it: the term won. If someone
+  // does, nullopt, and *holder (if not null) says who.
+  absl::StatusOr<std::optional<uint64_t>> Campaign(const std::string& prefix,
+                                                   const std::string& value, int64_t lease,
+                                                   Leader* holder = nullptr);
+  // Who holds PREFIX/leader (nullopt: nobody).
+  absl::StatusOr<std::optional<Leader>> CurrentLeader(const std::string& prefix);
+
+ private:
+  explicit EtcdClient(Options options);
+  // Runs `call(channel)` on each endpoint in turn until one answers; the last error naming
+  // each endpoint tried otherwise.
+  template <typename Call>
+  absl::Status OnSomeEndpoint(Call call);
+
+  const Options options_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::atomic<size_t> preferred_{0};  // The endpoint that answered last.
+};
+
+// "TERM VALUE" (PREFIX/leader's value) as a Leader; nullopt if it is not one.
+std::optional<EtcdClient::Leader> ParseLeader(const std::string& text);
+
+}  // namespace ringkv::etcd
+
+#endif  // RINGKV_SERVER_ETCD_ETCD_CLIENT_H_
