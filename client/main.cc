@@ -44,9 +44,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "base/command_line.h"
 #include "client/client.h"
+#include "cluster/etcd_client.h"
+#include "cluster/membership.h"
 #include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address, HOST:PORT");
@@ -65,6 +68,9 @@ ABSL_FLAG(std::string, to, "", "replicate: follow the primary at HOST:PORT (a fu
 ABSL_FLAG(bool, stop, false,
           "replicate: stop following the primary and serve writes (a manual promotion; "
           "answered once every worker has applied what it had received)");
+ABSL_FLAG(std::string, etcd, "",
+          "cluster status: the etcd endpoints (HOST:PORT[,HOST:PORT...]) that keep the group");
+ABSL_FLAG(std::string, group, "", "cluster status: the group's name (the servers' --group)");
 ABSL_FLAG(bool, if_absent, false, "put, mput: write only if the key does not exist");
 ABSL_FLAG(bool, if_present, false, "put, mput: write only if the key exists");
 ABSL_FLAG(std::string, prefix, "", "scan: only keys that start with this");
@@ -524,6 +530,43 @@ int Replicate(Invocation& in) {
   return kOk;
 }
 
+// `ringkv cluster status --etcd=... --group=NAME`: the group's members, as each server's
+// entry in etcd says (cluster/membership.h), with the seconds their entries have left.
+int ClusterStatus(const std::vector<std::string>& operands, bool json, double timeout) {
+  if (operands.size() != 1 || operands[0] != "status") {
+    return Fail(kUsage, "usage: ringkv cluster status --etcd=HOST:PORT[,...] --group=NAME");
+  }
+  const std::vector<std::string> endpoints =
+      absl::StrSplit(absl::GetFlag(FLAGS_etcd), ',', absl::SkipEmpty());
+  const std::string group = absl::GetFlag(FLAGS_group);
+  if (endpoints.empty() || group.empty()) {
+    return Fail(kUsage, "cluster status needs --etcd=HOST:PORT[,...] and --group=NAME");
+  }
+  auto client = etcd::EtcdClient::Connect(
+      {.endpoints = endpoints, .timeout = absl::Seconds(timeout == 0 ? 5 : timeout)});
+  if (!client.ok()) return Fail(kServerError, std::string(client.status().message()));
+  const std::string prefix = etcd::MemberKey(group, "");
+  auto members = (*client)->List(prefix);
+  if (!members.ok()) return Fail(kServerError, std::string(members.status().message()));
+  if (json) {
+    std::string out = "{\"group\":" + JsonString(group) + ",\"members\":[";
+    for (size_t i = 0; i < members->size(); ++i) {
+      const auto& [key, entry] = (*members)[i];
+      absl::StrAppend(&out, i == 0 ? "" : ",",
+                      "{\"id\":", JsonString(std::string_view(key).substr(prefix.size())),
+                      ",\"entry\":", JsonString(entry.value), "}");
+    }
+    std::printf("%s]}\n", out.c_str());
+    return kOk;
+  }
+  std::printf("group %s: %zu member%s\n", group.c_str(), members->size(),
+              members->size() == 1 ? "" : "s");
+  for (const auto& [key, entry] : *members) {
+    std::printf("  %s %s\n", key.substr(prefix.size()).c_str(), entry.value.c_str());
+  }
+  return kOk;
+}
+
 // Which of the write flags a command takes.
 enum Takes : unsigned {
   kTtl = 1,
@@ -605,7 +648,8 @@ int Main(int argc, char** argv) {
       "  commands: get KEY | put KEY VALUE (VALUE - reads stdin) | del KEY | ttl KEY |\n"
       "            expire KEY DURATION | persist KEY | incr KEY [DELTA] | mget KEY... |\n"
       "            mput KEY=VALUE... | scan | stats | snapshot |\n"
-      "            replicate --to=HOST:PORT | replicate --stop\n"
+      "            replicate --to=HOST:PORT | replicate --stop |\n"
+      "            cluster status --etcd=HOST:PORT[,...] --group=NAME\n"
       "  put and mput take --ttl=DURATION and --if-absent or --if-present; put and del take\n"
       "  --if-version=N; scan takes --prefix=P, --limit=N and --cursor=C. A DURATION is whole\n"
       "  seconds (30) or has a unit (1500ms, 10s, 1.5h).\n"
@@ -621,6 +665,9 @@ int Main(int argc, char** argv) {
   if (args.size() < 2) return Fail(kUsage, "no command given (see --help)");
   const std::string name = args[1];
   const std::vector<std::string> operands(args.begin() + 2, args.end());
+  if (name == "cluster") {  // Talks to etcd, not to a server.
+    return ClusterStatus(operands, absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_timeout));
+  }
   const Command* command = nullptr;
   std::string names;
   for (const Command& c : kCommands) {

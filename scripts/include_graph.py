@@ -22,8 +22,9 @@ ALLOWED = {
     "net": {"base"},
     "shard": {"ring", "base"},
     "persist": {"shard", "ring", "base"},
-    "client": {"net", "proto", "base"},
-    "server": {"persist", "shard", "ring", "net", "proto", "base"},
+    "cluster": {"base"},
+    "client": {"cluster", "net", "proto", "base"},
+    "server": {"cluster", "persist", "shard", "ring", "net", "proto", "base"},
     "bench": {"client", "shard", "ring", "net", "proto", "base"},
 }
 ALLOWED_CYCLE = "ring/"  # ring/ring.cc makes every backend, and the backends implement Ring.

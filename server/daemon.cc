@@ -16,6 +16,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/command_line.h"
@@ -142,8 +143,21 @@ ABSL_FLAG(std::string, replica_of, "",
           "follow the primary at HOST:PORT as a read-only replica: one stream per worker, each "
           "a full sync (the primary's live snapshot) then every change as it is made. Writes "
           "are refused with UNAVAILABLE naming the primary; reads are served and may lag it "
-          "(`ringkv stats` gives the lag). Needs the primary's --threads, and no --data-dir "
-          "yet. Empty: this server is a primary");
+          "(`ringkv stats` gives the lag). Needs the primary's --threads. With --data-dir it "
+          "logs what it applies and, restarted, goes on from its position (a partial resync). "
+          "Empty: this server is a primary");
+ABSL_FLAG(std::string, etcd, "",
+          "HOST:PORT[,HOST:PORT...]: the etcd v3 cluster (Debian's etcd-server) that keeps "
+          "this server's group (--group). The server joins it at start, under a lease of "
+          "--failover-timeout renewed about three times a lease, with its address, role and "
+          "positions (`ringkv cluster status` lists the members); at start an etcd that cannot "
+          "be reached refuses the start. Empty: no group (failover on etcd is issue 23, under "
+          "way: membership only so far)");
+ABSL_FLAG(std::string, group, "", "with --etcd: the name of this server's group");
+ABSL_FLAG(absl::Duration, failover_timeout, absl::Seconds(3),
+          "with --etcd: the TTL of the lease a server's membership lives under (whole seconds, "
+          "at least 2s: etcd's minimum lease); a server that dies drops out of its group this "
+          "long after its last renewal");
 ABSL_FLAG(std::string, primary_token_file, "",
           "with --replica-of: a file whose first line is the token to present to the primary "
           "(it needs the replication role there, or a higher one, under --auth-token-file)");
@@ -428,6 +442,26 @@ void ParseReplicationFlags(const char* argv0, ServerOptions* options) {
                               absl::FormatDuration(timeout) + "'");
   }
   options->min_replicas_timeout_ms = absl::ToInt64Milliseconds(timeout);
+  options->etcd = absl::StrSplit(absl::GetFlag(FLAGS_etcd), ',', absl::SkipEmpty());
+  options->group = absl::GetFlag(FLAGS_group);
+  if (options->etcd.empty() != options->group.empty()) {
+    ExitUsageError(argv0, "--etcd and --group go together");
+  }
+  for (const std::string& endpoint : options->etcd) {
+    if (endpoint.rfind(':') == std::string::npos) {
+      ExitUsageError(argv0, "--etcd takes HOST:PORT endpoints, got '" + endpoint + "'");
+    }
+  }
+  if (options->group.find_first_of("/ ") != std::string::npos) {
+    ExitUsageError(argv0, "--group must not hold '/' or spaces, got '" + options->group + "'");
+  }
+  const absl::Duration failover = absl::GetFlag(FLAGS_failover_timeout);
+  if (failover < absl::Seconds(2) || failover > absl::Minutes(10) ||
+      failover != absl::Floor(failover, absl::Seconds(1))) {
+    ExitUsageError(argv0, "--failover-timeout must be whole seconds from 2s to 10m, got '" +
+                              absl::FormatDuration(failover) + "'");
+  }
+  options->failover_timeout = failover;
 }
 
 // --metrics-listen, --metrics-token-file, --auth-token-file, --tls-cert, --tls-key,

@@ -156,6 +156,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     server->threads_.emplace_back([loop = loop.get()] { loop->Run(); });
   }
   if (server->metrics_server_ != nullptr) server->metrics_server_->Start();
+  if (!options.etcd.empty()) {
+    absl::StatusOr<std::unique_ptr<etcd::Membership>> membership =
+        etcd::Membership::Join({.etcd = {.endpoints = options.etcd},
+                                .group = options.group,
+                                .server_id = server->server_id_,
+                                .ttl = options.failover_timeout,
+                                .describe = [s = server.get()] { return s->DescribeMember(); }});
+    if (!membership.ok()) {
+      (void)server->Shutdown();
+      return absl::UnavailableError(absl::StrCat("--etcd: cannot join group ", options.group, ": ",
+                                                 membership.status().message()));
+    }
+    server->membership_ = std::move(*membership);
+  }
   if (server->data_dir_ != nullptr) {
     // Once the loops run (a snapshot waits for every worker's cut), and before a replica's
     // client (its full sync asks for one).
@@ -452,6 +466,23 @@ absl::Status Server::Follow(const std::string& to) {
   return absl::OkStatus();
 }
 
+std::string Server::DescribeMember() const {
+  std::string primary;
+  {
+    std::lock_guard lock(role_mu_);
+    primary = primary_;
+  }
+  std::string out = absl::StrCat("address=", options_.listen.substr(0, options_.listen.rfind(':')),
+                                 ":", port_, " role=", primary.empty() ? "primary" : "replica",
+                                 " primary=", primary, " positions=");
+  for (size_t i = 0; i < repl_sources_.size(); ++i) {
+    const uint64_t lsn =
+        primary.empty() ? repl_sources_[i]->figures().lsn : repl_sinks_[i]->figures().applied_lsn;
+    absl::StrAppend(&out, i == 0 ? "" : ",", lsn);
+  }
+  return out;
+}
+
 void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
   ringkv::v1::ReplicationStats* out = stats->mutable_replication();
   std::string primary;
@@ -524,6 +555,7 @@ const std::string& Server::journal_failure_message() const {
 absl::Status Server::Shutdown() {
   if (stopped_) return absl::OkStatus();
   stopped_ = true;
+  if (membership_ != nullptr) membership_->Leave();  // The group sees it go at once.
   shutting_down_.store(true, std::memory_order_release);
   // New calls are refused from now on (by the transports) and health says NOT_SERVING; the
   // calls in flight get the grace period. Each loop is woken to tell its Watch streams and its

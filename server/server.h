@@ -48,6 +48,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cluster/membership.h"
 #include "persist/data_dir.h"
 #include "server/auth/authenticator.h"
 #include "server/metrics/metrics_server.h"
@@ -137,6 +138,8 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   // A promotion, with a data directory: once no full sync's image waits for a snapshot to hold
   // it (server/repl/sink.h), taking one if needed.
   absl::Status AwaitDurableImages();
+  // --etcd: what this server's member entry says (cluster/membership.h).
+  std::string DescribeMember() const;
 
   // Constant after Start.
   const ServerOptions options_;
@@ -167,7 +170,8 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
 
   // The role. read_only_ mirrors whether primary_ is set, for the transports' every call.
   mutable std::mutex role_mu_;
-  std::string primary_;                                  // Guarded by role_mu_.
+  std::string primary_;                           // Guarded by role_mu_.
+  std::unique_ptr<etcd::Membership> membership_;  // --etcd: this server's entry in its group.
   std::unique_ptr<repl::ReplicaClient> replica_client_;  // Guarded by role_mu_ (Shutdown
                                                          // uses it once role_thread_ is done).
   std::thread role_thread_;                              // Guarded by role_mu_.

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "persist/log_writer.h"
@@ -93,6 +94,12 @@ struct ServerOptions {
   static constexpr uint32_t kMaxMinReplicas = 16;
   uint32_t min_replicas = 0;
   int64_t min_replicas_timeout_ms = 1000;
+  // Groups (issue 23; cluster/). --etcd: the endpoints (HOST:PORT) of the etcd cluster
+  // that keeps the group (empty: none); --group: its name; --failover-timeout: the TTL of the
+  // lease a server's membership lives under.
+  std::vector<std::string> etcd;
+  std::string group;
+  absl::Duration failover_timeout = absl::Seconds(3);
 };
 
 }  // namespace ringkv

@@ -1,4 +1,4 @@
-#include "server/etcd/etcd_client.h"
+#include "cluster/etcd_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -169,6 +169,32 @@ absl::Status EtcdClient::Put(const std::string& key, const std::string& value, i
     pb::PutResponse response;
     return pb::KV::NewStub(channel)->Put(&context, request, &response);
   });
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, EtcdClient::Entry>>> EtcdClient::List(
+    const std::string& prefix) {
+  // The range [prefix, prefix with its last byte raised): every key that begins with it.
+  std::string end = prefix;
+  while (!end.empty() && static_cast<uint8_t>(end.back()) == 0xff) end.pop_back();
+  if (!end.empty()) end.back() = static_cast<char>(static_cast<uint8_t>(end.back()) + 1);
+  pb::RangeResponse response;
+  absl::Status status = OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.timeout));
+    pb::RangeRequest request;
+    request.set_key(prefix);
+    request.set_range_end(end.empty() ? std::string(1, '\0') : end);
+    return pb::KV::NewStub(channel)->Range(&context, request, &response);
+  });
+  if (!status.ok()) return status;
+  std::vector<std::pair<std::string, Entry>> out;
+  for (const pb::KeyValue& kv : response.kvs()) {
+    out.emplace_back(kv.key(), Entry{.value = kv.value(),
+                                     .create_revision = kv.create_revision(),
+                                     .mod_revision = kv.mod_revision(),
+                                     .lease = kv.lease()});
+  }
+  return out;
 }
 
 absl::StatusOr<std::optional<EtcdClient::Leader>> EtcdClient::CurrentLeader(

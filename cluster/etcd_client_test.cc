@@ -1,7 +1,7 @@
 // EtcdClient against a real etcd (Debian's etcd-server), started by the test on loopback with a
 // data directory of its own: leases, and elections whose terms only grow, with one winner
 // however many candidates race.
-#include "server/etcd/etcd_client.h"
+#include "cluster/etcd_client.h"
 
 #include <netinet/in.h>
 #include <signal.h>

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,6 +61,8 @@ class EtcdClient {
   };
   absl::StatusOr<std::optional<Entry>> Get(const std::string& key);
   absl::Status Put(const std::string& key, const std::string& value, int64_t lease = 0);
+  // Every key that begins with `prefix`, in key order, with its entry.
+  absl::StatusOr<std::vector<std::pair<std::string, Entry>>> List(const std::string& prefix);
 
   struct Leader {
     uint64_t term = 0;

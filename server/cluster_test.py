@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Group membership on etcd (issue 23, first steps), with a real etcd (Debian's etcd-server)
+started by the test on loopback with a data directory of its own, real ringkv-servers and the
+real CLI.
+
+- A primary and its replica with --etcd --group each have an entry in the group, listed by
+  `ringkv cluster status` (text and --json) with address, role, primary and positions; the
+  positions follow the writes.
+- A server killed with SIGKILL drops out once its lease expires (--failover-timeout=2s, within
+  a few seconds); one stopped with SIGTERM drops out at once (its lease revoked).
+- etcd killed under a running server: the server goes on serving and says so in its log; etcd
+  restarted on the same directory and port: the server's entry is back.
+- An etcd that cannot be reached refuses the start (exit status 2), naming the endpoint; the
+  flags are checked (--etcd without --group, a short --failover-timeout).
+
+Usage: cluster_test.py SERVER_BINARY CLI_BINARY [SERVER_FLAG...]
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
+from ringkv_server import LogReader, RingkvServer  # noqa: E402
+
+SERVER, CLI = sys.argv[1:3] if len(sys.argv) >= 3 else (None, None)
+SERVER_FLAGS = sys.argv[3:]
+SLOW = 3 if os.environ.get("RINGKV_SANITIZER", "none") not in ("", "none") else 1
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout, describe):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout} s: {describe()}")
+
+
+class Etcd:
+    """One etcd member on loopback; start() again restarts it on the same directory and port."""
+
+    def __init__(self, work):
+        self.dir = os.path.join(work, "etcd")
+        self.port, self.peer = free_port(), free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self.process = None
+
+    def start(self):
+        client, peer = f"http://{self.endpoint}", f"http://127.0.0.1:{self.peer}"
+        self.process = subprocess.Popen(
+            ["etcd", "--name=ringkv-test", f"--data-dir={self.dir}",
+             f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+             f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+             f"--initial-cluster=ringkv-test={peer}", "--logger=zap",
+             f"--log-outputs={self.dir}.log"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(self.answers, 20, lambda: f"etcd on {self.endpoint} never answered")
+
+    def answers(self):
+        return subprocess.run(["etcdctl", f"--endpoints={self.endpoint}", "get", "x"],
+                              capture_output=True, env={**os.environ, "ETCDCTL_API": "3"},
+                              timeout=10).returncode == 0
+
+    def kill(self):
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+class ClusterTest(unittest.TestCase):
+    def setUp(self):
+        work = tempfile.mkdtemp(prefix="ringkv-cluster-test-")
+        self.addCleanup(shutil.rmtree, work, True)
+        self.etcd = Etcd(work)
+        self.etcd.start()
+        self.addCleanup(self.etcd.kill)
+        self.group = f"g{os.getpid()}"
+
+    def start(self, *flags):
+        server = RingkvServer(SERVER, "--threads=2", f"--etcd={self.etcd.endpoint}",
+                              f"--group={self.group}", "--failover-timeout=2s", *flags,
+                              *SERVER_FLAGS)
+        server.log = LogReader(server)
+        server.killed = False
+
+        def cleanup():
+            if server.process.poll() is None:
+                server.stop()
+        self.addCleanup(cleanup)
+        return server
+
+    def cli(self, *args, addr=None):
+        return subprocess.run([CLI, *([f"--addr={addr}"] if addr else []), *args],
+                              capture_output=True, text=True, timeout=30)
+
+    def members(self):
+        """The group's members by address: {address: {field: value}}."""
+        r = self.cli("--json", "cluster", "status", f"--etcd={self.etcd.endpoint}",
+                     f"--group={self.group}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = {}
+        for m in json.loads(r.stdout)["members"]:
+            fields = dict(f.split("=", 1) for f in m["entry"].split(" "))
+            out[fields["address"]] = fields
+        return out
+
+    def test_members_are_listed_and_drop_out(self):
+        primary = self.start()
+        replica = self.start(f"--replica-of={primary.address}")
+        wait_until(lambda: set(self.members()) == {primary.address, replica.address}, 10,
+                   self.members)
+        got = self.members()
+        self.assertEqual(got[primary.address]["role"], "primary")
+        self.assertEqual(got[replica.address]["role"], "replica")
+        self.assertEqual(got[replica.address]["primary"], primary.address)
+        for i in range(20):
+            put = self.cli("put", f"k{i}", "v", addr=primary.address)
+            self.assertEqual(put.returncode, 0, put.stderr)
+        # Renewed about three times a lease: the positions follow.
+        wait_until(lambda: sum(int(p) for p in
+                               self.members()[replica.address]["positions"].split(",")) >= 20,
+                   10, self.members)
+        text = self.cli("cluster", "status", f"--etcd={self.etcd.endpoint}",
+                        f"--group={self.group}")
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn(f"group {self.group}: 2 members", text.stdout)
+        # SIGKILL: gone once the lease expires. SIGTERM: gone at once.
+        replica.process.kill()
+        replica.process.wait()
+        replica.process.stderr.close()
+        started = time.time()
+        wait_until(lambda: replica.address not in self.members(), 10 * SLOW, self.members)
+        self.assertGreater(time.time() - started, 0.5)  # Not before the lease ran out.
+        primary.stop()
+        self.assertNotIn(primary.address, self.members())
+
+    def test_etcd_lost_and_back(self):
+        server = self.start()
+        wait_until(lambda: server.address in self.members(), 10, self.members)
+        self.etcd.kill()
+        server.log.wait_for("cannot renew this server's membership", timeout=15 * SLOW)
+        put = self.cli("put", "k", "v", addr=server.address)
+        self.assertEqual(put.returncode, 0, put.stderr)  # It goes on serving meanwhile.
+        self.etcd.start()
+        wait_until(lambda: server.address in self.members(), 20 * SLOW, self.members)
+
+    def test_bad_setups(self):
+        dead = f"127.0.0.1:{free_port()}"
+        r = subprocess.run([SERVER, "--listen=127.0.0.1:0", f"--etcd={dead}", "--group=g",
+                            *SERVER_FLAGS], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("cannot join group g", r.stderr)
+        self.assertIn(dead, r.stderr)
+        for flags, says in (((f"--etcd={self.etcd.endpoint}",), "--etcd and --group go together"),
+                            ((f"--etcd={self.etcd.endpoint}", "--group=g",
+                              "--failover-timeout=1s"), "--failover-timeout must be")):
+            r = subprocess.run([SERVER, *flags], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(says, r.stderr)
+        r = self.cli("cluster", "status", f"--etcd={dead}", "--group=g")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn(dead, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
