@@ -22,6 +22,18 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
   return std::chrono::system_clock::now() + absl::ToChronoMicroseconds(timeout);
 }
 
+// One unary call of etcd's `Service` (`method` of its stub) under `timeout`, as a function of
+// the endpoint's channel, for EtcdClient::OnSomeEndpoint.
+template <typename Service, typename Request, typename Response>
+auto Unary(grpc::Status (Service::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+           const Request& request, Response* response, absl::Duration timeout) {
+  return [method, &request, response, timeout](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(timeout));
+    return (Service::NewStub(channel).get()->*method)(&context, request, response);
+  };
+}
+
 absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
@@ -56,15 +68,12 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(Options options)
   if (options.endpoints.empty()) return absl::InvalidArgumentError("no etcd endpoint given");
   std::unique_ptr<EtcdClient> client(new EtcdClient(std::move(options)));
   // A count-only read of one key: answered by any member that has a leader.
-  absl::Status status = client->OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(client->options_.timeout));
-    pb::RangeRequest request;
-    request.set_key("ringkv");
-    request.set_count_only(true);
-    pb::RangeResponse response;
-    return pb::KV::NewStub(channel)->Range(&context, request, &response);
-  });
+  pb::RangeRequest request;
+  request.set_key("ringkv");
+  request.set_count_only(true);
+  pb::RangeResponse response;
+  absl::Status status = client->OnSomeEndpoint(
+      Unary<pb::KV>(&pb::KV::Stub::Range, request, &response, client->options_.timeout));
   if (!status.ok()) return status;
   return client;
 }
@@ -95,13 +104,10 @@ absl::Status EtcdClient::OnSomeEndpoint(Call call) {
 
 absl::StatusOr<int64_t> EtcdClient::Grant(int64_t ttl_seconds) {
   pb::LeaseGrantResponse response;
-  absl::Status status = OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(options_.timeout));
-    pb::LeaseGrantRequest request;
-    request.set_ttl(ttl_seconds);
-    return pb::Lease::NewStub(channel)->LeaseGrant(&context, request, &response);
-  });
+  pb::LeaseGrantRequest request;
+  request.set_ttl(ttl_seconds);
+  absl::Status status = OnSomeEndpoint(
+      Unary<pb::Lease>(&pb::Lease::Stub::LeaseGrant, request, &response, options_.timeout));
   if (!status.ok()) return status;
   if (!response.error().empty()) {
     return absl::FailedPreconditionError(absl::StrCat("etcd refused a lease: ", response.error()));
@@ -130,25 +136,19 @@ absl::StatusOr<int64_t> EtcdClient::KeepAlive(int64_t lease) {
 }
 
 absl::Status EtcdClient::Revoke(int64_t lease) {
-  return OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(options_.timeout));
-    pb::LeaseRevokeRequest request;
-    request.set_id(lease);
-    pb::LeaseRevokeResponse response;
-    return pb::Lease::NewStub(channel)->LeaseRevoke(&context, request, &response);
-  });
+  pb::LeaseRevokeRequest request;
+  request.set_id(lease);
+  pb::LeaseRevokeResponse response;
+  return OnSomeEndpoint(
+      Unary<pb::Lease>(&pb::Lease::Stub::LeaseRevoke, request, &response, options_.timeout));
 }
 
 absl::StatusOr<std::optional<EtcdClient::Entry>> EtcdClient::Get(const std::string& key) {
   pb::RangeResponse response;
-  absl::Status status = OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(options_.timeout));
-    pb::RangeRequest request;
-    request.set_key(key);
-    return pb::KV::NewStub(channel)->Range(&context, request, &response);
-  });
+  pb::RangeRequest request;
+  request.set_key(key);
+  absl::Status status =
+      OnSomeEndpoint(Unary<pb::KV>(&pb::KV::Stub::Range, request, &response, options_.timeout));
   if (!status.ok()) return status;
   if (response.kvs_size() == 0) return std::optional<Entry>();
   const pb::KeyValue& kv = response.kvs(0);
@@ -159,16 +159,12 @@ absl::StatusOr<std::optional<EtcdClient::Entry>> EtcdClient::Get(const std::stri
 }
 
 absl::Status EtcdClient::Put(const std::string& key, const std::string& value, int64_t lease) {
-  return OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(options_.timeout));
-    pb::PutRequest request;
-    request.set_key(key);
-    request.set_value(value);
-    request.set_lease(lease);
-    pb::PutResponse response;
-    return pb::KV::NewStub(channel)->Put(&context, request, &response);
-  });
+  pb::PutRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  request.set_lease(lease);
+  pb::PutResponse response;
+  return OnSomeEndpoint(Unary<pb::KV>(&pb::KV::Stub::Put, request, &response, options_.timeout));
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, EtcdClient::Entry>>> EtcdClient::List(
@@ -178,14 +174,11 @@ absl::StatusOr<std::vector<std::pair<std::string, EtcdClient::Entry>>> EtcdClien
   while (!end.empty() && static_cast<uint8_t>(end.back()) == 0xff) end.pop_back();
   if (!end.empty()) end.back() = static_cast<char>(static_cast<uint8_t>(end.back()) + 1);
   pb::RangeResponse response;
-  absl::Status status = OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(options_.timeout));
-    pb::RangeRequest request;
-    request.set_key(prefix);
-    request.set_range_end(end.empty() ? std::string(1, '\0') : end);
-    return pb::KV::NewStub(channel)->Range(&context, request, &response);
-  });
+  pb::RangeRequest request;
+  request.set_key(prefix);
+  request.set_range_end(end.empty() ? std::string(1, '\0') : end);
+  absl::Status status =
+      OnSomeEndpoint(Unary<pb::KV>(&pb::KV::Stub::Range, request, &response, options_.timeout));
   if (!status.ok()) return status;
   std::vector<std::pair<std::string, Entry>> out;
   for (const pb::KeyValue& kv : response.kvs()) {
@@ -249,11 +242,8 @@ absl::StatusOr<std::optional<uint64_t>> EtcdClient::Campaign(const std::string& 
     put_term->set_value(absl::StrCat(next));
     txn.add_failure()->mutable_request_range()->set_key(LeaderKey(prefix));
     pb::TxnResponse response;
-    absl::Status status = OnSomeEndpoint([&](const std::shared_ptr<grpc::Channel>& channel) {
-      grpc::ClientContext context;
-      context.set_deadline(DeadlineAfter(options_.timeout));
-      return pb::KV::NewStub(channel)->Txn(&context, txn, &response);
-    });
+    absl::Status status =
+        OnSomeEndpoint(Unary<pb::KV>(&pb::KV::Stub::Txn, txn, &response, options_.timeout));
     if (!status.ok()) return status;
     if (response.succeeded()) return std::optional<uint64_t>(next);
     if (response.responses_size() == 1 && response.responses(0).response_range().kvs_size() == 1) {
