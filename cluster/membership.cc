@@ -8,6 +8,14 @@
 #include "base/log.h"
 
 namespace ringkv::etcd {
+namespace {
+
+// A lease's TTL in whole seconds (etcd's unit), at least 1.
+int64_t LeaseSeconds(absl::Duration ttl) {
+  return std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1))));
+}
+
+}  // namespace
 
 std::string GroupPrefix(const std::string& group) { return absl::StrCat("/ringkv/", group); }
 
@@ -18,9 +26,7 @@ std::string MemberKey(const std::string& group, const std::string& server_id) {
 absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(Options options) {
   absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Connect(options.etcd);
   if (!client.ok()) return client.status();
-  const int64_t ttl_seconds =
-      std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(options.ttl, absl::Seconds(1))));
-  absl::StatusOr<int64_t> lease = (*client)->Grant(ttl_seconds);
+  absl::StatusOr<int64_t> lease = (*client)->Grant(LeaseSeconds(options.ttl));
   if (!lease.ok()) return lease.status();
   std::unique_ptr<Membership> membership(
       new Membership(std::move(options), std::move(*client), *lease));
@@ -62,9 +68,7 @@ absl::Status Membership::Renew() {
   absl::StatusOr<int64_t> left = client_->KeepAlive(lease_);
   if (!left.ok()) return left.status();
   if (*left == 0) {  // Expired while etcd was out of reach: a new lease, a new entry.
-    const int64_t ttl_seconds =
-        std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(options_.ttl, absl::Seconds(1))));
-    absl::StatusOr<int64_t> lease = client_->Grant(ttl_seconds);
+    absl::StatusOr<int64_t> lease = client_->Grant(LeaseSeconds(options_.ttl));
     if (!lease.ok()) return lease.status();
     lease_ = *lease;
     Log(LogLevel::kWarning, "etcd: this server's lease had expired; rejoined group %s",
@@ -79,7 +83,7 @@ void Membership::Run() {
   while (!cv_.wait_for(lock, every, [&] { return stop_; })) {
     lock.unlock();
     const absl::Status status = Renew();
-    const bool was = healthy_.exchange(status.ok(), std::memory_order_relaxed);
+    const bool was = std::exchange(healthy_, status.ok());
     if (was && !status.ok()) {
       Log(LogLevel::kWarning,
           "etcd: cannot renew this server's membership of group %s (%s); "

@@ -7,11 +7,10 @@
 // reached for a while, the thread keeps trying (a lease that expired meanwhile is replaced by
 // a new one), and says so in the log once per outage.
 //
-// Threads: its own; Join and Leave from the control thread; healthy() from any.
+// Threads: its own; Join and Leave from the control thread.
 #ifndef RINGKV_CLUSTER_MEMBERSHIP_H_
 #define RINGKV_CLUSTER_MEMBERSHIP_H_
 
-#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -45,8 +44,6 @@ class Membership {
   ~Membership();
   // Stops renewing and revokes the lease (the entry goes). Idempotent.
   void Leave();
-  // Whether the last renewal reached etcd.
-  bool healthy() const { return healthy_.load(std::memory_order_relaxed); }
 
  private:
   Membership(Options options, std::unique_ptr<EtcdClient> client, int64_t lease);
@@ -57,8 +54,8 @@ class Membership {
   const Options options_;
   const std::string key_;
   std::unique_ptr<EtcdClient> client_;
-  int64_t lease_;  // The membership's thread (Join before it starts, Leave after it stops).
-  std::atomic<bool> healthy_{true};
+  int64_t lease_;        // The membership's thread (Join before it starts, Leave after it stops).
+  bool healthy_ = true;  // The membership's thread: the last renewal reached etcd.
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // Guarded by mu_.

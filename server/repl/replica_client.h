@@ -4,7 +4,9 @@
 // ReplSink (server/repl/sink.h), and when the call ends (the primary went away, refused, or cut
 // the replica off for falling behind) it says why in the sink's last_error, logs it once per
 // kind of failure, waits (100 ms, doubling to 2 s) and calls again: from its position (a
-// partial resync) if it had a whole image of this primary's run, else with a full sync.
+// partial resync) if it had a whole image of this primary's run, else with a full sync. Its
+// first call goes on from the position the data directory restored (ReplSink::TakeRestored),
+// if any.
 //
 // Threads: its own; Start and Stop from the control thread.
 #ifndef RINGKV_SERVER_REPL_REPLICA_CLIENT_H_
