@@ -352,8 +352,7 @@ std::unique_ptr<repl::ReplicaClient> Server::MakeReplicaClient(const std::string
           .token = primary_token_,
           .tls = primary_tls_,
           .server_id = server_id_,
-          .address =
-              absl::StrCat(options_.listen.substr(0, options_.listen.rfind(':')), ":", port_),
+          .address = listen_address(),
           .threads = ring_engine_->workers(),
           .wake = [this](uint32_t worker) { Wake(static_cast<uint16_t>(worker)); }},
       std::move(sinks));
@@ -466,15 +465,19 @@ absl::Status Server::Follow(const std::string& to) {
   return absl::OkStatus();
 }
 
+std::string Server::listen_address() const {
+  return absl::StrCat(options_.listen.substr(0, options_.listen.rfind(':')), ":", port_);
+}
+
 std::string Server::DescribeMember() const {
   std::string primary;
   {
     std::lock_guard lock(role_mu_);
     primary = primary_;
   }
-  std::string out = absl::StrCat("address=", options_.listen.substr(0, options_.listen.rfind(':')),
-                                 ":", port_, " role=", primary.empty() ? "primary" : "replica",
-                                 " primary=", primary, " positions=");
+  std::string out =
+      absl::StrCat("address=", listen_address(), " role=", primary.empty() ? "primary" : "replica",
+                   " primary=", primary, " positions=");
   for (size_t i = 0; i < repl_sources_.size(); ++i) {
     const uint64_t lsn =
         primary.empty() ? repl_sources_[i]->figures().lsn : repl_sinks_[i]->figures().applied_lsn;

@@ -140,6 +140,8 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   absl::Status AwaitDurableImages();
   // --etcd: what this server's member entry says (cluster/membership.h).
   std::string DescribeMember() const;
+  // --listen's host with the port bound (the port --listen named, or the one the kernel chose).
+  std::string listen_address() const;
 
   // Constant after Start.
   const ServerOptions options_;
