@@ -392,6 +392,18 @@ std::string DelayP99(const ringkv::v1::ReplicationStats& r, const ringkv::v1::Fl
 
 // One line for the role, then one per worker: a primary's flow, or a replica's.
 void PrintReplication(const ringkv::v1::ReplicationStats& r) {
+  if (r.has_group()) {
+    const ringkv::v1::GroupStats& g = r.group();
+    const std::string leader = g.leading()          ? "this server leads"
+                               : g.leader().empty() ? "no leader seen now"
+                                                    : "led by " + g.leader();
+    const std::string fence =
+        g.fence_left_ms() > 0
+            ? absl::StrCat("writes acknowledged for ", g.fence_left_ms(), " ms more unless renewed")
+            : "writes refused here";
+    std::printf("group %s: term %lu, %s, %s\n", g.name().c_str(), g.term(), leader.c_str(),
+                fence.c_str());
+  }
   if (r.role() == "replica") {
     std::printf("replication: replica of %s\n", r.primary().c_str());
     for (const auto& f : r.flows()) {
@@ -548,8 +560,19 @@ int ClusterStatus(const std::vector<std::string>& operands, bool json, double ti
   const std::string prefix = etcd::MemberKey(group, "");
   auto members = (*client)->List(prefix);
   if (!members.ok()) return Fail(kServerError, std::string(members.status().message()));
+  auto leader = (*client)->CurrentLeader(etcd::GroupPrefix(group));
+  if (!leader.ok()) return Fail(kServerError, std::string(leader.status().message()));
+  std::optional<etcd::LeaderValue> who;
+  if (leader->has_value()) who = etcd::ParseLeaderValue((*leader)->value);
   if (json) {
-    std::string out = "{\"group\":" + JsonString(group) + ",\"members\":[";
+    std::string out = "{\"group\":" + JsonString(group) + ",\"leader\":";
+    if (who.has_value()) {
+      absl::StrAppend(&out, "{\"term\":", (*leader)->term, ",\"id\":", JsonString(who->server_id),
+                      ",\"address\":", JsonString(who->address), "}");
+    } else {
+      out += "null";
+    }
+    out += ",\"members\":[";
     for (size_t i = 0; i < members->size(); ++i) {
       const auto& [key, entry] = (*members)[i];
       absl::StrAppend(&out, i == 0 ? "" : ",",
@@ -561,6 +584,12 @@ int ClusterStatus(const std::vector<std::string>& operands, bool json, double ti
   }
   std::printf("group %s: %zu member%s\n", group.c_str(), members->size(),
               members->size() == 1 ? "" : "s");
+  if (who.has_value()) {
+    std::printf("primary: %s (server %s), term %llu\n", who->address.c_str(),
+                who->server_id.c_str(), static_cast<unsigned long long>((*leader)->term));
+  } else {
+    std::printf("primary: none elected now\n");
+  }
   for (const auto& [key, entry] : *members) {
     std::printf("  %s %s\n", key.substr(prefix.size()).c_str(), entry.value.c_str());
   }

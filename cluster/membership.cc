@@ -1,10 +1,16 @@
 #include "cluster/membership.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "base/log.h"
 
 namespace ringkv::etcd {
@@ -15,6 +21,41 @@ int64_t LeaseSeconds(absl::Duration ttl) {
   return std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1))));
 }
 
+// CLOCK_BOOTTIME in nanoseconds (the fence's clock: server/repl/fence.h).
+int64_t BootNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// How long a member waits, per member that stands better, before it campaigns.
+constexpr int64_t kRankDelayNs = 200'000'000;
+
+// The standing an entry states ("tier=T score=S"; "tier=-": may not lead).
+std::optional<Standing> ParseStanding(absl::string_view entry) {
+  std::optional<Standing> standing;
+  bool tier_seen = false;
+  for (absl::string_view field : absl::StrSplit(entry, ' ', absl::SkipEmpty())) {
+    if (absl::ConsumePrefix(&field, "tier=")) {
+      Standing s;
+      if (!absl::SimpleAtoi(field, &s.tier)) return std::nullopt;
+      standing = s;
+      tier_seen = true;
+    } else if (absl::ConsumePrefix(&field, "score=") && tier_seen) {
+      if (!absl::SimpleAtoi(field, &standing->score)) return std::nullopt;
+    }
+  }
+  return standing;
+}
+
+// Whether `a` (server `a_id`) should lead before `b` (server `b_id`).
+bool StandsBetter(const Standing& a, const std::string& a_id, const Standing& b,
+                  const std::string& b_id) {
+  if (a.tier != b.tier) return a.tier > b.tier;
+  if (a.score != b.score) return a.score > b.score;
+  return a_id < b_id;
+}
+
 }  // namespace
 
 std::string GroupPrefix(const std::string& group) { return absl::StrCat("/ringkv/", group); }
@@ -23,15 +64,22 @@ std::string MemberKey(const std::string& group, const std::string& server_id) {
   return absl::StrCat(GroupPrefix(group), "/members/", server_id);
 }
 
+std::optional<LeaderValue> ParseLeaderValue(const std::string& value) {
+  const size_t space = value.find(' ');
+  if (space == std::string::npos || space == 0 || space + 1 == value.size()) return std::nullopt;
+  return LeaderValue{value.substr(0, space), value.substr(space + 1)};
+}
+
 absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(Options options) {
   absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Connect(options.etcd);
   if (!client.ok()) return client.status();
+  const int64_t sent = BootNs();
   absl::StatusOr<int64_t> lease = (*client)->Grant(LeaseSeconds(options.ttl));
   if (!lease.ok()) return lease.status();
   std::unique_ptr<Membership> membership(
       new Membership(std::move(options), std::move(*client), *lease));
-  if (absl::Status s =
-          membership->client_->Put(membership->key_, membership->options_.describe(), *lease);
+  membership->lease_until_ = sent + LeaseSeconds(membership->options_.ttl) * 1'000'000'000;
+  if (absl::Status s = membership->client_->Put(membership->key_, membership->Entry(), *lease);
       !s.ok()) {
     (void)membership->client_->Revoke(*lease);
     return s;
@@ -43,6 +91,9 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(Options options) {
 Membership::Membership(Options options, std::unique_ptr<EtcdClient> client, int64_t lease)
     : options_(std::move(options)),
       key_(MemberKey(options_.group, options_.server_id)),
+      prefix_(GroupPrefix(options_.group)),
+      poll_ns_(std::clamp<int64_t>(absl::ToInt64Nanoseconds(options_.ttl / 20), 50'000'000,
+                                   250'000'000)),
       client_(std::move(client)),
       lease_(lease) {}
 
@@ -56,6 +107,7 @@ void Membership::Leave() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (leading_) options_.fence(0);
   if (absl::Status s = client_->Revoke(lease_); !s.ok()) {
     Log(LogLevel::kWarning,
         "etcd: could not revoke this server's lease (%s); its entry %s goes "
@@ -64,36 +116,186 @@ void Membership::Leave() {
   }
 }
 
+Membership::View Membership::view() const {
+  std::lock_guard lock(mu_);
+  return view_;
+}
+
+void Membership::SetView(bool leading, uint64_t term, const std::string& leader_address) {
+  std::lock_guard lock(mu_);
+  view_ = {.leading = leading, .term = term, .leader_address = leader_address};
+}
+
+int64_t Membership::Margin() const {
+  return std::max<int64_t>(500'000'000, absl::ToInt64Nanoseconds(options_.ttl / 10));
+}
+
+std::string Membership::Entry() const {
+  std::string entry = options_.describe();
+  if (!options_.standing) return entry;
+  const std::optional<Standing> standing = options_.standing();
+  if (!standing.has_value()) return absl::StrCat(entry, " tier=-");
+  return absl::StrCat(entry, " tier=", standing->tier, " score=", standing->score);
+}
+
 absl::Status Membership::Renew() {
+  const int64_t sent = BootNs();
   absl::StatusOr<int64_t> left = client_->KeepAlive(lease_);
   if (!left.ok()) return left.status();
   if (*left == 0) {  // Expired while etcd was out of reach: a new lease, a new entry.
+    if (leading_) {
+      leading_ = false;  // The leader key went with the lease.
+      options_.fence(0);
+      Log(LogLevel::kWarning,
+          "group %s: this server's lease expired while etcd was out of reach, and its "
+          "leadership with it: writes are refused",
+          options_.group);
+    }
+    const int64_t granted_at = BootNs();
     absl::StatusOr<int64_t> lease = client_->Grant(LeaseSeconds(options_.ttl));
     if (!lease.ok()) return lease.status();
     lease_ = *lease;
+    lease_until_ = granted_at + LeaseSeconds(options_.ttl) * 1'000'000'000;
     Log(LogLevel::kWarning, "etcd: this server's lease had expired; rejoined group %s",
         options_.group);
+  } else {
+    lease_until_ = sent + *left * 1'000'000'000;
+    if (leading_) options_.fence(lease_until_ - Margin());
   }
-  return client_->Put(key_, options_.describe(), lease_);
+  return client_->Put(key_, Entry(), lease_);
 }
 
 void Membership::Run() {
-  const auto every = absl::ToChronoMilliseconds(options_.ttl / 3);
+  const bool elect = static_cast<bool>(options_.lead);
+  const int64_t renew_every = absl::ToInt64Nanoseconds(options_.ttl / 3);
+  const int64_t tick = elect ? poll_ns_ : renew_every;
+  int64_t next_renewal = BootNs() + renew_every;
+  if (elect) Elect();
   std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, every, [&] { return stop_; })) {
+  while (!cv_.wait_for(lock, std::chrono::nanoseconds(tick), [&] { return stop_; })) {
     lock.unlock();
-    const absl::Status status = Renew();
-    const bool was = std::exchange(healthy_, status.ok());
-    if (was && !status.ok()) {
-      Log(LogLevel::kWarning,
-          "etcd: cannot renew this server's membership of group %s (%s); "
-          "retrying",
-          options_.group, status.message());
-    } else if (!was && status.ok()) {
-      Log(LogLevel::kInfo, "etcd: reached again; membership of group %s renewed", options_.group);
+    // Without an election every tick renews.
+    if (!elect || BootNs() >= next_renewal) {
+      const absl::Status status = Renew();
+      next_renewal = BootNs() + (status.ok() ? renew_every : poll_ns_);
+      const bool was = std::exchange(healthy_, status.ok());
+      if (was && !status.ok()) {
+        Log(LogLevel::kWarning,
+            "etcd: cannot renew this server's membership of group %s (%s); retrying%s",
+            options_.group, status.message(),
+            leading_ ? "; writes stop when the lease could run out" : "");
+      } else if (!was && status.ok()) {
+        Log(LogLevel::kInfo, "etcd: reached again; membership of group %s renewed", options_.group);
+      }
     }
+    if (elect) Elect();
     lock.lock();
   }
+}
+
+void Membership::Elect() {
+  absl::StatusOr<std::optional<EtcdClient::Leader>> leader = client_->CurrentLeader(prefix_);
+  if (!leader.ok()) return;  // Out of reach: a leader's fence runs out by itself.
+  if (!leader->has_value()) {
+    Vacancy();
+    return;
+  }
+  vacant_since_ = 0;
+  const EtcdClient::Leader& held = **leader;
+  const std::optional<LeaderValue> who = ParseLeaderValue(held.value);
+  if (!who.has_value()) return;
+  if (who->server_id == options_.server_id) {
+    if (!leading_ && held.term == led_term_) {
+      // Won and taken over, but the renewal or the look after it failed: the key is still
+      // this server's, so the fence may open from the last renewal.
+      leading_ = true;
+      following_.clear();
+      options_.fence(lease_until_ - Margin());
+      Log(LogLevel::kInfo, "group %s: primary in term %d; writes are served", options_.group,
+          held.term);
+    }
+    SetView(leading_, held.term, who->address);
+    return;
+  }
+  if (leading_) {
+    leading_ = false;
+    options_.fence(0);
+    Log(LogLevel::kWarning,
+        "group %s: %s leads in term %d; this server no longer acknowledges writes", options_.group,
+        who->address, held.term);
+  }
+  SetView(false, held.term, who->address);
+  // A key left by this server's previous run (same address, another id): it expires with
+  // that run's lease.
+  if (who->address == options_.address || who->address == following_) return;
+  if (absl::Status s = options_.follow(who->address); !s.ok()) {
+    Log(LogLevel::kWarning, "group %s: cannot follow the primary %s of term %d: %s", options_.group,
+        who->address, held.term, s.message());
+    return;
+  }
+  following_ = who->address;
+  (void)client_->Put(key_, Entry(), lease_);  // The entry says so at once.
+}
+
+void Membership::Vacancy() {
+  if (leading_) {
+    leading_ = false;
+    options_.fence(0);
+    Log(LogLevel::kWarning,
+        "group %s: this server's leader key is gone (its lease ran out): writes are refused "
+        "until a primary is elected",
+        options_.group);
+  }
+  SetView(false, 0, "");
+  const std::optional<Standing> me = options_.standing();
+  if (!me.has_value()) return;  // May not lead now.
+  const int64_t now = BootNs();
+  if (vacant_since_ == 0) {
+    // First sight: the entry states this server's standing now, for the others to rank
+    // against; campaigning waits a poll for theirs.
+    vacant_since_ = now;
+    (void)client_->Put(key_, Entry(), lease_);
+    return;
+  }
+  const std::string members_prefix = MemberKey(options_.group, "");
+  absl::StatusOr<std::vector<std::pair<std::string, EtcdClient::Entry>>> members =
+      client_->List(members_prefix);
+  if (!members.ok()) return;
+  int64_t better = 0;
+  for (const auto& [key, entry] : *members) {
+    const std::string id = key.substr(members_prefix.size());
+    if (id == options_.server_id) continue;
+    const std::optional<Standing> theirs = ParseStanding(entry.value);
+    if (theirs.has_value() && StandsBetter(*theirs, id, *me, options_.server_id)) ++better;
+  }
+  if (now < vacant_since_ + poll_ns_ + better * kRankDelayNs) return;
+  absl::StatusOr<std::optional<uint64_t>> won =
+      client_->Campaign(prefix_, absl::StrCat(options_.server_id, " ", options_.address), lease_);
+  if (!won.ok() || !won->has_value()) return;  // Another won: the next look follows it.
+  const uint64_t term = **won;
+  vacant_since_ = 0;
+  Log(LogLevel::kInfo, "group %s: won term %d (%d members stood better); taking over",
+      options_.group, term, better);
+  if (absl::Status s = options_.lead(term); !s.ok()) {
+    Log(LogLevel::kError, "group %s: could not take over in term %d (%s); giving it up",
+        options_.group, term, s.message());
+    (void)client_->Revoke(lease_);  // The leader key goes; the next renewal takes a new lease.
+    return;
+  }
+  led_term_ = term;
+  // The promotion may have taken a while: the fence opens from a fresh renewal, and only if
+  // the key is still this server's.
+  if (!Renew().ok()) return;
+  absl::StatusOr<std::optional<EtcdClient::Leader>> still = client_->CurrentLeader(prefix_);
+  if (!still.ok() || !still->has_value()) return;
+  const std::optional<LeaderValue> holder = ParseLeaderValue((*still)->value);
+  if (!holder.has_value() || holder->server_id != options_.server_id) return;
+  leading_ = true;
+  following_.clear();
+  options_.fence(lease_until_ - Margin());
+  (void)client_->Put(key_, Entry(), lease_);  // The entry says so at once.
+  SetView(true, term, options_.address);
+  Log(LogLevel::kInfo, "group %s: primary in term %d; writes are served", options_.group, term);
 }
 
 }  // namespace ringkv::etcd

@@ -13,7 +13,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libnghttp2-dev
   libssl-dev openssl prometheus-cpp-dev prometheus
   python3 python3-venv ca-certificates
-  libboost-dev python3-matplotlib redis-server redis-tools nghttp2-client etcd-server
+  libboost-dev python3-matplotlib redis-server redis-tools nghttp2-client etcd-server etcd-client
   clang-format clang-tidy
 )
 # Go builds grpcurl; a machine without a Go toolchain gets Debian's.

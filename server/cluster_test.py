@@ -1,25 +1,24 @@
 #!/usr/bin/env python3
-"""Group membership on etcd (issue 23, first steps), with a real etcd (Debian's etcd-server)
-started by the test on loopback with a data directory of its own, real ringkv-servers and the
-real CLI.
+"""Group membership on etcd (issue 23), with a real etcd (Debian's etcd-server) started by the
+test on loopback with a data directory of its own, real ringkv-servers and the real CLI.
+server/failover_test.py has the failovers.
 
-- A primary and its replica with --etcd --group each have an entry in the group, listed by
-  `ringkv cluster status` (text and --json) with address, role, primary and positions; the
-  positions follow the writes.
+- The first server of a new group is elected its primary, and the next follows it; each has
+  an entry in the group, listed by `ringkv cluster status` (text and --json) with address,
+  role, primary and positions; the positions follow the writes.
 - A server killed with SIGKILL drops out once its lease expires (--failover-timeout=2s, within
   a few seconds); one stopped with SIGTERM drops out at once (its lease revoked).
-- etcd killed under a running server: the server goes on serving and says so in its log; etcd
-  restarted on the same directory and port: the server's entry is back.
+- etcd killed under a running primary: no write is acknowledged once its lease could have run
+  out (2 s after the kill at most), reads go on, and the log says why; etcd restarted on the
+  same directory and port: writes resume and the server's entry is back.
 - An etcd that cannot be reached refuses the start (exit status 2), naming the endpoint; the
-  flags are checked (--etcd without --group, a short --failover-timeout).
+  flags are checked (--etcd without --group, a short --failover-timeout, --replica-of).
 
 Usage: cluster_test.py SERVER_BINARY CLI_BINARY [SERVER_FLAG...]
 """
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,17 +26,12 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
+from etcd_process import Etcd, free_port  # noqa: E402
 from ringkv_server import LogReader, RingkvServer  # noqa: E402
 
 SERVER, CLI = sys.argv[1:3] if len(sys.argv) >= 3 else (None, None)
 SERVER_FLAGS = sys.argv[3:]
 SLOW = 3 if os.environ.get("RINGKV_SANITIZER", "none") not in ("", "none") else 1
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(predicate, timeout, describe):
@@ -47,37 +41,6 @@ def wait_until(predicate, timeout, describe):
             return
         time.sleep(0.05)
     raise AssertionError(f"not within {timeout} s: {describe()}")
-
-
-class Etcd:
-    """One etcd member on loopback; start() again restarts it on the same directory and port."""
-
-    def __init__(self, work):
-        self.dir = os.path.join(work, "etcd")
-        self.port, self.peer = free_port(), free_port()
-        self.endpoint = f"127.0.0.1:{self.port}"
-        self.process = None
-
-    def start(self):
-        client, peer = f"http://{self.endpoint}", f"http://127.0.0.1:{self.peer}"
-        self.process = subprocess.Popen(
-            ["etcd", "--name=ringkv-test", f"--data-dir={self.dir}",
-             f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-             f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-             f"--initial-cluster=ringkv-test={peer}", "--logger=zap",
-             f"--log-outputs={self.dir}.log"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(self.answers, 20, lambda: f"etcd on {self.endpoint} never answered")
-
-    def answers(self):
-        return subprocess.run(["etcdctl", f"--endpoints={self.endpoint}", "get", "x"],
-                              capture_output=True, env={**os.environ, "ETCDCTL_API": "3"},
-                              timeout=10).returncode == 0
-
-    def kill(self):
-        if self.process and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
 
 class ClusterTest(unittest.TestCase):
@@ -119,9 +82,12 @@ class ClusterTest(unittest.TestCase):
 
     def test_members_are_listed_and_drop_out(self):
         primary = self.start()
-        replica = self.start(f"--replica-of={primary.address}")
-        wait_until(lambda: set(self.members()) == {primary.address, replica.address}, 10,
-                   self.members)
+        # The first server of a new group is elected; the next follows it.
+        wait_until(lambda: (self.etcd.leader(self.group) or (0, "", ""))[2] == primary.address,
+                   10 * SLOW, lambda: self.etcd.leader(self.group))
+        replica = self.start()
+        wait_until(lambda: {a: m["role"] for a, m in self.members().items()} ==
+                   {primary.address: "primary", replica.address: "replica"}, 10, self.members)
         got = self.members()
         self.assertEqual(got[primary.address]["role"], "primary")
         self.assertEqual(got[replica.address]["role"], "replica")
@@ -137,6 +103,7 @@ class ClusterTest(unittest.TestCase):
                         f"--group={self.group}")
         self.assertEqual(text.returncode, 0, text.stderr)
         self.assertIn(f"group {self.group}: 2 members", text.stdout)
+        self.assertIn(f"primary: {primary.address}", text.stdout)
         # SIGKILL: gone once the lease expires. SIGTERM: gone at once.
         replica.process.kill()
         replica.process.wait()
@@ -149,12 +116,29 @@ class ClusterTest(unittest.TestCase):
 
     def test_etcd_lost_and_back(self):
         server = self.start()
-        wait_until(lambda: server.address in self.members(), 10, self.members)
+        wait_until(lambda: self.cli("put", "k", "v", addr=server.address).returncode == 0,
+                   10 * SLOW, lambda: "the lone member never served writes")
         self.etcd.kill()
+        killed = time.monotonic()
+        # Writes stop before the lease (2 s, renewed last before the kill) could run out, and
+        # none is acknowledged after; reads go on.
+        last_ok = killed
+        while time.monotonic() < killed + 4:
+            began = time.monotonic()
+            put = self.cli("put", "k", "w", addr=server.address)
+            if put.returncode == 0:
+                self.assertLess(began, killed + 2, "a write acknowledged without a lease")
+                last_ok = time.monotonic()
+            else:
+                self.assertIn("not the group's primary now", put.stderr)
+        self.assertLess(last_ok, killed + 2)
+        get = self.cli("get", "k", addr=server.address)
+        self.assertEqual(get.returncode, 0, get.stderr)
         server.log.wait_for("cannot renew this server's membership", timeout=15 * SLOW)
-        put = self.cli("put", "k", "v", addr=server.address)
-        self.assertEqual(put.returncode, 0, put.stderr)  # It goes on serving meanwhile.
+        # etcd back on its directory: the server leads again and serves writes.
         self.etcd.start()
+        wait_until(lambda: self.cli("put", "k", "x", addr=server.address).returncode == 0,
+                   20 * SLOW, lambda: "writes never resumed")
         wait_until(lambda: server.address in self.members(), 20 * SLOW, self.members)
 
     def test_bad_setups(self):
@@ -166,7 +150,9 @@ class ClusterTest(unittest.TestCase):
         self.assertIn(dead, r.stderr)
         for flags, says in (((f"--etcd={self.etcd.endpoint}",), "--etcd and --group go together"),
                             ((f"--etcd={self.etcd.endpoint}", "--group=g",
-                              "--failover-timeout=1s"), "--failover-timeout must be")):
+                              "--failover-timeout=1s"), "--failover-timeout must be"),
+                            ((f"--etcd={self.etcd.endpoint}", "--group=g",
+                              "--replica-of=127.0.0.1:1"), "--replica-of does not go with")):
             r = subprocess.run([SERVER, *flags], capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn(says, r.stderr)

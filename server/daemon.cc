@@ -151,13 +151,17 @@ ABSL_FLAG(std::string, etcd, "",
           "this server's group (--group). The server joins it at start, under a lease of "
           "--failover-timeout renewed about three times a lease, with its address, role and "
           "positions (`ringkv cluster status` lists the members); at start an etcd that cannot "
-          "be reached refuses the start. Empty: no group (failover on etcd is issue 23, under "
-          "way: membership only so far)");
+          "be reached refuses the start. The group elects its primary: the server holding the "
+          "leader key serves writes while its lease lasts and stops before it could run out; "
+          "the others follow it; when its lease expires, the replica with the most data takes "
+          "over. Empty: no group");
 ABSL_FLAG(std::string, group, "", "with --etcd: the name of this server's group");
 ABSL_FLAG(absl::Duration, failover_timeout, absl::Seconds(3),
-          "with --etcd: the TTL of the lease a server's membership lives under (whole seconds, "
-          "at least 2s: etcd's minimum lease); a server that dies drops out of its group this "
-          "long after its last renewal");
+          "with --etcd: the TTL of the lease a server's membership and leadership live under "
+          "(whole seconds, at least 2s: etcd's minimum lease); a server that dies drops out of "
+          "its group this long after its last renewal, and if it led, another takes over then. "
+          "A primary stops acknowledging writes max(0.5s, a tenth of it) before its lease "
+          "could run out");
 ABSL_FLAG(std::string, primary_token_file, "",
           "with --replica-of: a file whose first line is the token to present to the primary "
           "(it needs the replication role there, or a higher one, under --auth-token-file)");
@@ -417,9 +421,10 @@ void ParseReplicationFlags(const char* argv0, ServerOptions* options) {
   if (tls.cert.empty() != tls.key.empty()) {
     ExitUsageError(argv0, "--primary-tls-cert and --primary-tls-key go together");
   }
-  if (tls.on && options->replica_of.empty()) {
+  if (tls.on && options->replica_of.empty() && absl::GetFlag(FLAGS_etcd).empty()) {
     ExitUsageError(argv0,
-                   "--primary-tls, --primary-tls-ca and --primary-tls-cert need --replica-of");
+                   "--primary-tls, --primary-tls-ca and --primary-tls-cert need --replica-of "
+                   "or --etcd");
   }
   const std::string backlog = absl::GetFlag(FLAGS_repl_backlog);
   const std::optional<uint64_t> bytes = ParseByteSize(backlog);
@@ -451,6 +456,11 @@ void ParseReplicationFlags(const char* argv0, ServerOptions* options) {
     if (endpoint.rfind(':') == std::string::npos) {
       ExitUsageError(argv0, "--etcd takes HOST:PORT endpoints, got '" + endpoint + "'");
     }
+  }
+  if (!options->etcd.empty() && !options->replica_of.empty()) {
+    ExitUsageError(argv0,
+                   "--replica-of does not go with --etcd: the group's election decides which "
+                   "server is the primary and the others follow it");
   }
   if (options->group.find_first_of("/ ") != std::string::npos) {
     ExitUsageError(argv0, "--group must not hold '/' or spaces, got '" + options->group + "'");

@@ -57,7 +57,10 @@ uint64_t ProcessResidentBytes() {
 
 }  // namespace
 
-Server::Server(const ServerOptions& options) : options_(options), started_(absl::Now()) {}
+Server::Server(const ServerOptions& options) : options_(options), started_(absl::Now()) {
+  // In a group, writes wait for the election (cluster/membership.h).
+  if (!options_.etcd.empty()) fence_.Until(0);
+}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (options.threads == 0 || options.threads > RingEngine::kMaxWorkers) {
@@ -69,6 +72,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   }
   if (options.limits.max_value_bytes > (size_t{1} << 30)) {
     return absl::InvalidArgumentError("--max-value-bytes must be at most 1073741824 (1 GiB)");
+  }
+  if (!options.etcd.empty() && (options.lock_engine || !options.replica_of.empty())) {
+    return absl::InvalidArgumentError(
+        "--etcd: a group's election decides who follows whom, so --replica-of does not go "
+        "with it, and its servers need --engine=ring");
   }
   std::unique_ptr<Server> server(new Server(options));
   if (!options.auth_token_file.empty()) {
@@ -156,20 +164,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     server->threads_.emplace_back([loop = loop.get()] { loop->Run(); });
   }
   if (server->metrics_server_ != nullptr) server->metrics_server_->Start();
-  if (!options.etcd.empty()) {
-    absl::StatusOr<std::unique_ptr<etcd::Membership>> membership =
-        etcd::Membership::Join({.etcd = {.endpoints = options.etcd},
-                                .group = options.group,
-                                .server_id = server->server_id_,
-                                .ttl = options.failover_timeout,
-                                .describe = [s = server.get()] { return s->DescribeMember(); }});
-    if (!membership.ok()) {
-      (void)server->Shutdown();
-      return absl::UnavailableError(absl::StrCat("--etcd: cannot join group ", options.group, ": ",
-                                                 membership.status().message()));
-    }
-    server->membership_ = std::move(*membership);
-  }
   if (server->data_dir_ != nullptr) {
     // Once the loops run (a snapshot waits for every worker's cut), and before a replica's
     // client (its full sync asks for one).
@@ -187,7 +181,72 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
       server->replica_client_->Start();
     }
   }
+  if (!options.etcd.empty()) {
+    if (absl::Status s = server->JoinGroup(); !s.ok()) {
+      (void)server->Shutdown();
+      return s;
+    }
+  }
   return server;
+}
+
+absl::Status Server::JoinGroup() {
+  absl::StatusOr<std::unique_ptr<etcd::Membership>> membership = etcd::Membership::Join(
+      {.etcd = {.endpoints = options_.etcd},
+       .group = options_.group,
+       .server_id = server_id_,
+       .ttl = options_.failover_timeout,
+       .describe = [this] { return DescribeMember(); },
+       .address = listen_address(),
+       .standing = [this] { return GroupStanding(); },
+       .lead = [this](uint64_t term) { return Lead(term); },
+       .follow = [this](const std::string& address) { return Follow(address); },
+       .fence = [this](int64_t deadline_ns) { fence_.Until(deadline_ns); }});
+  if (!membership.ok()) {
+    return absl::UnavailableError(absl::StrCat("--etcd: cannot join group ", options_.group, ": ",
+                                               membership.status().message()));
+  }
+  std::lock_guard lock(role_mu_);  // The stats read it.
+  membership_ = std::move(*membership);
+  return absl::OkStatus();
+}
+
+std::optional<etcd::Standing> Server::GroupStanding() const {
+  if (read_only()) {
+    // A replica may lead with a whole image of its primary's data only.
+    uint64_t applied = 0;
+    for (const auto& sink : repl_sinks_) {
+      if (!sink->whole()) return std::nullopt;
+      applied += sink->figures().applied_lsn;
+    }
+    return etcd::Standing{.tier = 2, .score = applied};
+  }
+  uint64_t keys = 0;
+  for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {
+    keys += WorkerCounters::Read(ring_engine_->counters(i).keys);
+  }
+  return etcd::Standing{.tier = keys > 0 ? 1 : 0, .score = keys};
+}
+
+absl::Status Server::Lead(uint64_t term) {
+  // Versions live in 56 bits (shard/shard.h): terms up to 2^16 keep term << 40 within them.
+  if (term >= (uint64_t{1} << 16)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "term ", term, " is past 65535: its version floor (term << 40) would not fit"));
+  }
+  const uint64_t floor = term << 40;
+  for (uint32_t i = 0; i < role_ports_.size(); ++i) {
+    role_ports_[i]->RaiseFloor(floor);
+    Wake(static_cast<uint16_t>(i));
+  }
+  if (absl::Status s = Promote(); !s.ok()) return s;
+  for (auto& port : role_ports_) {
+    while (port->floored() < floor) {
+      if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Server::ReloadTokens() {
@@ -294,7 +353,8 @@ absl::Status Server::SetUpReplication() {
     Worker& worker = ring_engine_->worker(i);
     Journal* log = data_dir_ != nullptr ? &data_dir_->log(i) : nullptr;
     repl_sources_.push_back(std::make_unique<repl::ReplSource>(
-        log, worker, options_.repl_backlog_bytes, options_.min_replicas_timeout_ms));
+        log, worker, options_.repl_backlog_bytes, options_.min_replicas_timeout_ms,
+        options_.etcd.empty() ? nullptr : &fence_));
     repl_sinks_.push_back(std::make_unique<repl::ReplSink>(options_.full_sync_keeps_data));
     role_ports_.push_back(
         std::make_unique<repl::RolePort>(*repl_sources_.back(), *repl_sinks_.back(), replica));
@@ -361,6 +421,12 @@ std::unique_ptr<repl::ReplicaClient> Server::MakeReplicaClient(const std::string
 absl::Status Server::RequestRoleChange(const std::string& to, RoleDone done) {
   if (ring_engine_ == nullptr) {
     return absl::FailedPreconditionError("replication works with --engine=ring only");
+  }
+  if (!options_.etcd.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this server is in group ", options_.group,
+        " on etcd (--etcd): the group's election decides its role, so `ringkv replicate` "
+        "cannot change it"));
   }
   std::lock_guard lock(role_mu_);
   if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
@@ -475,9 +541,11 @@ std::string Server::DescribeMember() const {
     std::lock_guard lock(role_mu_);
     primary = primary_;
   }
-  std::string out =
-      absl::StrCat("address=", listen_address(), " role=", primary.empty() ? "primary" : "replica",
-                   " primary=", primary, " positions=");
+  // A server that neither follows nor may take writes (not elected, or its lease lapsed) is a
+  // candidate.
+  const char* role = !primary.empty() ? "replica" : fence_.closed() ? "candidate" : "primary";
+  std::string out = absl::StrCat("address=", listen_address(), " role=", role, " primary=", primary,
+                                 " positions=");
   for (size_t i = 0; i < repl_sources_.size(); ++i) {
     const uint64_t lsn =
         primary.empty() ? repl_sources_[i]->figures().lsn : repl_sinks_[i]->figures().applied_lsn;
@@ -489,12 +557,24 @@ std::string Server::DescribeMember() const {
 void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
   ringkv::v1::ReplicationStats* out = stats->mutable_replication();
   std::string primary;
+  const etcd::Membership* membership;
   {
     std::lock_guard lock(role_mu_);
     primary = primary_;
+    membership = membership_.get();
   }
   out->set_role(primary.empty() ? "primary" : "replica");
   out->set_primary(primary);
+  if (membership != nullptr) {
+    const etcd::Membership::View view = membership->view();
+    ringkv::v1::GroupStats* group = out->mutable_group();
+    group->set_name(options_.group);
+    group->set_term(view.term);
+    group->set_leading(view.leading);
+    group->set_leader(view.leader_address);
+    const int64_t left = fence_.left_ns();
+    group->set_fence_left_ms(left == repl::Fence::kOpen ? 0 : left / 1'000'000);
+  }
   if (repl_sources_.empty()) return;
   if (primary.empty()) {
     out->set_backlog_limit_bytes(options_.repl_backlog_bytes);
@@ -551,6 +631,11 @@ void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
 }
 
 const std::string& Server::journal_failure_message() const {
+  static const std::string fenced =
+      "not the group's primary now: this server does not hold the group's leader key in etcd "
+      "(not elected yet, deposed, or its lease could have run out while etcd was out of "
+      "reach), so it acknowledges no write; `ringkv cluster status` names the primary";
+  if (fence_.closed()) return fenced;
   if (data_dir_ != nullptr && !data_dir_->logs_failed()) return journal_stalled_;
   return journal_failure_;
 }

@@ -42,6 +42,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,6 +54,7 @@
 #include "server/auth/authenticator.h"
 #include "server/metrics/metrics_server.h"
 #include "server/metrics/metrics_source.h"
+#include "server/repl/fence.h"
 #include "server/repl/replica_client.h"
 #include "server/repl/replica_flows.h"
 #include "server/repl/role_port.h"
@@ -102,6 +104,7 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   const std::string& journal_failure_message() const override;
   bool read_only() const override { return read_only_.load(std::memory_order_acquire); }
   absl::Status read_only_refusal() const override;
+  bool fenced() const override { return fence_.closed(); }
   absl::Status RequestRoleChange(const std::string& to, RoleDone done) override;
   const std::string& server_id() const override { return server_id_; }
   void AddReplicaFlow(const repl::ReplicaFlow* flow) override { replica_flows_.Add(flow); }
@@ -140,6 +143,13 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   absl::Status AwaitDurableImages();
   // --etcd: what this server's member entry says (cluster/membership.h).
   std::string DescribeMember() const;
+  // --etcd: the group's election (cluster/membership.h). Whether this server may lead now,
+  // and how well; and the take-over once it has won `term`: the version floor (term << 40),
+  // then the promotion.
+  std::optional<etcd::Standing> GroupStanding() const;
+  absl::Status Lead(uint64_t term);
+  // Joins the group (--etcd): the last step of Start.
+  absl::Status JoinGroup();
   // --listen's host with the port bound (the port --listen named, or the one the kernel chose).
   std::string listen_address() const;
 
@@ -172,13 +182,17 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
 
   // The role. read_only_ mirrors whether primary_ is set, for the transports' every call.
   mutable std::mutex role_mu_;
-  std::string primary_;                           // Guarded by role_mu_.
-  std::unique_ptr<etcd::Membership> membership_;  // --etcd: this server's entry in its group.
+  std::string primary_;  // Guarded by role_mu_.
+  // --etcd: this server's entry in its group. Set under role_mu_ (the stats read it) at the
+  // end of Start; kept until the destructor.
+  std::unique_ptr<etcd::Membership> membership_;
   std::unique_ptr<repl::ReplicaClient> replica_client_;  // Guarded by role_mu_ (Shutdown
                                                          // uses it once role_thread_ is done).
   std::thread role_thread_;                              // Guarded by role_mu_.
   bool role_changing_ = false;                           // Guarded by role_mu_.
   std::atomic<bool> read_only_{false};
+  // --etcd: closed until this server leads its group (server/repl/fence.h); open without.
+  repl::Fence fence_;
 
   // Control thread only.
   std::vector<std::thread> threads_;

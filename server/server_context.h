@@ -70,6 +70,9 @@ class ServerContext {
   // with a Redirect detail (server/status_details.h); OK on a primary.
   virtual bool read_only() const = 0;
   virtual absl::Status read_only_refusal() const = 0;
+  // In a group on etcd: whether this server's fence is closed, so that it may not acknowledge
+  // writes now (server/repl/fence.h). False outside a group.
+  virtual bool fenced() const { return false; }
   // `ringkv replicate`: follow the primary `to` (HOST:PORT), or, if empty, stop following and
   // serve writes (a promotion). An error at once if refused (`done` never runs); else `done`
   // runs on another thread once the change is made, with its status, the role then

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <deque>
 #include <thread>
+#include <utility>
 
 #include "absl/time/time.h"
 #include "ring/ring.h"
@@ -53,6 +54,10 @@ size_t ShardLoop::Poll(Request** out, size_t max) {
 
 void ShardLoop::Complete(Request* request) {
   --in_flight_;
+  if (request->result == Result::kOk && request->op != Op::kGet && request->op != Op::kScan &&
+      request->op != Op::kReplicate) {
+    acked_write_ = true;
+  }
   static_cast<Handler*>(request->tag)->OnRequestDone(request);
 }
 
@@ -145,6 +150,10 @@ void ShardLoop::Run() {
       NoticeDraining();
     }
     const size_t work = io_->Poll() + RunEngine();
+    // A write acknowledged this turn while the fence closed (server/repl/fence.h): its answer
+    // must not leave. Its connections are dropped instead: the client cannot tell whether it
+    // was applied, which is the truth.
+    if (std::exchange(acked_write_, false) && context_.fenced()) io_->Abandon();
     io_->EndTurn();
     const bool io_finished = io_->Finished();
     if (io_finished && in_flight_ == 0 && (worker_ == nullptr || worker_->Drained())) {

@@ -108,6 +108,11 @@ class FlowHandler : public Handler {
                                                      "); replicas of replicas are not supported")),
           nullptr);
     }
+    if (context_.fenced()) {
+      // In a group, only the elected primary may be followed: a server that restarted on a
+      // dead primary's address must not full-sync its replicas with what it holds.
+      return sink_.Finish(absl::UnavailableError(context_.journal_failure_message()), nullptr);
+    }
     if (request_.threads() != threads) {
       return sink_.Finish(absl::FailedPreconditionError(absl::StrCat(
                               "the primary runs --threads=", threads, " and the replica --threads=",

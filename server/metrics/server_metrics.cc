@@ -267,6 +267,15 @@ void AddReplication(const ringkv::v1::ReplicationStats& r, std::vector<MetricFam
                                     "Writes that waited for replicas (--min-replicas) past "
                                     "--min-replicas-timeout.",
                                     MetricType::Counter, &ringkv::v1::FlowStats::not_replicated}};
+  if (r.has_group()) {
+    out->push_back(Single("group_term", "The term of the group's leader this server saw last.",
+                          MetricType::Gauge, static_cast<double>(r.group().term())));
+    out->push_back(Single("group_leading", "1 while this server leads its group.",
+                          MetricType::Gauge, r.group().leading() ? 1 : 0));
+    out->push_back(Single("group_fence_left_seconds",
+                          "How long this server may still acknowledge writes (0: it may not).",
+                          MetricType::Gauge, r.group().fence_left_ms() / 1000.0));
+  }
   AddPerItem(fields, r.flows(), "worker", &ringkv::v1::FlowStats::worker, out);
   MetricFamily flows =
       Family(replica ? "repl_stable" : "repl_replicas",

@@ -14,11 +14,17 @@
 // kNotReplicated) and follows from then on; its shard keeps its data until the new primary's
 // full sync replaces it.
 //
-// Threads: the owning worker's, except Promote, Demote and follows_now (any thread).
+// RaiseFloor (any thread; issue 23): a term won in a group on etcd puts the versions the worker
+// gives from its next turn on above `floor` (term << 40), so that a write lost in the failover
+// can never come back as a version that a compare-and-set would take; floored() says when.
+//
+// Threads: the owning worker's, except Promote, Demote, RaiseFloor, follows_now and floored
+// (any thread).
 #ifndef RINGKV_SERVER_REPL_ROLE_PORT_H_
 #define RINGKV_SERVER_REPL_ROLE_PORT_H_
 
 #include <atomic>
+#include <cstdint>
 
 #include "server/repl/sink.h"
 #include "server/repl/source.h"
@@ -36,6 +42,8 @@ class RolePort final : public ReplicationPort {
 
   void Promote() { want_follow_.store(false, std::memory_order_release); }
   void Demote() { want_follow_.store(true, std::memory_order_release); }
+  void RaiseFloor(uint64_t floor) { floor_.store(floor, std::memory_order_release); }
+  uint64_t floored() const { return floored_.load(std::memory_order_acquire); }
   // Whether the worker serves as a replica (after Demote) or a primary (after Promote) yet.
   bool follows_now() const { return follows_.load(std::memory_order_acquire); }
 
@@ -43,6 +51,11 @@ class RolePort final : public ReplicationPort {
     return following_ ? sink_.Serve(request, shard, now_ms) : source_.Serve(request, shard, now_ms);
   }
   size_t Turn(Shard& shard, Clock clock, std::vector<Request*>* answered) override {
+    if (const uint64_t floor = floor_.load(std::memory_order_acquire); floor > floor_done_) {
+      shard.RaiseRevision(floor);
+      floor_done_ = floor;
+      floored_.store(floor, std::memory_order_release);
+    }
     const bool want = want_follow_.load(std::memory_order_acquire);
     if (!following_) {
       if (!want) return source_.Turn(shard, clock, answered);
@@ -72,7 +85,10 @@ class RolePort final : public ReplicationPort {
   ReplSink& sink_;
   bool following_;  // The worker's own copy of follows_.
   std::atomic<bool> follows_;
-  std::atomic<bool> want_follow_;  // What Promote or Demote asked for.
+  std::atomic<bool> want_follow_;     // What Promote or Demote asked for.
+  std::atomic<uint64_t> floor_{0};    // What RaiseFloor asked for.
+  uint64_t floor_done_ = 0;           // The worker's: the floor its shard has.
+  std::atomic<uint64_t> floored_{0};  // floor_done_, for other threads.
 };
 
 }  // namespace ringkv::repl

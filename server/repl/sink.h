@@ -114,6 +114,9 @@ class ReplSink final : public ReplicationPort {
     full_syncs_.fetch_add(1, std::memory_order_relaxed);
   }
   uint64_t full_syncs() const { return full_syncs_.load(std::memory_order_relaxed); }
+  // Any thread: the last full sync's image is applied (it stays so while the client
+  // reconnects to a primary that went away; a group's election counts on it).
+  bool whole() const { return synced_.load(std::memory_order_acquire); }
   void CountPartialSync() { partial_syncs_.fetch_add(1, std::memory_order_relaxed); }
   void set_last_error(std::string error);
 

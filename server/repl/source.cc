@@ -9,8 +9,9 @@
 namespace ringkv::repl {
 
 ReplSource::ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes,
-                       int64_t replica_timeout_ms)
+                       int64_t replica_timeout_ms, const Fence* fence)
     : inner_(inner),
+      fence_(fence),
       worker_(worker),
       backlog_limit_(backlog_bytes),
       replica_timeout_ms_(replica_timeout_ms) {}

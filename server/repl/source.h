@@ -52,6 +52,7 @@
 #include <string_view>
 #include <vector>
 
+#include "server/repl/fence.h"
 #include "shard/journal.h"
 #include "shard/replication_port.h"
 #include "shard/worker.h"
@@ -79,8 +80,11 @@ class ReplSource final : public Journal, public ReplicationPort {
 
   // `inner`: the data directory's log for this worker (null: none), which every Journal call
   // reaches as before. `worker`: whose snapshot a full sync takes. `replica_timeout_ms`: how
-  // long a write waits for its replicas (--min-replicas-timeout).
-  ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes, int64_t replica_timeout_ms);
+  // long a write waits for its replicas (--min-replicas-timeout). `fence`: in a group on etcd,
+  // the primary's fence (server/repl/fence.h), which refuses writes once closed, as a stalled
+  // log does (null: none).
+  ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes, int64_t replica_timeout_ms,
+             const Fence* fence = nullptr);
 
   // Journal.
   void Set(std::string_view key, std::string_view value, uint64_t version,
@@ -93,7 +97,9 @@ class ReplSource final : public Journal, public ReplicationPort {
   bool holds_acks() const override { return inner_ && inner_->holds_acks(); }
   void Commit() override;
   bool failed() const override { return inner_ && inner_->failed(); }
-  bool stalled() const override { return inner_ && inner_->stalled(); }
+  bool stalled() const override {
+    return (inner_ && inner_->stalled()) || (fence_ != nullptr && fence_->closed());
+  }
   bool backlogged() const override { return inner_ && inner_->backlogged(); }
   void Cut() override {
     if (inner_ == nullptr) return;
@@ -196,6 +202,7 @@ class ReplSource final : public Journal, public ReplicationPort {
   void ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered);
 
   Journal* const inner_;
+  const Fence* const fence_;
   std::function<void()> after_cut_;
   Worker& worker_;
   const size_t backlog_limit_;
