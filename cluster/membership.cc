@@ -79,8 +79,7 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(Options options) {
   std::unique_ptr<Membership> membership(
       new Membership(std::move(options), std::move(*client), *lease));
   membership->lease_until_ = sent + LeaseSeconds(membership->options_.ttl) * 1'000'000'000;
-  if (absl::Status s = membership->client_->Put(membership->key_, membership->Entry(), *lease);
-      !s.ok()) {
+  if (absl::Status s = membership->Publish(); !s.ok()) {
     (void)membership->client_->Revoke(*lease);
     return s;
   }
@@ -162,7 +161,18 @@ absl::Status Membership::Renew() {
     lease_until_ = sent + *left * 1'000'000'000;
     if (leading_) options_.fence(lease_until_ - Margin());
   }
-  return client_->Put(key_, Entry(), lease_);
+  return Publish();
+}
+
+absl::Status Membership::Publish() {
+  std::string entry = Entry();
+  if (entry == published_ && lease_ == published_lease_) return absl::OkStatus();
+  absl::Status status = client_->Put(key_, entry, lease_);
+  if (status.ok()) {
+    published_ = std::move(entry);
+    published_lease_ = lease_;
+  }
+  return status;
 }
 
 void Membership::Run() {
@@ -234,7 +244,7 @@ void Membership::Elect() {
     return;
   }
   following_ = who->address;
-  (void)client_->Put(key_, Entry(), lease_);  // The entry says so at once.
+  (void)Publish();  // The entry says so at once.
 }
 
 void Membership::Vacancy() {
@@ -251,24 +261,26 @@ void Membership::Vacancy() {
   if (!me.has_value()) return;  // May not lead now.
   const int64_t now = BootNs();
   if (vacant_since_ == 0) {
-    // First sight: the entry states this server's standing now, for the others to rank
-    // against; campaigning waits a poll for theirs.
+    // The entry states this server's standing now, for the others to rank against.
     vacant_since_ = now;
-    (void)client_->Put(key_, Entry(), lease_);
-    return;
+    (void)Publish();
   }
   const std::string members_prefix = MemberKey(options_.group, "");
   absl::StatusOr<std::vector<std::pair<std::string, EtcdClient::Entry>>> members =
       client_->List(members_prefix);
   if (!members.ok()) return;
   int64_t better = 0;
+  int64_t rivals = 0;  // Members of this server's tier or above, whose positions may be newer.
   for (const auto& [key, entry] : *members) {
     const std::string id = key.substr(members_prefix.size());
     if (id == options_.server_id) continue;
     const std::optional<Standing> theirs = ParseStanding(entry.value);
-    if (theirs.has_value() && StandsBetter(*theirs, id, *me, options_.server_id)) ++better;
+    if (!theirs.has_value()) continue;
+    if (theirs->tier >= me->tier) ++rivals;
+    if (StandsBetter(*theirs, id, *me, options_.server_id)) ++better;
   }
-  if (now < vacant_since_ + poll_ns_ + better * kRankDelayNs) return;
+  // With rivals, their entries get a poll to state their standing at this vacancy first.
+  if (rivals > 0 && now < vacant_since_ + poll_ns_ + better * kRankDelayNs) return;
   absl::StatusOr<std::optional<uint64_t>> won =
       client_->Campaign(prefix_, absl::StrCat(options_.server_id, " ", options_.address), lease_);
   if (!won.ok() || !won->has_value()) return;  // Another won: the next look follows it.
@@ -293,7 +305,7 @@ void Membership::Vacancy() {
   leading_ = true;
   following_.clear();
   options_.fence(lease_until_ - Margin());
-  (void)client_->Put(key_, Entry(), lease_);  // The entry says so at once.
+  (void)Publish();  // The entry says so at once.
   SetView(true, term, options_.address);
   Log(LogLevel::kInfo, "group %s: primary in term %d; writes are served", options_.group, term);
 }

@@ -5,7 +5,7 @@
 //   /ringkv/GROUP/members/SERVER_ID
 // lives under a lease of --failover-timeout and holds what the server is, one line of
 // space-separated NAME=VALUE fields (`describe`: address, role, primary, positions; then the
-// standing, below), written at each renewal, about three times a lease. A server that dies
+// standing, below), rewritten at a renewal (about three times a lease) when it has changed. A server that dies
 // drops out when its lease expires; one that stops cleanly revokes it (Leave), and drops out at
 // once. If etcd cannot be reached for a while, the thread keeps trying (a lease that expired
 // meanwhile is replaced by a new one), and says so in the log once per outage.
@@ -21,9 +21,9 @@
 //     (`follow`), unless the address is its own (a key left by this server's previous run,
 //     which expires with that run's lease);
 //   - held by nobody: the fence closes if this server led; if `standing` says it may lead, it
-//     writes its entry at once, waits one poll for the others to write theirs, then waits
-//     200 ms for each member that stands better (tier, then score, then the lower id: the
-//     standing fields of their entries) and campaigns. A win calls `lead` (the server
+//     writes its entry at once and campaigns, unless other members stand in its tier or
+//     above: then it waits one poll for them to write theirs, and 200 ms more for each that
+//     stands better (tier, then score, then the lower id: the standing fields of entries). A win calls `lead` (the server
 //     promotes itself; it may take a while), renews the lease, and opens the fence if the key
 //     is still its own. A failed `lead` revokes the lease, which gives the key up.
 //
@@ -115,6 +115,8 @@ class Membership {
   void Vacancy();
   // The entry's text: describe() and the standing.
   std::string Entry() const;
+  // Writes the entry unless etcd holds it as it is, under the lease it has.
+  absl::Status Publish();
   int64_t Margin() const;
   void SetView(bool leading, uint64_t term, const std::string& leader_address);
 
@@ -131,6 +133,8 @@ class Membership {
   uint64_t led_term_ = 0;     // The last term won whose `lead` succeeded.
   std::string following_;     // The leader address this server follows (empty: none yet).
   int64_t vacant_since_ = 0;  // When this server saw that nobody leads (0: somebody does).
+  std::string published_;        // The entry etcd holds, as last written,
+  int64_t published_lease_ = 0;  // and the lease it was written under.
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // Guarded by mu_.
