@@ -21,7 +21,8 @@ for ringkv, plain sockets for Redis): their rates differ and are not the measure
 Part steady, the cost of being in a group: (1) idle, a primary and its replica in a group on
 etcd, beside a primary and its replica with no group, IDLE_S seconds each: the CPU each server
 and etcd took, from /proc; (2) PUT, ringkv-loadgen at 50 connections x 1 call, 32-byte values
-over 100,000 keys, SECONDS each, RUNS runs alternated: a primary alone (--threads=1) against
+over 100,000 keys, SECONDS each, RUNS runs alternated (each first in every other run): a
+primary alone (--threads=1) against
 the elected primary of a one-server group, with the server's CPU per operation.
 
 Usage: [PARTS=failover,steady] bench/failover_bench.py [ROUNDS=20] [RUNS=3] [SECONDS=5]
@@ -336,7 +337,8 @@ def steady(work, grpc, pb, stubs):
             stop(replica)
             stop(primary)
         for run in range(RUNS):
-            for name in ("alone", "group"):
+            # Each goes first in every other run.
+            for name in ("alone", "group") if run % 2 == 0 else ("group", "alone"):
                 group = (["--etcd=" + etcd.endpoint, f"--group=put{run}"] if name == "group"
                          else [])
                 proc, addr = start_ringkv(os.path.join(work, f"{name}{run}.log"),

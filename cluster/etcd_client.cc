@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -260,6 +261,60 @@ absl::StatusOr<std::optional<uint64_t>> EtcdClient::Campaign(const std::string& 
     // The leader key is free but the term moved: another candidate won and lost meanwhile.
   }
   return absl::AbortedError(absl::StrCat("the election under ", prefix, " kept racing; try again"));
+}
+
+std::unique_ptr<EtcdClient::Watch> EtcdClient::WatchKey(const std::string& key,
+                                                        std::function<void()> changed) {
+  std::unique_ptr<Watch> watch(new Watch(*this, key, std::move(changed)));
+  watch->thread_ = std::thread([w = watch.get()] { w->Run(); });
+  return watch;
+}
+
+EtcdClient::Watch::Watch(EtcdClient& client, std::string key, std::function<void()> changed)
+    : client_(client), key_(std::move(key)), changed_(std::move(changed)) {}
+
+EtcdClient::Watch::~Watch() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    if (call_ != nullptr) call_->TryCancel();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EtcdClient::Watch::Run() {
+  auto backoff = std::chrono::milliseconds(100);
+  size_t endpoint = client_.preferred_.load(std::memory_order_relaxed);
+  for (;;) {
+    grpc::ClientContext context;
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+      call_ = &context;
+    }
+    const auto& channel = client_.channels_[endpoint % client_.channels_.size()];
+    auto stream = pb::Watch::NewStub(channel)->Watch(&context);
+    pb::WatchRequest request;
+    request.mutable_create_request()->set_key(key_);
+    pb::WatchResponse response;
+    if (stream->Write(request)) {
+      while (stream->Read(&response)) {
+        if (response.canceled()) break;
+        if (response.created() || response.events_size() > 0) {
+          backoff = std::chrono::milliseconds(100);
+          changed_();
+        }
+      }
+    }
+    context.TryCancel();
+    (void)stream->Finish();
+    std::unique_lock lock(mu_);
+    call_ = nullptr;
+    if (cv_.wait_for(lock, backoff, [&] { return stop_; })) return;
+    backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(1));
+    ++endpoint;  // The next endpoint, in case this one is down.
+  }
 }
 
 }  // namespace ringkv::etcd

@@ -15,15 +15,20 @@
 // was read, and then puts both: two candidates can never both win, and each win's term is
 // above every term before it, even when a leader's key expired meanwhile.
 //
-// Threads: any; calls may run concurrently (the gRPC channel is shared).
+// Threads: any; calls may run concurrently (the gRPC channel is shared). A Watch's callback
+// runs on the watch's thread.
 #ifndef RINGKV_SERVER_ETCD_ETCD_CLIENT_H_
 #define RINGKV_SERVER_ETCD_ETCD_CLIENT_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -32,6 +37,7 @@
 
 namespace grpc {
 class Channel;
+class ClientContext;
 }  // namespace grpc
 
 namespace ringkv::etcd {
@@ -76,6 +82,32 @@ class EtcdClient {
                                                    Leader* holder = nullptr);
   // Who holds PREFIX/leader (nullopt: nobody).
   absl::StatusOr<std::optional<Leader>> CurrentLeader(const std::string& prefix);
+
+  // A watch of one key (etcd's Watch stream), on a thread of its own: `changed` runs there
+  // at each put or delete of the key, and each time the watch is (re)established, since
+  // changes may have been missed while it was not. A stream that breaks is made again on the
+  // next endpoint, after 100 ms doubling to 1 s. Destroying the Watch ends it.
+  class Watch {
+   public:
+    ~Watch();
+    Watch(const Watch&) = delete;
+    Watch& operator=(const Watch&) = delete;
+
+   private:
+    friend class EtcdClient;
+    Watch(EtcdClient& client, std::string key, std::function<void()> changed);
+    void Run();
+
+    EtcdClient& client_;
+    const std::string key_;
+    const std::function<void()> changed_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stop_ = false;                    // Guarded by mu_.
+    grpc::ClientContext* call_ = nullptr;  // Guarded by mu_: the stream's, if any.
+    std::thread thread_;
+  };
+  std::unique_ptr<Watch> WatchKey(const std::string& key, std::function<void()> changed);
 
  private:
   explicit EtcdClient(Options options);

@@ -138,6 +138,35 @@ TEST_F(EtcdClientTest, KeysAndLeases) {
   EXPECT_EQ(client->KeepAlive(lease).value(), 0);
 }
 
+// A watch (made through a dead endpoint first) calls back once established, then at each put
+// and delete of its key, and not for other keys.
+TEST_F(EtcdClientTest, AWatchSeesItsKeyChange) {
+  std::unique_ptr<EtcdClient> client = NewClient();
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> calls{0};
+  auto watch = client->WatchKey("w", [&calls] { calls.fetch_add(1); });
+  const auto wait_for = [&calls](int n) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (calls.load() < n && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return calls.load();
+  };
+  ASSERT_EQ(wait_for(1), 1);  // Established.
+  ASSERT_TRUE(client->Put("other", "x").ok());
+  ASSERT_TRUE(client->Put("w", "1").ok());
+  EXPECT_EQ(wait_for(2), 2);
+  const int64_t lease = client->Grant(5).value();
+  ASSERT_TRUE(client->Put("w", "2", lease).ok());
+  EXPECT_EQ(wait_for(3), 3);
+  ASSERT_TRUE(client->Revoke(lease).ok());  // The key goes with its lease: a delete.
+  EXPECT_EQ(wait_for(4), 4);
+  watch.reset();  // Ends the stream and joins its thread.
+  ASSERT_TRUE(client->Put("w", "3").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(calls.load(), 4);
+}
+
 TEST_F(EtcdClientTest, OneWinnerATermThatGrowsAndALeaderKeyThatGoesWithItsLease) {
   std::unique_ptr<EtcdClient> a = NewClient();
   std::unique_ptr<EtcdClient> b = NewClient();

@@ -28,24 +28,30 @@ int64_t BootNs() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-// How long a member waits, per member that stands better, before it campaigns.
-constexpr int64_t kRankDelayNs = 200'000'000;
+// How long a candidate waits for a rival that has not stated its standing at a vacancy
+// (stuck, or dead with its entry not expired yet) before it leaves it out.
+constexpr int64_t kSilentRivalNs = 1'000'000'000;
 
-// The standing an entry states ("tier=T score=S"; "tier=-": may not lead).
-std::optional<Standing> ParseStanding(absl::string_view entry) {
+// What an entry states for an election: "tier=T score=S" ("tier=-": may not lead), and
+// "vacancy=TERM" once the member has seen the leader key gone after term TERM.
+struct Stated {
   std::optional<Standing> standing;
-  bool tier_seen = false;
+  std::optional<uint64_t> vacancy;
+};
+Stated ParseStated(absl::string_view entry) {
+  Stated stated;
   for (absl::string_view field : absl::StrSplit(entry, ' ', absl::SkipEmpty())) {
     if (absl::ConsumePrefix(&field, "tier=")) {
       Standing s;
-      if (!absl::SimpleAtoi(field, &s.tier)) return std::nullopt;
-      standing = s;
-      tier_seen = true;
-    } else if (absl::ConsumePrefix(&field, "score=") && tier_seen) {
-      if (!absl::SimpleAtoi(field, &standing->score)) return std::nullopt;
+      if (absl::SimpleAtoi(field, &s.tier)) stated.standing = s;
+    } else if (absl::ConsumePrefix(&field, "score=") && stated.standing.has_value()) {
+      if (!absl::SimpleAtoi(field, &stated.standing->score)) stated.standing.reset();
+    } else if (absl::ConsumePrefix(&field, "vacancy=")) {
+      uint64_t term = 0;
+      if (absl::SimpleAtoi(field, &term)) stated.vacancy = term;
     }
   }
-  return standing;
+  return stated;
 }
 
 // Whether `a` (server `a_id`) should lead before `b` (server `b_id`).
@@ -83,6 +89,16 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(Options options) {
     (void)membership->client_->Revoke(*lease);
     return s;
   }
+  if (membership->options_.lead) {
+    Membership* m = membership.get();
+    m->watch_ = m->client_->WatchKey(m->prefix_ + "/leader", [m] {
+      {
+        std::lock_guard lock(m->mu_);
+        m->leader_changed_ = true;
+      }
+      m->cv_.notify_all();
+    });
+  }
   membership->thread_ = std::thread([m = membership.get()] { m->Run(); });
   return membership;
 }
@@ -106,6 +122,7 @@ void Membership::Leave() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  watch_.reset();
   if (leading_) options_.fence(0);
   if (absl::Status s = client_->Revoke(lease_); !s.ok()) {
     Log(LogLevel::kWarning,
@@ -134,7 +151,9 @@ std::string Membership::Entry() const {
   if (!options_.standing) return entry;
   const std::optional<Standing> standing = options_.standing();
   if (!standing.has_value()) return absl::StrCat(entry, " tier=-");
-  return absl::StrCat(entry, " tier=", standing->tier, " score=", standing->score);
+  absl::StrAppend(&entry, " tier=", standing->tier, " score=", standing->score);
+  if (vacancy_.has_value()) absl::StrAppend(&entry, " vacancy=", *vacancy_);
+  return entry;
 }
 
 absl::Status Membership::Renew() {
@@ -178,14 +197,21 @@ absl::Status Membership::Publish() {
 void Membership::Run() {
   const bool elect = static_cast<bool>(options_.lead);
   const int64_t renew_every = absl::ToInt64Nanoseconds(options_.ttl / 3);
-  const int64_t tick = elect ? poll_ns_ : renew_every;
   int64_t next_renewal = BootNs() + renew_every;
   if (elect) Elect();
   std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, std::chrono::nanoseconds(tick), [&] { return stop_; })) {
+  for (;;) {
+    // Asleep until the next renewal, unless the leader key changes (the watch wakes the
+    // thread), or while a vacancy is being decided (every poll).
+    const int64_t now = BootNs();
+    const int64_t wake_at =
+        elect && vacant_since_ != 0 ? std::min(next_renewal, now + poll_ns_) : next_renewal;
+    cv_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(0, wake_at - now)),
+                 [&] { return stop_ || leader_changed_; });
+    if (stop_) return;
+    leader_changed_ = false;
     lock.unlock();
-    // Without an election every tick renews.
-    if (!elect || BootNs() >= next_renewal) {
+    if (BootNs() >= next_renewal) {
       const absl::Status status = Renew();
       next_renewal = BootNs() + (status.ok() ? renew_every : poll_ns_);
       const bool was = std::exchange(healthy_, status.ok());
@@ -198,6 +224,7 @@ void Membership::Run() {
         Log(LogLevel::kInfo, "etcd: reached again; membership of group %s renewed", options_.group);
       }
     }
+    // At a change, a vacancy's poll, and each renewal (in case the watch missed a change).
     if (elect) Elect();
     lock.lock();
   }
@@ -211,6 +238,7 @@ void Membership::Elect() {
     return;
   }
   vacant_since_ = 0;
+  vacancy_.reset();
   const EtcdClient::Leader& held = **leader;
   const std::optional<LeaderValue> who = ParseLeaderValue(held.value);
   if (!who.has_value()) return;
@@ -261,33 +289,49 @@ void Membership::Vacancy() {
   if (!me.has_value()) return;  // May not lead now.
   const int64_t now = BootNs();
   if (vacant_since_ == 0) {
-    // The entry states this server's standing now, for the others to rank against.
+    // The entry states this server's standing at this vacancy (named by the last term handed
+    // out), for the others to rank against.
+    absl::StatusOr<std::optional<EtcdClient::Entry>> term = client_->Get(prefix_ + "/term");
+    if (!term.ok()) return;
+    uint64_t last = 0;
+    if (term->has_value() && !absl::SimpleAtoi((*term)->value, &last)) return;
+    vacancy_ = last;
     vacant_since_ = now;
-    (void)Publish();
+    if (!Publish().ok()) {
+      vacant_since_ = 0;
+      return;
+    }
   }
   const std::string members_prefix = MemberKey(options_.group, "");
   absl::StatusOr<std::vector<std::pair<std::string, EtcdClient::Entry>>> members =
       client_->List(members_prefix);
   if (!members.ok()) return;
+  // Campaign once every rival (a member of this tier or above) has stated its standing at
+  // this vacancy and none stands better; a rival silent for kSilentRivalNs is left out. A
+  // better one that goes silent after stating keeps the others waiting until its entry
+  // expires with its lease: it may hold acknowledged writes that they lack.
   int64_t better = 0;
-  int64_t rivals = 0;  // Members of this server's tier or above, whose positions may be newer.
+  int64_t silent = 0;
   for (const auto& [key, entry] : *members) {
     const std::string id = key.substr(members_prefix.size());
     if (id == options_.server_id) continue;
-    const std::optional<Standing> theirs = ParseStanding(entry.value);
-    if (!theirs.has_value()) continue;
-    if (theirs->tier >= me->tier) ++rivals;
-    if (StandsBetter(*theirs, id, *me, options_.server_id)) ++better;
+    const Stated theirs = ParseStated(entry.value);
+    if (!theirs.standing.has_value() || theirs.standing->tier < me->tier) continue;
+    if (theirs.vacancy != vacancy_) {
+      ++silent;
+    } else if (StandsBetter(*theirs.standing, id, *me, options_.server_id)) {
+      ++better;
+    }
   }
-  // With rivals, their entries get a poll to state their standing at this vacancy first.
-  if (rivals > 0 && now < vacant_since_ + poll_ns_ + better * kRankDelayNs) return;
+  if (better > 0 || (silent > 0 && now < vacant_since_ + kSilentRivalNs)) return;
   absl::StatusOr<std::optional<uint64_t>> won =
       client_->Campaign(prefix_, absl::StrCat(options_.server_id, " ", options_.address), lease_);
   if (!won.ok() || !won->has_value()) return;  // Another won: the next look follows it.
   const uint64_t term = **won;
   vacant_since_ = 0;
-  Log(LogLevel::kInfo, "group %s: won term %d (%d members stood better); taking over",
-      options_.group, term, better);
+  vacancy_.reset();
+  Log(LogLevel::kInfo, "group %s: won term %d (%d rivals silent); taking over", options_.group,
+      term, silent);
   if (absl::Status s = options_.lead(term); !s.ok()) {
     Log(LogLevel::kError, "group %s: could not take over in term %d (%s); giving it up",
         options_.group, term, s.message());

@@ -5,15 +5,16 @@
 //   /ringkv/GROUP/members/SERVER_ID
 // lives under a lease of --failover-timeout and holds what the server is, one line of
 // space-separated NAME=VALUE fields (`describe`: address, role, primary, positions; then the
-// standing, below), rewritten at a renewal (about three times a lease) when it has changed. A server that dies
-// drops out when its lease expires; one that stops cleanly revokes it (Leave), and drops out at
-// once. If etcd cannot be reached for a while, the thread keeps trying (a lease that expired
-// meanwhile is replaced by a new one), and says so in the log once per outage.
+// standing, below), rewritten at a renewal (about three times a lease) when it has changed. A
+// server that dies drops out when its lease expires; one that stops cleanly revokes it (Leave), and
+// drops out at once. If etcd cannot be reached for a while, the thread keeps trying (a lease that
+// expired meanwhile is replaced by a new one), and says so in the log once per outage.
 //
 // The election (when Options::lead is set). The group's leader key, /ringkv/GROUP/leader,
 // holds "TERM SERVER_ID ADDRESS" under the leader's member lease (EtcdClient::Campaign: one
-// transaction, so one winner, and each win a term above every earlier one). The thread reads
-// it every `poll` (TTL/20, from 50 to 250 ms):
+// transaction, so one winner, and each win a term above every earlier one). The thread
+// watches it (etcd's Watch stream), and reads it at each change, at each renewal (in case the
+// watch missed one), and, while nobody leads, every `poll` (TTL/20, from 50 to 250 ms):
 //   - held by this server: it leads; each renewal etcd answers moves its fence (`fence`) to
 //     the renewal's send time + the TTL granted - a margin (TTL/10, at least 0.5 s), so that
 //     writes stop before the lease can expire, even when etcd cannot be reached;
@@ -21,11 +22,14 @@
 //     (`follow`), unless the address is its own (a key left by this server's previous run,
 //     which expires with that run's lease);
 //   - held by nobody: the fence closes if this server led; if `standing` says it may lead, it
-//     writes its entry at once and campaigns, unless other members stand in its tier or
-//     above: then it waits one poll for them to write theirs, and 200 ms more for each that
-//     stands better (tier, then score, then the lower id: the standing fields of entries). A win calls `lead` (the server
-//     promotes itself; it may take a while), renews the lease, and opens the fence if the key
-//     is still its own. A failed `lead` revokes the lease, which gives the key up.
+//     reads the last term handed out, T, and writes its entry with its standing at that
+//     vacancy ("vacancy=T"). It campaigns once each rival (a member of its tier or above) has
+//     stated its standing at vacancy T too and none stands better (tier, then score, then the
+//     lower id); a rival silent for a second is left out (dead, its entry not expired yet).
+//     Ranking on standings all written after the leader went means the replica that applied
+//     the most of the old primary's records takes over, whatever each one's timing. A win calls
+//     `lead` (the server promotes itself; it may take a while), renews the lease, and opens the
+//     fence if the key is still its own. A failed `lead` revokes the lease, which gives the key up.
 //
 // Threads: its own; Join and Leave from the control thread. The hooks run on its thread.
 #ifndef RINGKV_CLUSTER_MEMBERSHIP_H_
@@ -130,16 +134,19 @@ class Membership {
   bool healthy_ = true;      // The last renewal reached etcd.
   int64_t lease_until_ = 0;  // What the last renewal etcd answered allows (CLOCK_BOOTTIME).
   bool leading_ = false;
-  uint64_t led_term_ = 0;     // The last term won whose `lead` succeeded.
-  std::string following_;     // The leader address this server follows (empty: none yet).
-  int64_t vacant_since_ = 0;  // When this server saw that nobody leads (0: somebody does).
-  std::string published_;        // The entry etcd holds, as last written,
-  int64_t published_lease_ = 0;  // and the lease it was written under.
+  uint64_t led_term_ = 0;            // The last term won whose `lead` succeeded.
+  std::string following_;            // The leader address this server follows (empty: none yet).
+  int64_t vacant_since_ = 0;         // When this server saw that nobody leads (0: somebody does).
+  std::optional<uint64_t> vacancy_;  // The last term handed out, at that sight.
+  std::string published_;            // The entry etcd holds, as last written,
+  int64_t published_lease_ = 0;      // and the lease it was written under.
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;  // Guarded by mu_.
-  View view_;          // Guarded by mu_.
+  bool stop_ = false;            // Guarded by mu_.
+  bool leader_changed_ = false;  // Guarded by mu_: the watch saw the leader key change.
+  View view_;                    // Guarded by mu_.
   std::thread thread_;
+  std::unique_ptr<EtcdClient::Watch> watch_;  // The leader key's, with an election.
 };
 
 }  // namespace ringkv::etcd
