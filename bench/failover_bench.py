@@ -71,6 +71,21 @@ def wait_until(condition, timeout, what):
         time.sleep(0.02)
 
 
+def kill_and_time(procs, primary, others, writers, timeout):
+    """A round: WRITE_S seconds of writes from the primary's first acknowledgement on, kill -9
+    of the primary, then the seconds until one of `others` acknowledges a write, and those
+    acknowledgements."""
+    settled = time.monotonic()
+    wait_until(lambda: writers.acks_after(settled, primary), 10, "no writes")
+    time.sleep(WRITE_S)
+    procs[primary].kill()
+    killed = time.monotonic()
+    procs[primary].wait()
+    first = wait_until(lambda: [a for o in others for a in writers.acks_after(killed, o)],
+                       timeout, "the group never took writes again")
+    return min(a[2] for a in first) - killed, first
+
+
 # ringkv.
 
 def ringkv_rounds(work, grpc, pb, stubs):
@@ -108,15 +123,8 @@ def ringkv_rounds(work, grpc, pb, stubs):
             others = [a for a in addresses if a != primary]
             for other in others:
                 wait_until(lambda: follows(other, primary), 20, f"{other} never followed")
-            settled = time.monotonic()
-            wait_until(lambda: writers.acks_after(settled, primary), 10, "no writes")
-            time.sleep(WRITE_S)
-            procs[primary].kill()
-            killed = time.monotonic()
-            procs[primary].wait()
-            first = wait_until(lambda: [a for o in others for a in writers.acks_after(killed, o)],
-                               30, "the group never took writes again")
-            times.append(min(a[2] for a in first) - killed)
+            took, _ = kill_and_time(procs, primary, others, writers, 30)
+            times.append(took)
             start(primary)
         writers.stop()
         _, _, primary = etcd.leader(group)
@@ -285,15 +293,8 @@ def redis_rounds(work):
                 return r and r[0] == b"slave" and r[2] == master and r[3] == b"connected"
             for p in others:
                 wait_until(lambda: synced(p), 60, f"redis {p} never followed {master}")
-            settled = time.monotonic()
-            wait_until(lambda: writers.acks_after(settled, master), 10, "no writes")
-            time.sleep(WRITE_S)
-            procs[master].kill()
-            killed = time.monotonic()
-            procs[master].wait()
-            first = wait_until(lambda: [a for o in others for a in writers.acks_after(killed, o)],
-                               60, "redis never took writes again")
-            times.append(min(a[2] for a in first) - killed)
+            took, first = kill_and_time(procs, master, others, writers, 60)
+            times.append(took)
             new_master = first[0][1]
             start(master)  # Sentinel turns it into a replica of the new master.
             master = new_master
