@@ -8,6 +8,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import time
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -125,3 +126,13 @@ def cell(values, fmt="{:,.0f}"):
         return "-"
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))} .. " \
            f"{fmt.format(max(values))})"
+
+
+def run_under_venv():
+    """Re-runs this script under .tools/venv (grpcio), unless it already runs there."""
+    venv = os.path.join(".tools", "venv")
+    if os.path.realpath(sys.prefix) != os.path.realpath(venv):
+        python = os.path.join(venv, "bin", "python3")
+        if not os.path.exists(python):
+            sys.exit("grpcio missing under .tools/venv: run scripts/setup.sh")
+        os.execv(python, [python, *sys.argv])

@@ -33,7 +33,8 @@ import sys
 import tempfile
 import time
 
-from benchlib import cell, machine, rss_bytes, run_client, start_redis, start_ringkv, stop
+from benchlib import (cell, machine, rss_bytes, run_client, run_under_venv, start_redis,
+                      start_ringkv, stop)
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 SECONDS = int(sys.argv[2]) if len(sys.argv) > 2 else 60
@@ -329,12 +330,7 @@ def record(name, result):
 
 def main():
     if "hitrate" in PARTS:
-        venv = os.path.join(".tools", "venv")
-        if os.path.realpath(sys.prefix) != os.path.realpath(venv):
-            python = os.path.join(venv, "bin", "python3")
-            if not os.path.exists(python):
-                sys.exit("grpcio missing under .tools/venv: run scripts/setup.sh")
-            os.execv(python, [python, *sys.argv])
+        run_under_venv()
     os.makedirs(OUT, exist_ok=True)
     for f in os.listdir(OUT):
         if f.endswith(".jsonl"):

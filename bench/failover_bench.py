@@ -43,7 +43,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "server", "testing"))
 from benchlib import (cell, cpu_seconds, free_port, machine, run_client,  # noqa: E402
-                      start_ringkv, stop)
+                      run_under_venv, start_ringkv, stop)
 from etcd_process import Etcd  # noqa: E402
 import group_writers  # noqa: E402
 import python_stubs  # noqa: E402
@@ -403,12 +403,7 @@ def print_steady(r):
 
 
 def main():
-    venv = os.path.join(".tools", "venv")
-    if os.path.realpath(sys.prefix) != os.path.realpath(venv):
-        python = os.path.join(venv, "bin", "python3")
-        if not os.path.exists(python):
-            sys.exit("grpcio missing under .tools/venv: run scripts/setup.sh")
-        os.execv(python, [python, *sys.argv])
+    run_under_venv()
     python_stubs.generate("proto")
     import grpc
     from ringkv.v1 import kv_pb2 as pb, kv_pb2_grpc as stubs
