@@ -284,7 +284,7 @@ void Membership::Vacancy() {
         "until a primary is elected",
         options_.group);
   }
-  SetView(false, 0, "");
+  SetView(false, view().term, "");  // The term stays the last one seen.
   const std::optional<Standing> me = options_.standing();
   if (!me.has_value()) return;  // May not lead now.
   const int64_t now = BootNs();
