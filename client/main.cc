@@ -44,6 +44,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "base/command_line.h"
@@ -564,6 +565,11 @@ int ClusterStatus(const std::vector<std::string>& operands, bool json, double ti
   if (!leader.ok()) return Fail(kServerError, std::string(leader.status().message()));
   std::optional<etcd::LeaderValue> who;
   if (leader->has_value()) who = etcd::ParseLeaderValue((*leader)->value);
+  // --acks=isr: who holds every acknowledged write (cluster/membership.h).
+  auto in_sync_entry = (*client)->Get(etcd::InSyncKey(group));
+  if (!in_sync_entry.ok()) return Fail(kServerError, std::string(in_sync_entry.status().message()));
+  std::optional<etcd::InSync> in_sync;
+  if (in_sync_entry->has_value()) in_sync = etcd::ParseInSync((*in_sync_entry)->value);
   if (json) {
     std::string out = "{\"group\":" + JsonString(group) + ",\"leader\":";
     if (who.has_value()) {
@@ -571,6 +577,14 @@ int ClusterStatus(const std::vector<std::string>& operands, bool json, double ti
                       ",\"address\":", JsonString(who->address), "}");
     } else {
       out += "null";
+    }
+    if (in_sync.has_value()) {
+      absl::StrAppend(&out, ",\"in_sync\":{\"term\":", in_sync->term,
+                      ",\"leader\":", JsonString(in_sync->leader_id), ",\"members\":[");
+      for (size_t i = 0; i < in_sync->members.size(); ++i) {
+        absl::StrAppend(&out, i == 0 ? "" : ",", JsonString(in_sync->members[i]));
+      }
+      out += "]}";
     }
     out += ",\"members\":[";
     for (size_t i = 0; i < members->size(); ++i) {
@@ -589,6 +603,11 @@ int ClusterStatus(const std::vector<std::string>& operands, bool json, double ti
                 who->server_id.c_str(), static_cast<unsigned long long>((*leader)->term));
   } else {
     std::printf("primary: none elected now\n");
+  }
+  if (in_sync.has_value()) {
+    std::printf("in-sync set of term %llu: leader %s, members %s\n",
+                static_cast<unsigned long long>(in_sync->term), in_sync->leader_id.c_str(),
+                in_sync->members.empty() ? "none" : absl::StrJoin(in_sync->members, ", ").c_str());
   }
   for (const auto& [key, entry] : *members) {
     std::printf("  %s %s\n", key.substr(prefix.size()).c_str(), entry.value.c_str());

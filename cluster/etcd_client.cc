@@ -205,9 +205,46 @@ absl::StatusOr<std::optional<EtcdClient::Leader>> EtcdClient::CurrentLeader(
   return leader;
 }
 
-absl::StatusOr<std::optional<uint64_t>> EtcdClient::Campaign(const std::string& prefix,
-                                                             const std::string& value,
-                                                             int64_t lease, Leader* holder) {
+absl::Status EtcdClient::PutAsLeader(const std::string& prefix, const std::string& leader,
+                                     const std::string& key, const std::string& value) {
+  return AsLeader(prefix, leader, key, value);
+}
+
+absl::Status EtcdClient::DeleteAsLeader(const std::string& prefix, const std::string& leader,
+                                        const std::string& key) {
+  return AsLeader(prefix, leader, key, std::nullopt);
+}
+
+absl::Status EtcdClient::AsLeader(const std::string& prefix, const std::string& leader,
+                                  const std::string& key, const std::optional<std::string>& value) {
+  pb::TxnRequest txn;
+  pb::Compare* held = txn.add_compare();
+  held->set_key(LeaderKey(prefix));
+  held->set_target(pb::Compare::VALUE);
+  held->set_result(pb::Compare::EQUAL);
+  held->set_value(leader);
+  pb::RequestOp* op = txn.add_success();
+  if (value.has_value()) {
+    pb::PutRequest* put = op->mutable_request_put();
+    put->set_key(key);
+    put->set_value(*value);
+  } else {
+    op->mutable_request_delete_range()->set_key(key);
+  }
+  pb::TxnResponse response;
+  absl::Status status =
+      OnSomeEndpoint(Unary<pb::KV>(&pb::KV::Stub::Txn, txn, &response, options_.timeout));
+  if (!status.ok()) return status;
+  if (!response.succeeded()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("etcd key ", LeaderKey(prefix), " no longer holds \"", leader, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<uint64_t>> EtcdClient::Campaign(
+    const std::string& prefix, const std::string& value, int64_t lease, Leader* holder,
+    const std::pair<std::string, int64_t>* guard) {
   // A race with another candidate's transaction (the term moved, the leader key did not
   // stay) is tried again; a few rounds settle it.
   for (int attempt = 0; attempt < 16; ++attempt) {
@@ -234,6 +271,13 @@ absl::StatusOr<std::optional<uint64_t>> EtcdClient::Campaign(const std::string& 
     same_term->set_target(pb::Compare::MOD);
     same_term->set_result(pb::Compare::EQUAL);
     same_term->set_mod_revision(term_mod);
+    if (guard != nullptr) {
+      pb::Compare* same = txn.add_compare();
+      same->set_key(guard->first);
+      same->set_target(pb::Compare::MOD);
+      same->set_result(pb::Compare::EQUAL);
+      same->set_mod_revision(guard->second);
+    }
     pb::PutRequest* put_leader = txn.add_success()->mutable_request_put();
     put_leader->set_key(LeaderKey(prefix));
     put_leader->set_value(absl::StrCat(next, " ", value));
@@ -257,6 +301,14 @@ absl::StatusOr<std::optional<uint64_t>> EtcdClient::Campaign(const std::string& 
       leader->lease = kv.lease();
       if (holder != nullptr) *holder = *leader;
       return std::optional<uint64_t>();
+    }
+    if (guard != nullptr) {
+      absl::StatusOr<std::optional<Entry>> guarded = Get(guard->first);
+      if (!guarded.ok()) return guarded.status();
+      if ((guarded->has_value() ? (*guarded)->mod_revision : 0) != guard->second) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("etcd key ", guard->first, " changed since it was read"));
+      }
     }
     // The leader key is free but the term moved: another candidate won and lost meanwhile.
   }

@@ -77,9 +77,18 @@ class EtcdClient {
   };
   // Takes PREFIX/leader for `value` under `lease` if nobody holds it: the term won. If someone
   // does, nullopt, and *holder (if not null) says who.
-  absl::StatusOr<std::optional<uint64_t>> Campaign(const std::string& prefix,
-                                                   const std::string& value, int64_t lease,
-                                                   Leader* holder = nullptr);
+  // With `guard`, the transaction also compares that the key guard->first was last changed
+  // at revision guard->second (0: it does not exist); FAILED_PRECONDITION if it was not.
+  absl::StatusOr<std::optional<uint64_t>> Campaign(
+      const std::string& prefix, const std::string& value, int64_t lease, Leader* holder = nullptr,
+      const std::pair<std::string, int64_t>* guard = nullptr);
+  // Puts `key` = `value` (without a lease: it outlives the leader) only while PREFIX/leader
+  // holds `leader` ("TERM VALUE" as Campaign wrote it); FAILED_PRECONDITION if it does not.
+  absl::Status PutAsLeader(const std::string& prefix, const std::string& leader,
+                           const std::string& key, const std::string& value);
+  // Deletes `key` on the same condition.
+  absl::Status DeleteAsLeader(const std::string& prefix, const std::string& leader,
+                              const std::string& key);
   // Who holds PREFIX/leader (nullopt: nobody).
   absl::StatusOr<std::optional<Leader>> CurrentLeader(const std::string& prefix);
 
@@ -115,6 +124,9 @@ class EtcdClient {
   // each endpoint tried otherwise.
   template <typename Call>
   absl::Status OnSomeEndpoint(Call call);
+  // PutAsLeader (`value` set) and DeleteAsLeader.
+  absl::Status AsLeader(const std::string& prefix, const std::string& leader,
+                        const std::string& key, const std::optional<std::string>& value);
 
   const Options options_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;

@@ -202,6 +202,37 @@ TEST_F(EtcdClientTest, OneWinnerATermThatGrowsAndALeaderKeyThatGoesWithItsLease)
   EXPECT_EQ(b->Campaign("/other", "b:2", fresh).value(), 1u);
 }
 
+TEST_F(EtcdClientTest, OnlyTheLeaderWritesAsLeaderAndAGuardedCampaignFailsOnAChange) {
+  std::unique_ptr<EtcdClient> a = NewClient();
+  ASSERT_NE(a, nullptr);
+  const int64_t lease = a->Grant(2).value();
+  // Nobody leads: nothing is written as a leader.
+  EXPECT_EQ(a->PutAsLeader("/s", "1 a:1", "/s/set", "x").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(a->Get("/s/set").value().has_value());
+  // The guard: a campaign fails if the guarded key changed since it was read (here: it was
+  // read absent, then written).
+  ASSERT_TRUE(a->Put("/s/set", "y").ok());
+  const std::pair<std::string, int64_t> stale("/s/set", 0);
+  EXPECT_EQ(a->Campaign("/s", "a:1", lease, nullptr, &stale).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(a->CurrentLeader("/s").value().has_value());
+  const std::pair<std::string, int64_t> fresh("/s/set", a->Get("/s/set").value()->mod_revision);
+  EXPECT_EQ(a->Campaign("/s", "a:1", lease, nullptr, &fresh).value(), 1u);
+  // The leader writes and deletes; a stale leader value does neither.
+  ASSERT_TRUE(a->PutAsLeader("/s", "1 a:1", "/s/set", "z").ok());
+  EXPECT_EQ(a->Get("/s/set").value()->value, "z");
+  EXPECT_EQ(a->DeleteAsLeader("/s", "0 a:1", "/s/set").code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(a->DeleteAsLeader("/s", "1 a:1", "/s/set").ok());
+  EXPECT_FALSE(a->Get("/s/set").value().has_value());
+  // What it wrote has no lease: it outlives the leader's.
+  ASSERT_TRUE(a->PutAsLeader("/s", "1 a:1", "/s/set", "kept").ok());
+  ASSERT_TRUE(a->Revoke(lease).ok());
+  EXPECT_FALSE(a->CurrentLeader("/s").value().has_value());
+  EXPECT_EQ(a->Get("/s/set").value()->value, "kept");
+}
+
 TEST_F(EtcdClientTest, RacingCandidatesElectOneAtATime) {
   constexpr int kCandidates = 6;
   std::vector<std::unique_ptr<EtcdClient>> clients;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "base/log.h"
@@ -74,6 +75,40 @@ std::optional<LeaderValue> ParseLeaderValue(const std::string& value) {
   const size_t space = value.find(' ');
   if (space == std::string::npos || space == 0 || space + 1 == value.size()) return std::nullopt;
   return LeaderValue{value.substr(0, space), value.substr(space + 1)};
+}
+
+std::string InSyncKey(const std::string& group) {
+  return absl::StrCat(GroupPrefix(group), "/in_sync");
+}
+
+bool InSync::Holds(const std::string& server_id) const {
+  return server_id == leader_id || std::ranges::find(members, server_id) != members.end();
+}
+
+std::string FormatInSync(const InSync& in_sync) {
+  return absl::StrCat(in_sync.term, " ", in_sync.leader_id, " ",
+                      in_sync.members.empty() ? "-" : absl::StrJoin(in_sync.members, ","));
+}
+
+std::optional<InSync> ParseInSync(const std::string& value) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(value, ' ');
+  InSync in_sync;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &in_sync.term) || parts[1].empty() ||
+      parts[2].empty()) {
+    return std::nullopt;
+  }
+  in_sync.leader_id = std::string(parts[1]);
+  if (parts[2] != "-") in_sync.members = absl::StrSplit(parts[2], ',');
+  return in_sync;
+}
+
+absl::Status Membership::RecordInSync(uint64_t term,
+                                      const std::optional<std::vector<std::string>>& members) {
+  const std::string leader = absl::StrCat(term, " ", options_.server_id, " ", options_.address);
+  const std::string key = InSyncKey(options_.group);
+  if (!members.has_value()) return client_->DeleteAsLeader(prefix_, leader, key);
+  return client_->PutAsLeader(prefix_, leader, key,
+                              FormatInSync({term, options_.server_id, *members}));
 }
 
 absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(Options options) {
@@ -150,7 +185,7 @@ std::string Membership::Entry() const {
   std::string entry = options_.describe();
   if (!options_.standing) return entry;
   const std::optional<Standing> standing = options_.standing();
-  if (!standing.has_value()) return absl::StrCat(entry, " tier=-");
+  if (!standing.has_value() || !eligible_) return absl::StrCat(entry, " tier=-");
   absl::StrAppend(&entry, " tier=", standing->tier, " score=", standing->score);
   if (vacancy_.has_value()) absl::StrAppend(&entry, " vacancy=", *vacancy_);
   return entry;
@@ -239,6 +274,7 @@ void Membership::Elect() {
   }
   vacant_since_ = 0;
   vacancy_.reset();
+  eligible_ = true;
   const EtcdClient::Leader& held = **leader;
   const std::optional<LeaderValue> who = ParseLeaderValue(held.value);
   if (!who.has_value()) return;
@@ -295,6 +331,25 @@ void Membership::Vacancy() {
     if (!term.ok()) return;
     uint64_t last = 0;
     if (term->has_value() && !absl::SimpleAtoi((*term)->value, &last)) return;
+    // While an in-sync set is kept, only its leader and members may lead (they alone hold
+    // every write acknowledged).
+    absl::StatusOr<std::optional<EtcdClient::Entry>> in_sync =
+        client_->Get(InSyncKey(options_.group));
+    if (!in_sync.ok()) return;
+    in_sync_revision_ = in_sync->has_value() ? (*in_sync)->mod_revision : 0;
+    const bool was_eligible = eligible_;
+    eligible_ = true;
+    if (in_sync->has_value()) {
+      const std::optional<InSync> set = ParseInSync((*in_sync)->value);
+      eligible_ = set.has_value() && set->Holds(options_.server_id);
+      if (!eligible_ && was_eligible) {
+        Log(LogLevel::kWarning,
+            "group %s: this server is not in the in-sync set (%s = \"%s\"), so it may lack "
+            "acknowledged writes and will not take over; waiting for the set's leader or a "
+            "member (deleting the key lets any server take over, losing what only they hold)",
+            options_.group, InSyncKey(options_.group), (*in_sync)->value);
+      }
+    }
     vacancy_ = last;
     vacant_since_ = now;
     if (!Publish().ok()) {
@@ -323,18 +378,27 @@ void Membership::Vacancy() {
       ++better;
     }
   }
+  if (!eligible_) {
+    vacant_since_ = 0;  // The set is read again at the next look (an operator may delete it).
+    return;
+  }
   if (better > 0 || (silent > 0 && now < vacant_since_ + kSilentRivalNs)) return;
-  absl::StatusOr<std::optional<uint64_t>> won =
-      client_->Campaign(prefix_, absl::StrCat(options_.server_id, " ", options_.address), lease_);
+  const std::pair<std::string, int64_t> guard(InSyncKey(options_.group), in_sync_revision_);
+  absl::StatusOr<std::optional<uint64_t>> won = client_->Campaign(
+      prefix_, absl::StrCat(options_.server_id, " ", options_.address), lease_, nullptr, &guard);
+  if (absl::IsFailedPrecondition(won.status())) vacant_since_ = 0;  // Look at the set again.
   if (!won.ok() || !won->has_value()) return;  // Another won: the next look follows it.
   const uint64_t term = **won;
   vacant_since_ = 0;
   vacancy_.reset();
   Log(LogLevel::kInfo, "group %s: won term %d (%d rivals silent); taking over", options_.group,
       term, silent);
-  if (absl::Status s = options_.lead(term); !s.ok()) {
+  absl::Status status = RecordInSync(
+      term, options_.in_sync ? std::optional(std::vector<std::string>()) : std::nullopt);
+  if (status.ok()) status = options_.lead(term);
+  if (!status.ok()) {
     Log(LogLevel::kError, "group %s: could not take over in term %d (%s); giving it up",
-        options_.group, term, s.message());
+        options_.group, term, status.message());
     (void)client_->Revoke(lease_);  // The leader key goes; the next renewal takes a new lease.
     return;
   }

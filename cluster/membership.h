@@ -31,6 +31,13 @@
 //     `lead` (the server promotes itself; it may take a while), renews the lease, and opens the
 //     fence if the key is still its own. A failed `lead` revokes the lease, which gives the key up.
 //
+// The in-sync set (--acks=isr). PREFIX/in_sync holds "TERM LEADER_ID MEMBER_ID,..." ("-" for
+// no member), written by the leader of TERM only while it holds the leader key
+// (EtcdClient::PutAsLeader), and without a lease: it outlives its writer. The leader and the
+// members hold every write acknowledged in the group (server/repl/in_sync_keeper.h), so while
+// the key exists only they may campaign: another server's entry says "tier=-", and a campaign
+// fails if the key changed since it was read. A leader without an in-sync set deletes the key.
+//
 // Threads: its own; Join and Leave from the control thread. The hooks run on its thread.
 #ifndef RINGKV_CLUSTER_MEMBERSHIP_H_
 #define RINGKV_CLUSTER_MEMBERSHIP_H_
@@ -43,6 +50,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -70,6 +78,18 @@ struct LeaderValue {
 };
 std::optional<LeaderValue> ParseLeaderValue(const std::string& value);
 
+// The in-sync set's key (PREFIX/in_sync) and its value.
+std::string InSyncKey(const std::string& group);
+struct InSync {
+  uint64_t term = 0;
+  std::string leader_id;
+  std::vector<std::string> members;
+  // Whether `server_id` holds every write acknowledged under this set: its leader or a member.
+  bool Holds(const std::string& server_id) const;
+};
+std::string FormatInSync(const InSync& in_sync);
+std::optional<InSync> ParseInSync(const std::string& value);
+
 class Membership {
  public:
   struct Options {
@@ -92,6 +112,9 @@ class Membership {
     std::function<absl::Status(const std::string& address)> follow;
     // Writes may be acknowledged until `deadline_ns` (CLOCK_BOOTTIME; 0: not at all).
     std::function<void(int64_t deadline_ns)> fence;
+    // Whether this server keeps an in-sync set when it leads (--acks=isr): a win records an
+    // empty one before `lead`; otherwise it deletes the key.
+    bool in_sync = false;
   };
   // Connects, takes a lease and writes the entry; an error names the endpoints otherwise.
   static absl::StatusOr<std::unique_ptr<Membership>> Join(Options options);
@@ -107,6 +130,10 @@ class Membership {
     std::string leader_address;  // The leader last seen (empty: none).
   };
   View view() const;
+
+  // The leader of `term` (this server) records its in-sync set (nullopt: it keeps none, and
+  // the key goes). FAILED_PRECONDITION once it no longer holds the leader key. Any thread.
+  absl::Status RecordInSync(uint64_t term, const std::optional<std::vector<std::string>>& members);
 
  private:
   Membership(Options options, std::unique_ptr<EtcdClient> client, int64_t lease);
@@ -138,8 +165,11 @@ class Membership {
   std::string following_;            // The leader address this server follows (empty: none yet).
   int64_t vacant_since_ = 0;         // When this server saw that nobody leads (0: somebody does).
   std::optional<uint64_t> vacancy_;  // The last term handed out, at that sight.
-  std::string published_;            // The entry etcd holds, as last written,
-  int64_t published_lease_ = 0;      // and the lease it was written under.
+  // The in-sync key's revision at that sight (0: absent), and whether it let this server lead.
+  int64_t in_sync_revision_ = 0;
+  bool eligible_ = true;
+  std::string published_;        // The entry etcd holds, as last written,
+  int64_t published_lease_ = 0;  // and the lease it was written under.
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;            // Guarded by mu_.

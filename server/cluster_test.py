@@ -156,7 +156,11 @@ class ClusterTest(unittest.TestCase):
                             ((f"--etcd={self.etcd.endpoint}", "--group=g",
                               "--failover-timeout=1s"), "--failover-timeout must be"),
                             ((f"--etcd={self.etcd.endpoint}", "--group=g",
-                              "--replica-of=127.0.0.1:1"), "--replica-of does not go with")):
+                              "--replica-of=127.0.0.1:1"), "--replica-of does not go with"),
+                            (("--acks=isr", "--min-replicas=1"), "--acks=isr needs --etcd"),
+                            ((f"--etcd={self.etcd.endpoint}", "--group=g", "--acks=isr"),
+                             "--min-replicas of 1 or more"),
+                            (("--acks=all",), "--acks is count or isr")):
             r = subprocess.run([SERVER, *flags], capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn(says, r.stderr)

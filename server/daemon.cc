@@ -192,6 +192,15 @@ ABSL_FLAG(uint32_t, min_replicas, 0,
           "the replicas");
 ABSL_FLAG(absl::Duration, min_replicas_timeout, absl::Seconds(1),
           "how long a write waits for its replicas (--min-replicas) before UNAVAILABLE");
+ABSL_FLAG(std::string, acks, "count",
+          "how the replicas a write waits for are chosen. count: any --min-replicas replicas "
+          "(per worker: with more replicas than that, no one replica need hold every "
+          "acknowledged write, so a failover may lose some). isr (with --etcd and "
+          "--min-replicas of 1 or more): the group's primary keeps an in-sync set of replicas in "
+          "etcd; every write waits for all of its members (at least --min-replicas of them), a "
+          "replica that lags for half of --min-replicas-timeout leaves it, one that catches up "
+          "joins it, and only the primary and the members may take over, so a failover loses no "
+          "acknowledged write");
 ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
 
 // LeakSanitizer's entry point, present only in sanitizer builds.
@@ -472,6 +481,16 @@ void ParseReplicationFlags(const char* argv0, ServerOptions* options) {
                               absl::FormatDuration(failover) + "'");
   }
   options->failover_timeout = failover;
+  const std::string acks = absl::GetFlag(FLAGS_acks);
+  if (acks != "count" && acks != "isr") {
+    ExitUsageError(argv0, "--acks is count or isr, got '" + acks + "'");
+  }
+  options->acks_isr = acks == "isr";
+  if (options->acks_isr && (options->etcd.empty() || options->min_replicas == 0)) {
+    ExitUsageError(argv0,
+                   "--acks=isr needs --etcd (the in-sync set lives there) and --min-replicas of 1 "
+                   "or more (the members a write waits for at least)");
+  }
 }
 
 // --metrics-listen, --metrics-token-file, --auth-token-file, --tls-cert, --tls-key,

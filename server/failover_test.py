@@ -3,12 +3,17 @@
 real ringkv-servers in a group (--etcd, --group, --failover-timeout=2s), real kill -9 and
 SIGSTOP, and writers on grpcio that count every acknowledged write.
 
-- kill -9 rounds (ROUNDS: 20, 3 under a sanitizer): two servers with --min-replicas=1; two
-  writers put unique keys without pause, each to whichever server acknowledges. Each round
-  kills the primary and starts it again on its port, as systemd's Restart= would. Each time
-  the group acknowledges writes again within the timeout + 1 s of the kill, in a higher term,
-  and the restarted server rejoins as a replica. At the end every acknowledged write is on the
-  last primary with its value: none lost.
+- kill -9 rounds: three servers with --min-replicas=1 --acks=isr (ROUNDS: 20, 3 under a
+  sanitizer), then two with --min-replicas=1 (ROUNDS / 4, at least 1); two writers put unique
+  keys without pause, each to whichever server acknowledges. Each round kills the primary and
+  starts it again on its port, as systemd's Restart= would. Each time the group acknowledges writes again
+  within the timeout + 1 s of the kill, in a higher term, and the restarted server rejoins as a
+  replica. At the end every acknowledged write is on the last primary with its value: none
+  lost. (With three servers and --acks=count, a write needs one replica per worker, not the
+  same one on both: a failover may lose writes, which the in-sync set prevents.)
+- The in-sync set: of three servers with --acks=isr, a replica stopped by SIGSTOP leaves the
+  set and writes go on; once the other two are killed it runs again, and does not take over
+  until the set's key is deleted (the way out its log names).
 - SIGSTOP: the primary (--min-replicas=0) stopped for longer than its lease. The other server
   takes over in a higher term, and the versions it gives are above term << 40. After SIGCONT
   the stopped server acknowledges no write (a writer keeps sending it writes throughout), and
@@ -96,6 +101,12 @@ class FailoverTest(unittest.TestCase):
     def leader(self):
         return self.etcd.leader(self.group)
 
+    def group_state(self):
+        """The group's keys in etcd, and the servers' last log lines, for failure messages."""
+        keys = self.etcd.etcdctl("get", "--prefix", f"/ringkv/{self.group}/").stdout
+        logs = "".join(f"\n{a}:\n" + "".join(s.log.lines[-12:]) for a, s in self.servers.items())
+        return f"etcd:\n{keys}{logs}"
+
     def stats(self, address):
         with grpc.insecure_channel(address) as channel:
             return kv_pb2_grpc.KVStub(channel).Stats(kv_pb2.StatsRequest(), timeout=5)
@@ -109,9 +120,14 @@ class FailoverTest(unittest.TestCase):
         return (r.role == "replica" and r.primary == primary and len(r.flows) == 2
                 and all(f.state == "stable" for f in r.flows))
 
-    def test_kill_primary_rounds(self):
-        ports = [free_port(), free_port()]
-        flags = ("--min-replicas=1",)
+    def test_kill_primary_rounds_in_sync_set(self):
+        self.kill_primary_rounds(3, ("--min-replicas=1", "--acks=isr"), ROUNDS)
+
+    def test_kill_primary_rounds_two_servers(self):
+        self.kill_primary_rounds(2, ("--min-replicas=1",), max(1, ROUNDS // 4))
+
+    def kill_primary_rounds(self, count, flags, rounds):
+        ports = [free_port() for _ in range(count)]
         for port in ports:
             self.start(port, *flags)
         addresses = [f"127.0.0.1:{p}" for p in ports]
@@ -120,16 +136,18 @@ class FailoverTest(unittest.TestCase):
         self.addCleanup(writers.stop)
         times = []
         last_term = 0
-        for round_ in range(ROUNDS):
+        for round_ in range(rounds):
             term, _, primary = wait_until(self.leader, 10, lambda: "no leader")
             self.assertGreater(term, last_term)
             last_term = term
-            other = addresses[1 - addresses.index(primary)]
-            wait_until(lambda: self.following(other, primary), 10,
-                       lambda: f"round {round_}: {other} never followed {primary}")
+            others = [a for a in addresses if a != primary]
+            for other in others:
+                wait_until(lambda: self.following(other, primary), 10,
+                           lambda: f"round {round_}: {other} never followed {primary}")
             settled = time.monotonic()
             wait_until(lambda: writers.acks_after(settled, primary), 5,
-                       lambda: f"round {round_}: no write acknowledged by {primary}")
+                       lambda: f"round {round_}: no write acknowledged by {primary}; "
+                       f"{self.group_state()}")
             time.sleep(random.uniform(0.05, 0.5))  # The kill lands anywhere in the writes.
             victim = self.servers.pop(primary)
             victim.process.kill()
@@ -138,8 +156,9 @@ class FailoverTest(unittest.TestCase):
             victim.log.thread.join(5)
             victim.process.stderr.close()
             self.start(int(primary.rsplit(":", 1)[1]), *flags)
-            first = wait_until(lambda: writers.acks_after(killed, other), TTL_S + 5,
-                               lambda: f"round {round_}: {other} never took over")
+            first = wait_until(lambda: [a for a in writers.acks_after(killed) if a[1] != primary],
+                               TTL_S + 5, lambda: f"round {round_}: nobody took over; "
+                               f"{self.group_state()}")
             took = min(a[2] for a in first) - killed
             times.append(took)
             self.assertLess(took, (TTL_S + 1) * SLOW,
@@ -151,9 +170,56 @@ class FailoverTest(unittest.TestCase):
         total = len(writers.acked)
         self.assertEqual(lost[:10], [], f"{len(lost)} of {total} acknowledged writes lost")
         times.sort()
-        print(f"\n{ROUNDS} rounds, {total} acknowledged writes, none lost; writable again after "
-              f"{times[len(times) // 2]:.2f} s (median), {times[-1]:.2f} s (max)",
-              file=sys.stderr)
+        print(f"\n{count} servers, {' '.join(flags)}: {rounds} rounds, {total} acknowledged "
+              f"writes, none lost; writable again after {times[len(times) // 2]:.2f} s (median), "
+              f"{times[-1]:.2f} s (max)", file=sys.stderr)
+
+    def test_only_the_in_sync_set_takes_over(self):
+        flags = ("--min-replicas=1", "--acks=isr")
+        a = self.start(free_port(), *flags)
+        wait_until(lambda: (self.leader() or (0, "", ""))[2] == a.address, 10,
+                   lambda: "the first server was not elected")
+        b, c = self.start(free_port(), *flags), self.start(free_port(), *flags)
+        wait_until(lambda: self.in_sync() == {b.address, c.address}, 10,
+                   lambda: f"the in-sync set never held both replicas: {self.group_state()}")
+        writers = start_writers([a.address], count=1)
+        self.addCleanup(writers.stop)
+        # c stops acknowledging: it leaves the set after half of --min-replicas-timeout, and
+        # writes are acknowledged again with b alone.
+        os.kill(c.process.pid, signal.SIGSTOP)
+        wait_until(lambda: self.in_sync() == {b.address}, 5,
+                   lambda: f"c never left the in-sync set: {self.group_state()}")
+        left = time.monotonic()
+        wait_until(lambda: writers.acks_after(left, a.address), 5,
+                   lambda: "no write acknowledged after c left the set")
+        writers.stop()
+        # a and b die; c, which lacks acknowledged writes, runs again: it must not take over.
+        for victim in (a, b):
+            victim.process.kill()
+            victim.process.wait()
+        os.kill(c.process.pid, signal.SIGCONT)
+        c.log.wait_for("is not in the in-sync set", TTL_S + 5)
+        time.sleep(1)
+        self.assertIsNone(self.leader())
+        # The way out the log names: deleting the key lets c take over, losing what only a
+        # and b held.
+        self.etcd.etcdctl("del", f"/ringkv/{self.group}/in_sync")
+        wait_until(lambda: (self.leader() or (0, "", ""))[2] == c.address, TTL_S + 3,
+                   lambda: f"c never took over: {self.group_state()}")
+
+    def in_sync(self):
+        """The addresses of the in-sync set's members (cluster/membership.h)."""
+        r = self.etcd.etcdctl("get", "--print-value-only", f"/ringkv/{self.group}/in_sync")
+        if r.returncode != 0 or not r.stdout.strip():
+            return set()
+        ids = r.stdout.split()[2].split(",")
+        addresses = set()
+        for server_id in ids:
+            entry = self.etcd.etcdctl("get", "--print-value-only",
+                                      f"/ringkv/{self.group}/members/{server_id}").stdout
+            fields = dict(f.split("=", 1) for f in entry.split() if "=" in f)
+            addresses.add(fields.get("address", server_id))
+        return addresses
 
     def test_sigstop_fences_the_primary(self):
         a = self.start(free_port())

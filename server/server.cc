@@ -191,6 +191,25 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 }
 
 absl::Status Server::JoinGroup() {
+  if (options_.acks_isr) {
+    std::vector<const repl::ReplSource*> sources;
+    for (const auto& source : repl_sources_) sources.push_back(source.get());
+    in_sync_keeper_ = std::make_unique<repl::InSyncKeeper>(repl::InSyncKeeper::Options{
+        .sources = std::move(sources),
+        .flows = &replica_flows_,
+        .set = &in_sync_set_,
+        .record =
+            [this](uint64_t term, const std::vector<std::string>& members) {
+              etcd::Membership* membership;
+              {
+                std::lock_guard lock(role_mu_);
+                membership = membership_.get();
+              }
+              if (membership == nullptr) return absl::UnavailableError("not in the group yet");
+              return membership->RecordInSync(term, members);
+            },
+        .lag_limit_ms = std::max<int64_t>(options_.min_replicas_timeout_ms / 2, 1)});
+  }
   absl::StatusOr<std::unique_ptr<etcd::Membership>> membership = etcd::Membership::Join(
       {.etcd = {.endpoints = options_.etcd},
        .group = options_.group,
@@ -201,7 +220,12 @@ absl::Status Server::JoinGroup() {
        .standing = [this] { return GroupStanding(); },
        .lead = [this](uint64_t term) { return Lead(term); },
        .follow = [this](const std::string& address) { return Follow(address); },
-       .fence = [this](int64_t deadline_ns) { fence_.Until(deadline_ns); }});
+       .fence =
+           [this](int64_t deadline_ns) {
+             fence_.Until(deadline_ns);
+             if (deadline_ns == 0 && in_sync_keeper_ != nullptr) in_sync_keeper_->Stop();
+           },
+       .in_sync = options_.acks_isr});
   if (!membership.ok()) {
     return absl::UnavailableError(absl::StrCat("--etcd: cannot join group ", options_.group, ": ",
                                                membership.status().message()));
@@ -235,6 +259,8 @@ absl::Status Server::Lead(uint64_t term) {
         "term ", term, " is past 65535: its version floor (term << 40) would not fit"));
   }
   const uint64_t floor = term << 40;
+  // The workers wait for no replica yet (etcd holds the empty set the win recorded).
+  if (in_sync_keeper_ != nullptr) in_sync_keeper_->Lead(term);
   for (uint32_t i = 0; i < role_ports_.size(); ++i) {
     role_ports_[i]->RaiseFloor(floor);
     Wake(static_cast<uint16_t>(i));
@@ -354,7 +380,7 @@ absl::Status Server::SetUpReplication() {
     Journal* log = data_dir_ != nullptr ? &data_dir_->log(i) : nullptr;
     repl_sources_.push_back(std::make_unique<repl::ReplSource>(
         log, worker, options_.repl_backlog_bytes, options_.min_replicas_timeout_ms,
-        options_.etcd.empty() ? nullptr : &fence_));
+        options_.etcd.empty() ? nullptr : &fence_, options_.acks_isr ? &in_sync_set_ : nullptr));
     repl_sinks_.push_back(std::make_unique<repl::ReplSink>(options_.full_sync_keeps_data));
     role_ports_.push_back(
         std::make_unique<repl::RolePort>(*repl_sources_.back(), *repl_sinks_.back(), replica));

@@ -55,6 +55,8 @@
 #include "server/metrics/metrics_server.h"
 #include "server/metrics/metrics_source.h"
 #include "server/repl/fence.h"
+#include "server/repl/in_sync_keeper.h"
+#include "server/repl/in_sync_set.h"
 #include "server/repl/replica_client.h"
 #include "server/repl/replica_flows.h"
 #include "server/repl/role_port.h"
@@ -175,6 +177,7 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   repl::ReplicaFlows replica_flows_;      // The replicas streaming from this server.
   std::string primary_token_;             // --primary-token-file's.
   repl::ReplicaClient::Tls primary_tls_;  // --primary-tls*: the files' contents.
+  repl::InSyncSet in_sync_set_;           // --acks=isr: the replicas every write waits for.
   // Per worker (the ring engine): both sides of replication, and the port that picks one.
   std::vector<std::unique_ptr<repl::ReplSource>> repl_sources_;
   std::vector<std::unique_ptr<repl::ReplSink>> repl_sinks_;
@@ -193,6 +196,9 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   std::atomic<bool> read_only_{false};
   // --etcd: closed until this server leads its group (server/repl/fence.h); open without.
   repl::Fence fence_;
+  // --acks=isr: the keeper of in_sync_set_ (made in Start, after the sources; destroyed
+  // before membership_, which it records through).
+  std::unique_ptr<repl::InSyncKeeper> in_sync_keeper_;
 
   // Control thread only.
   std::vector<std::thread> threads_;

@@ -100,6 +100,10 @@ struct ServerOptions {
   std::vector<std::string> etcd;
   std::string group;
   absl::Duration failover_timeout = absl::Seconds(3);
+  // --acks=isr: in a group, writes wait for every member of the in-sync set, kept in etcd,
+  // and only its members may take over (server/repl/in_sync_keeper.h). false (--acks=count):
+  // any --min-replicas replicas, per worker.
+  bool acks_isr = false;
 };
 
 }  // namespace ringkv

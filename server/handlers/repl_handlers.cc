@@ -233,6 +233,9 @@ class FlowHandler : public Handler {
     op_.number = static_cast<int64_t>(step);
     op_.deadline_ms = flow_id_;
     if (step == Step::kTail || step == Step::kResume) op_.version = tail_from_;
+    // Which replica the flow serves (an in-sync set counts its members' acknowledgements).
+    op_.key = {};
+    if (step == Step::kBegin || step == Step::kResume) op_.key = listed_.replica_id;
     op_.out.clear();
     out_ = true;
     Submit(op_);

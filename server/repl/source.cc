@@ -1,6 +1,9 @@
 #include "server/repl/source.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "persist/format.h"
@@ -9,12 +12,13 @@
 namespace ringkv::repl {
 
 ReplSource::ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes,
-                       int64_t replica_timeout_ms, const Fence* fence)
+                       int64_t replica_timeout_ms, const Fence* fence, const InSyncSet* in_sync_set)
     : inner_(inner),
       fence_(fence),
       worker_(worker),
       backlog_limit_(backlog_bytes),
-      replica_timeout_ms_(replica_timeout_ms) {}
+      replica_timeout_ms_(replica_timeout_ms),
+      in_sync_set_(in_sync_set) {}
 
 void ReplSource::Set(std::string_view key, std::string_view value, uint64_t version,
                      int64_t deadline_ms) {
@@ -77,6 +81,9 @@ void ReplSource::PublishFigures() {
   for (const Flow& f : flow_list_) acked = std::max(acked, f.acked);
   acked_figure_.store(acked, std::memory_order_relaxed);
   not_replicated_figure_.store(not_replicated_, std::memory_order_relaxed);
+  wanted_figure_.store(want_upto_, std::memory_order_relaxed);
+  set_taken_figure_.store(members_taken_lsn_, std::memory_order_relaxed);
+  set_generation_figure_.store(members_generation_, std::memory_order_release);
 }
 
 ReplSource::Flow* ReplSource::FindFlow(int64_t id) {
@@ -88,12 +95,52 @@ ReplSource::Flow* ReplSource::FindFlow(int64_t id) {
 
 uint32_t ReplSource::Acked(uint64_t position) const {
   uint32_t n = 0;
+  if (in_sync_set_ != nullptr) {
+    for (const std::string& member : members_) {
+      const std::optional<uint64_t> acked = MemberAcked(member);
+      n += acked.has_value() && *acked >= position ? 1 : 0;
+    }
+    return n;
+  }
   for (const Flow& f : flow_list_) n += f.tailing && f.acked >= position ? 1 : 0;
   return n;
 }
 
+bool ReplSource::Acknowledged(const Request& request) const {
+  if (in_sync_set_ == nullptr) return Acked(request.repl_seq) >= request.replicas;
+  return members_.size() >= request.replicas && members_floor_ >= request.repl_seq;
+}
+
+std::optional<uint64_t> ReplSource::MemberAcked(const std::string& member) const {
+  std::optional<uint64_t> most;
+  for (const Flow& f : flow_list_) {
+    if (f.tailing && f.replica_id == member) most = std::max(most.value_or(0), f.acked);
+  }
+  return most;
+}
+
+void ReplSource::TakeMembers() {
+  members_ = in_sync_set_->members(&members_generation_);
+  members_taken_lsn_ = next_lsn_ + turn_count_;
+  CountMembers();
+  PublishFigures();
+}
+
+void ReplSource::CountMembers() {
+  if (in_sync_set_ == nullptr) return;
+  uint32_t present = 0;
+  uint64_t floor = UINT64_MAX;
+  for (const std::string& member : members_) {
+    const std::optional<uint64_t> acked = MemberAcked(member);
+    present += acked.has_value() ? 1 : 0;
+    floor = std::min(floor, acked.value_or(0));
+  }
+  in_sync_ = present;
+  members_floor_ = floor;
+}
+
 bool ReplSource::Await(Request& request) {
-  if (Acked(request.repl_seq) >= request.replicas) {
+  if (Acknowledged(request)) {
     request.repl_seq = 0;
     return false;
   }
@@ -106,8 +153,7 @@ void ReplSource::ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered)
   while (!waiters_.empty()) {
     Kept& w = waiters_.front();
     Request& r = *w.request;
-    const uint32_t acked = Acked(r.repl_seq);
-    if (acked < r.replicas) {
+    if (!Acknowledged(r)) {
       if (w.until_ms == 0) {
         // Every later one started as late as this one, or later.
         for (Kept& k : waiters_) {
@@ -116,7 +162,7 @@ void ReplSource::ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered)
       }
       if (now_ms < w.until_ms) break;
       r.result = Result::kNotReplicated;
-      r.acked_replicas = static_cast<uint8_t>(acked);
+      r.acked_replicas = static_cast<uint8_t>(Acked(r.repl_seq));
       ++not_replicated_;
       changed = true;
     }
@@ -151,6 +197,7 @@ void ReplSource::Reset(std::vector<Request*>* answered) {
   turn_count_ = 0;
   active_ = false;
   ++next_lsn_;
+  CountMembers();
   PublishFigures();
 }
 
@@ -160,7 +207,10 @@ ReplSource::Figures ReplSource::figures() const {
           first_lsn_figure_.load(std::memory_order_relaxed),
           bytes_figure_.load(std::memory_order_relaxed),
           acked_figure_.load(std::memory_order_relaxed),
-          not_replicated_figure_.load(std::memory_order_relaxed)};
+          not_replicated_figure_.load(std::memory_order_relaxed),
+          wanted_figure_.load(std::memory_order_relaxed),
+          set_generation_figure_.load(std::memory_order_acquire),
+          set_taken_figure_.load(std::memory_order_relaxed)};
 }
 
 void ReplSource::Image::Add(std::string_view key, std::string_view value, uint64_t version,
@@ -201,6 +251,7 @@ bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
     if (Flow* flow = FindFlow(request.deadline_ms)) {
       flow->acked = std::max(flow->acked, request.version);
     }
+    CountMembers();
     PublishFigures();
     request.result = Result::kOk;
     return true;
@@ -213,6 +264,7 @@ bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
       flow_list_.erase(flow_list_.begin() + static_cast<std::ptrdiff_t>(i));
       break;
     }
+    CountMembers();
     PublishFigures();
     request.result = Result::kOk;
     return true;
@@ -223,19 +275,20 @@ bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
     request.result =
         active_ && from >= first && from <= next_lsn_ ? Result::kOk : Result::kUnavailable;
     if (request.result == Result::kOk && FindFlow(request.deadline_ms) == nullptr) {
-      flow_list_.push_back({request.deadline_ms, false, 0});
+      flow_list_.push_back({request.deadline_ms, false, 0, std::string(request.key)});
     }
     PublishFigures();
     return true;
   }
   if (step == Step::kBegin && FindFlow(request.deadline_ms) == nullptr) {
-    flow_list_.push_back({request.deadline_ms, false, 0});
+    flow_list_.push_back({request.deadline_ms, false, 0, std::string(request.key)});
     PublishFigures();
   }
   if (step == Step::kTail) {
     if (Flow* flow = FindFlow(request.deadline_ms); flow != nullptr && !flow->tailing) {
       flow->tailing = true;  // Its acknowledgements say what it has applied.
       ++in_sync_;
+      CountMembers();
     }
   }
   if (TryAnswer(request, now_ms)) return true;
@@ -342,6 +395,9 @@ bool ReplSource::AnswerTail(Request& request, int64_t now_ms, bool waited_enough
 }
 
 size_t ReplSource::Turn(Shard& /*shard*/, Clock clock, std::vector<Request*>* answered) {
+  if (in_sync_set_ != nullptr && in_sync_set_->generation() != members_generation_) {
+    TakeMembers();
+  }
   if (kept_.empty() && !sync_.has_value() && waiters_.empty()) {
     was_busy_ = busy_;
     busy_ = false;

@@ -37,6 +37,11 @@
 // Writes that wait for replicas (ReplicationPort::Await; --min-replicas). A flow counts as in
 // sync from its first kTail on. A waiting write is given back once `replicas` flows have
 // acknowledged its position, or after the timeout with Result::kNotReplicated.
+// With an in-sync set (--acks=isr; server/repl/in_sync_set.h), kBegin and kResume carry the
+// replica's server id in `key`, and a write is given back once every member of the set has
+// acknowledged its position through a flow of its own, the set having at least `replicas`
+// members; `in_sync` counts the members with a flow in sync. The worker takes a new set at
+// the start of a turn.
 //
 // Threads: the owning worker's, except the stats (any thread).
 #ifndef RINGKV_SERVER_REPL_SOURCE_H_
@@ -53,6 +58,7 @@
 #include <vector>
 
 #include "server/repl/fence.h"
+#include "server/repl/in_sync_set.h"
 #include "shard/journal.h"
 #include "shard/replication_port.h"
 #include "shard/worker.h"
@@ -84,7 +90,7 @@ class ReplSource final : public Journal, public ReplicationPort {
   // the primary's fence (server/repl/fence.h), which refuses writes once closed, as a stalled
   // log does (null: none).
   ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes, int64_t replica_timeout_ms,
-             const Fence* fence = nullptr);
+             const Fence* fence = nullptr, const InSyncSet* in_sync_set = nullptr);
 
   // Journal.
   void Set(std::string_view key, std::string_view value, uint64_t version,
@@ -128,7 +134,8 @@ class ReplSource final : public Journal, public ReplicationPort {
 
   // Any thread, for stats: flows open, the head position, the oldest one kept, the backlog's
   // bytes, the position the most advanced replica acknowledged, and the writes that waited for
-  // replicas in vain.
+  // replicas in vain. For the in-sync set's keeper: the highest position a write waited for,
+  // and the generation of the set taken last, with the head position when it was taken.
   struct Figures {
     uint32_t flows = 0;
     uint64_t lsn = 0;
@@ -136,6 +143,9 @@ class ReplSource final : public Journal, public ReplicationPort {
     uint64_t backlog_bytes = 0;
     uint64_t acked_lsn = 0;
     uint64_t not_replicated = 0;
+    uint64_t wanted_lsn = 0;
+    uint64_t set_generation = 0;
+    uint64_t set_taken_lsn = 0;
   };
   Figures figures() const;
   size_t backlog_limit() const { return backlog_limit_; }
@@ -181,8 +191,9 @@ class ReplSource final : public Journal, public ReplicationPort {
   };
   struct Flow {
     int64_t id;
-    bool tailing;    // It has asked for kTail: it can acknowledge writes.
-    uint64_t acked;  // Every record before this one is applied there.
+    bool tailing;            // It has asked for kTail: it can acknowledge writes.
+    uint64_t acked;          // Every record before this one is applied there.
+    std::string replica_id;  // With an in-sync set only.
   };
 
   // A chunk of the records recorded since the last one.
@@ -196,8 +207,16 @@ class ReplSource final : public Journal, public ReplicationPort {
   bool WorthSending(uint64_t from, int64_t now_ms, bool busy) const;
   void PublishFigures();
   Flow* FindFlow(int64_t id);
-  // The flows that have applied every record before `position`.
+  // The flows (with an in-sync set, its members) that have applied every record before
+  // `position`.
   uint32_t Acked(uint64_t position) const;
+  // Whether `request`, a write that waits, has its acknowledgements.
+  bool Acknowledged(const Request& request) const;
+  // With an in-sync set: takes it if it changed, and counts its members' flows.
+  void TakeMembers();
+  void CountMembers();
+  // The most a member has acknowledged through its flows in sync (nullopt: it has none).
+  std::optional<uint64_t> MemberAcked(const std::string& member) const;
   // Gives back the waiting writes that are acknowledged, or have waited enough.
   void ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered);
 
@@ -231,6 +250,12 @@ class ReplSource final : public Journal, public ReplicationPort {
   std::deque<Kept> waiters_;  // Writes waiting for replicas, in position order.
   uint64_t want_upto_ = 0;    // The highest position a write waits for.
   uint64_t not_replicated_ = 0;
+  const InSyncSet* const in_sync_set_;
+  std::vector<std::string> members_;  // The in-sync set as taken ...
+  uint64_t members_generation_ = 0;   // ... its generation ...
+  uint64_t members_taken_lsn_ = 0;    // ... and the head position then.
+  // The lowest position every member has acknowledged (0 while one has no flow in sync).
+  uint64_t members_floor_ = 0;
 
   std::atomic<uint32_t> flows_figure_{0};
   std::atomic<uint64_t> lsn_figure_{0};
@@ -238,6 +263,9 @@ class ReplSource final : public Journal, public ReplicationPort {
   std::atomic<uint64_t> bytes_figure_{0};
   std::atomic<uint64_t> acked_figure_{0};
   std::atomic<uint64_t> not_replicated_figure_{0};
+  std::atomic<uint64_t> wanted_figure_{0};
+  std::atomic<uint64_t> set_generation_figure_{0};
+  std::atomic<uint64_t> set_taken_figure_{0};
 };
 
 }  // namespace ringkv::repl
