@@ -25,7 +25,13 @@ over 100,000 keys, SECONDS each, RUNS runs alternated (each first in every other
 primary alone (--threads=1) against
 the elected primary of a one-server group, with the server's CPU per operation.
 
-Usage: [PARTS=failover,steady] bench/failover_bench.py [ROUNDS=20] [RUNS=3] [SECONDS=5]
+Part acks, what the in-sync set costs: PUT on the primary of a group of three (two replicas),
+--threads=1 --min-replicas=1, with --acks=count (any one replica) against --acks=isr (both),
+RUNS runs alternated, ringkv-loadgen as above.
+
+Part failover also runs ringkv with --acks=isr (its rounds between ringkv's and Redis's).
+
+Usage: [PARTS=failover,steady,acks] bench/failover_bench.py [ROUNDS=20] [RUNS=3] [SECONDS=5]
 [IDLE_S=30] (repository root, after scripts/setup.sh; re-runs itself under .tools/venv for
 grpcio). Prints markdown; raw results in bench-results/failover/.
 """
@@ -52,7 +58,7 @@ ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 SECONDS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 IDLE_S = int(sys.argv[4]) if len(sys.argv) > 4 else 30
-PARTS = os.environ.get("PARTS", "failover,steady").split(",")
+PARTS = os.environ.get("PARTS", "failover,steady,acks").split(",")
 LOADGEN = "build/bench/ringkv-loadgen"
 OUT = "bench-results/failover"
 SERVER = "build/server/ringkv-server"
@@ -88,7 +94,7 @@ def kill_and_time(procs, primary, others, writers, timeout):
 
 # ringkv.
 
-def ringkv_rounds(work, grpc, pb, stubs):
+def ringkv_rounds(work, grpc, pb, stubs, flags=()):
     etcd = Etcd(work)
     etcd.start()
     group = "bench"
@@ -100,7 +106,8 @@ def ringkv_rounds(work, grpc, pb, stubs):
         log = open(os.path.join(work, f"ringkv-{address.rsplit(':', 1)[1]}.log"), "a")
         procs[address] = subprocess.Popen(
             [SERVER, f"--listen={address}", "--threads=1", "--min-replicas=1",
-             f"--etcd={etcd.endpoint}", f"--group={group}", f"--failover-timeout={TTL_S}s"],
+             f"--etcd={etcd.endpoint}", f"--group={group}", f"--failover-timeout={TTL_S}s",
+             *flags],
             stderr=log)
 
     def follows(address, primary):
@@ -136,6 +143,61 @@ def ringkv_rounds(work, grpc, pb, stubs):
                 proc.kill()
                 proc.wait()
         etcd.kill()
+
+
+def acks_cost(work, grpc, pb, stubs):
+    """PUT on the primary of a group of three (two replicas), --min-replicas=1, with
+    --acks=count against --acks=isr, alternated; the primary's CPU per operation."""
+    etcd = Etcd(work)
+    etcd.start()
+    out = {"count": [], "isr": []}
+
+    def streaming(addr):
+        with grpc.insecure_channel(addr) as channel:
+            r = stubs.KVStub(channel).Stats(pb.StatsRequest(), timeout=2).replication
+        return sum(1 for f in r.replicas if f.state == "streaming") == 2
+
+    def in_sync(group):
+        r = etcd.etcdctl("get", "--print-value-only", f"/ringkv/{group}/in_sync")
+        return r.stdout.split()[2].count(",") == 1 if r.stdout.strip() else False
+
+    try:
+        for run in range(RUNS):
+            for acks in ("count", "isr") if run % 2 == 0 else ("isr", "count"):
+                group = f"acks{run}{acks}"
+                flags = ["--threads=1", "--min-replicas=1", f"--acks={acks}",
+                         f"--etcd={etcd.endpoint}", f"--group={group}",
+                         f"--failover-timeout={TTL_S}s"]
+                procs = []
+                try:
+                    primary, addr = start_ringkv(os.path.join(work, f"{group}-p.log"), flags)
+                    procs.append(primary)
+                    wait_until(lambda: etcd.leader(group), 10, "nobody elected")
+                    for i in range(2):
+                        procs.append(start_ringkv(os.path.join(work, f"{group}-r{i}.log"),
+                                                  flags)[0])
+                    wait_until(lambda: streaming(addr), 20, "the replicas never streamed")
+                    if acks == "isr":
+                        wait_until(lambda: in_sync(group), 20, "the set never held both")
+                    subprocess.run([LOADGEN, f"--addr={addr}", "--keys=100000",
+                                    "--value-size=32", "--ops=1", "--concurrency=1",
+                                    "--progress=false"], capture_output=True, check=True)
+                    path = os.path.join(OUT, "loadgen.json")
+                    _, cpu = run_client([LOADGEN, f"--addr={addr}", "--keys=100000",
+                                         "--value-size=32", f"--duration={SECONDS}",
+                                         "--progress=false", "--preload=false",
+                                         f"--json={path}", "--mode=unary", "--ratio=0:1",
+                                         "--connections=50", "--concurrency=50"],
+                                        primary.pid, SECONDS * 10 + 60)
+                    r = json.load(open(path))
+                    out[acks].append({"ops_per_s": r["ops_per_s"], "errors": r.get("errors", 0),
+                                      **cpu.per_op(r["ops"])})
+                finally:
+                    for proc in reversed(procs):
+                        stop(proc)
+    finally:
+        etcd.kill()
+    return out
 
 
 # Redis and Sentinel, spoken to in RESP over plain sockets.
@@ -378,6 +440,8 @@ def print_failover(results):
           "acknowledged writes | lost |")
     print("|---|---|---|---|")
     for name, label in (("ringkv", f"ringkv, etcd lease {TTL_S} s, --min-replicas=1"),
+                        ("ringkv-isr", f"ringkv, etcd lease {TTL_S} s, --min-replicas=1 "
+                                       "--acks=isr"),
                         ("redis", f"Redis Sentinel, down-after {TTL_S} s, WAIT 1")):
         r = results[name]
         print(f"| {label} | {cell(r['times'], '{:.2f}')} | {r['acked']:,} | {r['lost']:,} |")
@@ -402,6 +466,20 @@ def print_steady(r):
               f"{cell([x['client_us_per_op'] for x in rs], '{:.1f}')} |")
 
 
+def print_acks(r):
+    print(f"\n### PUT on a group of three (two replicas), --min-replicas=1, 50 connections x 1 "
+          f"call, {SECONDS} s x {RUNS} runs: median (min .. max)\n")
+    print("| writes wait for | PUT/s | primary µs/op | client µs/op | errors |")
+    print("|---|---|---|---|---|")
+    for name, label in (("count", "any one replica (--acks=count)"),
+                        ("isr", "both, the in-sync set (--acks=isr)")):
+        rs = r[name]
+        print(f"| {label} | {cell([x['ops_per_s'] for x in rs])} | "
+              f"{cell([x['server_us_per_op'] for x in rs], '{:.1f}')} | "
+              f"{cell([x['client_us_per_op'] for x in rs], '{:.1f}')} | "
+              f"{sum(x['errors'] for x in rs)} |")
+
+
 def main():
     run_under_venv()
     python_stubs.generate("proto")
@@ -411,9 +489,12 @@ def main():
     runs = []
     if "failover" in PARTS:
         runs += [("ringkv", lambda w: ringkv_rounds(w, grpc, pb, stubs)),
+                 ("ringkv-isr", lambda w: ringkv_rounds(w, grpc, pb, stubs, ["--acks=isr"])),
                  ("redis", redis_rounds)]
     if "steady" in PARTS:
         runs.append(("steady", lambda w: steady(w, grpc, pb, stubs)))
+    if "acks" in PARTS:
+        runs.append(("acks", lambda w: acks_cost(w, grpc, pb, stubs)))
     results = {}
     for name, run in runs:
         work = tempfile.mkdtemp(prefix=f"ringkv-failover-{name}-")
@@ -428,6 +509,8 @@ def main():
         print_failover(results)
     if "steady" in PARTS:
         print_steady(results["steady"])
+    if "acks" in PARTS:
+        print_acks(results["acks"])
 
 
 if __name__ == "__main__":

@@ -74,6 +74,7 @@ Client::Client(std::string address, absl::Duration timeout, ClientCredentials cr
     : timeout_(timeout),
       authorization_(credentials.token.empty() ? "" : "Bearer " + credentials.token),
       min_replicas_(credentials.min_replicas == 0 ? "" : std::to_string(credentials.min_replicas)),
+      linearizable_(credentials.linearizable),
       channel_credentials_(ChannelCredentials(credentials)) {
   Connect(std::move(address));
 }
@@ -106,6 +107,7 @@ std::unique_ptr<grpc::ClientContext> Client::NewContext() const {
                         std::chrono::microseconds(absl::ToInt64Microseconds(timeout_)));
   if (!authorization_.empty()) context->AddMetadata("authorization", authorization_);
   if (!min_replicas_.empty()) context->AddMetadata("ringkv-min-replicas", min_replicas_);
+  if (linearizable_) context->AddMetadata("ringkv-consistency", "linearizable");
   return context;
 }
 

@@ -69,6 +69,9 @@ struct ClientCredentials {
   // Sent as `ringkv-min-replicas` with every call (0: not sent): the server's answer to a write
   // waits until this many replicas have applied it (or the server's --min-replicas, if more).
   uint32_t min_replicas = 0;
+  // Sent as `ringkv-consistency: linearizable` with every call when set: reads are answered
+  // only by the primary, within its lease in a group (a replica refuses, naming its primary).
+  bool linearizable = false;
 };
 
 // Where a program's credentials come from: its --token-file, --tls, --tls-ca, --tls-cert and
@@ -177,6 +180,7 @@ class Client {
   const absl::Duration timeout_;
   const std::string authorization_;  // "Bearer TOKEN", or empty.
   const std::string min_replicas_;   // The ringkv-min-replicas header, or empty.
+  const bool linearizable_;          // Sends ringkv-consistency: linearizable.
   const std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
   // The server's, until a redirect.
   std::string address_;

@@ -65,6 +65,11 @@ ABSL_FLAG(uint32_t, min_replicas, 0,
           "ringkv-min-replicas header; the server's --min-replicas applies if more). UNAVAILABLE "
           "if fewer follow the server (the write was not run), or if they took longer than its "
           "--min-replicas-timeout (it was run there, and may yet reach them)");
+ABSL_FLAG(bool, linearizable, false,
+          "get, mget, scan: answered only by the primary (in a group, the elected one within "
+          "its lease), so the answer reflects every write acknowledged before it was asked "
+          "(sent as the ringkv-consistency header); a replica refuses, naming its primary. "
+          "Without it any server answers from what it holds");
 ABSL_FLAG(std::string, to, "", "replicate: follow the primary at HOST:PORT (a full sync from it)");
 ABSL_FLAG(bool, stop, false,
           "replicate: stop following the primary and serve writes (a manual promotion; "
@@ -740,6 +745,7 @@ int Main(int argc, char** argv) {
                        .tls_key = absl::GetFlag(FLAGS_tls_key)});
   if (!credentials.ok()) return Fail(kUsage, std::string(credentials.status().message()));
   credentials->min_replicas = absl::GetFlag(FLAGS_min_replicas);
+  credentials->linearizable = absl::GetFlag(FLAGS_linearizable);
   Client client(absl::GetFlag(FLAGS_addr), absl::Seconds(timeout), *std::move(credentials));
   Invocation in{client, operands, absl::GetFlag(FLAGS_json), {}};
   if (int rc = ParseWriteFlags(*command, &in.put); rc != kOk) return rc;

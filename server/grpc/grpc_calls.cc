@@ -113,6 +113,16 @@ class Adapter : public GrpcCall {
       }
       handler_->set_min_replicas(*n);
     }
+    if (const auto header = metadata.find(std::string(kConsistencyHeader));
+        header != metadata.end()) {
+      absl::StatusOr<bool> linearizable =
+          ParseConsistency(std::string_view(header->second.data(), header->second.size()));
+      if (!linearizable.ok()) {
+        Finish(linearizable.status(), nullptr);
+        return false;
+      }
+      handler_->set_linearizable(*linearizable);
+    }
     if (context().shutting_down() && !method_.served_while_draining) {
       Finish(absl::UnavailableError("ringkv-server is shutting down"), nullptr);
       return false;

@@ -94,6 +94,8 @@ void H2Call::OnHeader(std::string_view name, std::string_view value) {
     headers_.bad_timeout = !headers_.timeout_ns.has_value();
   } else if (name == kMinReplicasHeader) {
     headers_.min_replicas = ParseMinReplicas(value);
+  } else if (name == kConsistencyHeader) {
+    headers_.linearizable = ParseConsistency(value);
   } else if (name == "authorization") {
     headers_.sent_token = true;
     if (const Authenticator* auth = io_.loop().context().auth()) {
@@ -136,6 +138,7 @@ void H2Call::Start() {
     return SendTrailersOnly(absl::InvalidArgumentError("malformed grpc-timeout header"));
   }
   if (!h.min_replicas.ok()) return SendTrailersOnly(h.min_replicas.status());
+  if (!h.linearizable.ok()) return SendTrailersOnly(h.linearizable.status());
   ServerContext& context = io_.loop().context();
   const Role caller = context.auth() != nullptr ? h.caller : Role::kAdmin;
   if (absl::Status allowed = Authorize(*h.method, caller, h.sent_token); !allowed.ok()) {
@@ -155,6 +158,7 @@ void H2Call::Start() {
   handler_ = headers_.method->make(io_.loop(), *this);
   handler_->set_caller(caller);
   handler_->set_min_replicas(*h.min_replicas);
+  handler_->set_linearizable(*h.linearizable);
   if (headers_.method->counted) {
     counted_ = true;
     context.CallStarted();

@@ -127,6 +127,7 @@ class H2Call final : public CallSink {
     bool sent_token = false;    // An authorization header came.
     Role caller = Role::kNone;  // The role its token grants (with --auth-token-file).
     absl::StatusOr<uint32_t> min_replicas = 0;  // ringkv-min-replicas.
+    absl::StatusOr<bool> linearizable = false;  // ringkv-consistency.
   };
 
   // Starts the handler, or answers the call itself with the reason it cannot be served.

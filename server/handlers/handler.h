@@ -65,6 +65,20 @@ inline absl::StatusOr<uint32_t> ParseMinReplicas(std::string_view value) {
   return n;
 }
 
+// The header by which a call asks for linearizable reads: "linearizable" (its Get, MultiGet
+// and Scan are answered only by a primary whose fence is open when the answer is made: in a
+// group, the elected primary within its lease) or "serializable" (the default: any server
+// answers from what it holds, a replica or a deposed primary too). Parsed to whether it is
+// linearizable, or an error that says what is accepted.
+inline constexpr std::string_view kConsistencyHeader = "ringkv-consistency";
+inline absl::StatusOr<bool> ParseConsistency(std::string_view value) {
+  if (value == "linearizable") return true;
+  if (value == "serializable") return false;
+  return absl::InvalidArgumentError(absl::StrCat("the ", std::string(kConsistencyHeader),
+                                                 " header is linearizable or serializable, got '",
+                                                 std::string(value), "'"));
+}
+
 // The transport's side of one call. Loop thread only.
 class CallSink {
  public:
@@ -118,6 +132,9 @@ class Handler {
   // ServerOptions::kMaxMinReplicas; the transport refuses more); set before OnStart. Its
   // writes wait for this many or --min-replicas, whichever is more.
   void set_min_replicas(uint32_t n) { min_replicas_ = std::max(min_replicas_, n); }
+  // Whether the call's reads must be linearizable (the ringkv-consistency header); set before
+  // OnStart.
+  void set_linearizable(bool on) { linearizable_ = on; }
 
  protected:
   // Hands a Request to the engine; OnRequestDone gets it back in a later engine turn.
@@ -134,6 +151,18 @@ class Handler {
   CallSink& sink_;
   Role caller_ = Role::kAdmin;
   uint32_t min_replicas_;  // --min-replicas, or the call's header if more.
+  bool linearizable_ = false;
+  // A linearizable read's answer, made now: OK if this server may give it (a primary whose
+  // fence is open: no other primary can have acknowledged a write since the read ran), the
+  // refusal otherwise (a replica's names its primary).
+  absl::Status LinearizableRefusal() const {
+    if (context_.read_only()) return context_.read_only_refusal();
+    if (context_.fenced()) {
+      return absl::UnavailableError(absl::StrCat("a linearizable read needs the group's primary: ",
+                                                 context_.journal_failure_message()));
+    }
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace ringkv

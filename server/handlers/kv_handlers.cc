@@ -50,13 +50,19 @@ class UnaryHandler : public Handler {
 
   void OnRequestDone(Request* request) final {
     if (!cancelled_) Take(*request);
-    if (--outstanding_ == 0) Reply(cancelled_ ? Cancelled() : Result());
+    if (--outstanding_ != 0) return;
+    if (cancelled_) return Reply(Cancelled());
+    // A linearizable read is answered only while this server may (after the read ran).
+    absl::Status refusal = linearizable_ && reads() ? LinearizableRefusal() : absl::OkStatus();
+    Reply(refusal.ok() ? Result() : refusal);
   }
 
  protected:
   virtual void Start() = 0;
   virtual void Take(Request& request) = 0;
   virtual absl::Status Result() { return absl::OkStatus(); }
+  // Whether the method reads (the ringkv-consistency header applies to it).
+  virtual bool reads() const { return false; }
 
   // Every Submit is counted before the first can come back: completions come only from a later
   // engine turn.
@@ -103,6 +109,7 @@ class SingleKeyHandler : public UnaryHandler<RequestPb, ResponsePb> {
 class GetHandler : public SingleKeyHandler<pb::GetRequest, pb::GetResponse> {
  public:
   using SingleKeyHandler::SingleKeyHandler;
+  bool reads() const override { return true; }
   absl::Status Prepare(Request* op) override {
     return PrepareGet(context_.limits(), request_.key(), op);
   }
@@ -203,6 +210,7 @@ class BatchHandler : public UnaryHandler<RequestPb, ResponsePb> {
 class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetResponse> {
  public:
   using BatchHandler::BatchHandler;
+  bool reads() const override { return true; }
   void Start() override {
     Run(request_.keys_size(),
         [&](int i, Request* op) { return PrepareGet(context_.limits(), request_.keys(i), op); });
@@ -227,6 +235,7 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
 class ScanHandler : public UnaryHandler<pb::ScanRequest, pb::ScanResponse> {
  public:
   using UnaryHandler::UnaryHandler;
+  bool reads() const override { return true; }
   void Start() override {
     limit_ = request_.limit() == 0 ? kDefaultScanLimit : request_.limit();
     if (limit_ > kMaxScanLimit) {
