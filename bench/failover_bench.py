@@ -179,19 +179,7 @@ def acks_cost(work, grpc, pb, stubs):
                     wait_until(lambda: streaming(addr), 20, "the replicas never streamed")
                     if acks == "isr":
                         wait_until(lambda: in_sync(group), 20, "the set never held both")
-                    subprocess.run([LOADGEN, f"--addr={addr}", "--keys=100000",
-                                    "--value-size=32", "--ops=1", "--concurrency=1",
-                                    "--progress=false"], capture_output=True, check=True)
-                    path = os.path.join(OUT, "loadgen.json")
-                    _, cpu = run_client([LOADGEN, f"--addr={addr}", "--keys=100000",
-                                         "--value-size=32", f"--duration={SECONDS}",
-                                         "--progress=false", "--preload=false",
-                                         f"--json={path}", "--mode=unary", "--ratio=0:1",
-                                         "--connections=50", "--concurrency=50"],
-                                        primary.pid, SECONDS * 10 + 60)
-                    r = json.load(open(path))
-                    out[acks].append({"ops_per_s": r["ops_per_s"], "errors": r.get("errors", 0),
-                                      **cpu.per_op(r["ops"])})
+                    out[acks].append(put_run(addr, primary.pid))
                 finally:
                     for proc in reversed(procs):
                         stop(proc)
@@ -377,6 +365,20 @@ def redis_rounds(work):
 
 # The steady cost of a group.
 
+def put_run(addr, pid):
+    """PUT at 50 connections x 1 call, 32-byte values over 100,000 keys (written once first),
+    SECONDS: ops/s, errors and the CPU per operation of the server `pid` and of the client."""
+    subprocess.run([LOADGEN, f"--addr={addr}", "--keys=100000", "--value-size=32", "--ops=1",
+                    "--concurrency=1", "--progress=false"], capture_output=True, check=True)
+    path = os.path.join(OUT, "loadgen.json")
+    _, cpu = run_client([LOADGEN, f"--addr={addr}", "--keys=100000", "--value-size=32",
+                         f"--duration={SECONDS}", "--progress=false", "--preload=false",
+                         f"--json={path}", "--mode=unary", "--ratio=0:1", "--connections=50",
+                         "--concurrency=50"], pid, SECONDS * 10 + 60)
+    r = json.load(open(path))
+    return {"ops_per_s": r["ops_per_s"], "errors": r.get("errors", 0), **cpu.per_op(r["ops"])}
+
+
 def steady(work, grpc, pb, stubs):
     etcd = Etcd(work)
     etcd.start()
@@ -413,19 +415,7 @@ def steady(work, grpc, pb, stubs):
                             [LOADGEN, f"--addr={addr}", "--keys=1", "--ops=1",
                              "--concurrency=1", "--progress=false"],
                             capture_output=True).returncode == 0, 10, "no writes")
-                    subprocess.run([LOADGEN, f"--addr={addr}", "--keys=100000",
-                                    "--value-size=32", "--ops=1", "--concurrency=1",
-                                    "--progress=false"], capture_output=True, check=True)
-                    path = os.path.join(OUT, "loadgen.json")
-                    _, cpu = run_client([LOADGEN, f"--addr={addr}", "--keys=100000",
-                                         "--value-size=32", f"--duration={SECONDS}",
-                                         "--progress=false", "--preload=false",
-                                         f"--json={path}", "--mode=unary", "--ratio=0:1",
-                                         "--connections=50", "--concurrency=50"],
-                                        proc.pid, SECONDS * 10 + 60)
-                    r = json.load(open(path))
-                    out["put"][name].append({"ops_per_s": r["ops_per_s"],
-                                             **cpu.per_op(r["ops"])})
+                    out["put"][name].append(put_run(addr, proc.pid))
                 finally:
                     stop(proc)
     finally:

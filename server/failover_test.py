@@ -109,6 +109,18 @@ class FailoverTest(unittest.TestCase):
     def leader(self):
         return self.etcd.leader(self.group)
 
+    def kill_and_restart(self, address, flags):
+        """kill -9 of the server at `address`, then a new one on its port, as systemd's
+        Restart= would; the time of the kill."""
+        victim = self.servers.pop(address)
+        victim.process.kill()
+        killed = time.monotonic()
+        victim.process.wait()
+        victim.log.thread.join(5)
+        victim.process.stderr.close()
+        self.start(int(address.rsplit(":", 1)[1]), *flags)
+        return killed
+
     def group_state(self):
         """The group's keys in etcd, and the servers' last log lines, for failure messages."""
         keys = self.etcd.etcdctl("get", "--prefix", f"/ringkv/{self.group}/").stdout
@@ -157,13 +169,7 @@ class FailoverTest(unittest.TestCase):
                        lambda: f"round {round_}: no write acknowledged by {primary}; "
                        f"{self.group_state()}")
             time.sleep(random.uniform(0.05, 0.5))  # The kill lands anywhere in the writes.
-            victim = self.servers.pop(primary)
-            victim.process.kill()
-            killed = time.monotonic()
-            victim.process.wait()
-            victim.log.thread.join(5)
-            victim.process.stderr.close()
-            self.start(int(primary.rsplit(":", 1)[1]), *flags)
+            killed = self.kill_and_restart(primary, flags)
             first = wait_until(lambda: [a for a in writers.acks_after(killed) if a[1] != primary],
                                TTL_S + 5, lambda: f"round {round_}: nobody took over; "
                                f"{self.group_state()}")
@@ -197,13 +203,7 @@ class FailoverTest(unittest.TestCase):
                        lambda: f"round {round_}: the in-sync set never held both replicas: "
                        f"{self.group_state()}")
             time.sleep(random.uniform(0.2, 0.6))  # The kill lands anywhere in the calls.
-            victim = self.servers.pop(primary)
-            victim.process.kill()
-            killed = time.monotonic()
-            victim.process.wait()
-            victim.log.thread.join(5)
-            victim.process.stderr.close()
-            self.start(int(primary.rsplit(":", 1)[1]), *flags)
+            killed = self.kill_and_restart(primary, flags)
             wait_until(lambda: clients.completed_after(killed + 0.1), TTL_S + 5,
                        lambda: f"round {round_}: no call completed after the kill: "
                        f"{self.group_state()}")
