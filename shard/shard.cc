@@ -388,6 +388,9 @@ void Shard::SaveForSnapshot(Entry* e) {
 }
 
 bool Shard::SnapshotStep(size_t buckets) {
+  // Done already: Clear or SwapData walked it to its end for a worker that still holds the
+  // job, and whose next step must find it done, not walk again (the position wrapped to 0).
+  if (snapshot_sink_ == nullptr) return true;
   // As Scan: the position reached names a bucket of the table as it is now, whatever its size
   // was when the walk began, and within that bucket keys before the position are skipped.
   const int bits = std::countr_zero(table_.capacity());

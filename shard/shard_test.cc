@@ -669,6 +669,28 @@ struct CopySink : SnapshotSink {
   }
 };
 
+TEST(Shard, AWalkThatSwapDataFinishedIsDoneForTheWorkerThatStillHoldsIt) {
+  // A replica's full sync swaps its image in (SwapData) while the data directory's snapshot
+  // walks the shard: SwapData walks it to its end, and the worker's next step must say done,
+  // not walk again into a sink it no longer has (a SIGSEGV in replication_test).
+  Shard mine;
+  Shard theirs;
+  Driver a{mine};
+  Driver b{theirs};
+  for (int i = 0; i < 3000; ++i) a.Put(absl::StrCat("a", i), "v");
+  for (int i = 0; i < 100; ++i) b.Put(absl::StrCat("b", i), "w");
+  CopySink sink;
+  mine.BeginSnapshot(&sink, a.now);
+  EXPECT_FALSE(mine.SnapshotStep(4));
+  mine.SwapData(theirs);
+  EXPECT_EQ(sink.copy.size(), 3000u);  // Every key it held at the cut, handed over.
+  const size_t handed = sink.copy.size();
+  EXPECT_TRUE(mine.SnapshotStep(4));
+  EXPECT_TRUE(mine.SnapshotStep(4));
+  EXPECT_EQ(sink.copy.size(), handed);
+  EXPECT_EQ(sink.duplicates, 0u);
+}
+
 // The keys live at `now_ms`, as the shard holds them.
 Copy LiveCopy(const Shard& shard, int64_t now_ms) {
   Copy copy;
