@@ -43,9 +43,8 @@ void InSyncKeeper::Stop() {
   term_ = 0;
 }
 
-std::vector<std::string> InSyncKeeper::recorded(uint64_t* term) const {
+std::vector<std::string> InSyncKeeper::recorded() const {
   std::lock_guard lock(mu_);
-  *term = term_;
   return recorded_;
 }
 
@@ -104,8 +103,7 @@ void InSyncKeeper::Tick(uint64_t term, int64_t now_ms) {
   const size_t workers = options_.sources.size();
   std::vector<ReplSource::Figures> figures;
   for (const ReplSource* source : options_.sources) figures.push_back(source->figures());
-  uint64_t unused = 0;
-  std::vector<std::string> members = recorded(&unused);
+  std::vector<std::string> members = recorded();
   const auto acked_at = [&](const std::string& id, size_t worker) -> std::optional<uint64_t> {
     auto it = replicas.find(id);
     return it == replicas.end() || it->second.acked.empty() ? std::nullopt

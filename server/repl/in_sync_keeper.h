@@ -16,7 +16,7 @@
 // A new leader starts with no member (the membership records that at its win): a replica
 // joins once it has followed the new primary, so no write is acknowledged until one has.
 //
-// Threads: its own; Lead and Stop from the membership's thread, recorded from any.
+// Threads: its own; Lead and Stop from the membership's thread.
 #ifndef RINGKV_SERVER_REPL_IN_SYNC_KEEPER_H_
 #define RINGKV_SERVER_REPL_IN_SYNC_KEEPER_H_
 
@@ -58,10 +58,9 @@ class InSyncKeeper {
   // It no longer leads: the set is left as it is, and no longer changed.
   void Stop();
 
-  // The set as etcd holds it (replica server ids), and the term (0: not leading). Any thread.
-  std::vector<std::string> recorded(uint64_t* term) const;
-
  private:
+  // The set as etcd holds it (replica server ids).
+  std::vector<std::string> recorded() const;
   void Run();
   void Tick(uint64_t term, int64_t now_ms);
   // Each replica streaming (by id): where it listens, and what it acknowledged through a flow
