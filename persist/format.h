@@ -130,6 +130,8 @@ class RecordReader {
   bool Next(Record* record);
   // A record was malformed (a block that checked out but holds garbage: a writer's bug).
   bool malformed() const { return malformed_; }
+  // The bytes not read yet.
+  std::string_view rest() const { return data_; }
 
  private:
   std::string_view data_;

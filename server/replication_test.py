@@ -27,6 +27,10 @@
   primary steps down (its data replaced, writes refused) and, promoted again, its old replica
   full-syncs from it.
 - A replica switched to a primary killed (SIGKILL) mid full sync keeps exactly its old data.
+- Two replicas of a primary killed (SIGKILL); one promoted, the other re-pointed to it: one
+  that stands behind resumes from its positions (records the promoted one kept as a replica,
+  no full sync) and ends equal; one that stands ahead full-syncs and loses what the new
+  primary never got.
 - TLS to the primary (mTLS): a replica with the CA and a client certificate follows; one in
   plaintext or without a certificate syncs nothing and says why.
 - A replica with --data-dir, killed (SIGKILL) and then stopped, restarted on its directory:
@@ -1010,6 +1014,65 @@ class ReplicationTest(unittest.TestCase):
             self.assertEqual(usage.returncode, 2, usage.stderr)
             self.assertIn("--to=HOST:PORT or --stop", usage.stderr)
         self.assertEqual(self.cli(replica, "put", "k", "v", "--stop").returncode, 2)
+
+    def test_a_promoted_replica_resumes_the_others(self):
+        # Two replicas of a primary that is killed (SIGKILL); one is promoted by hand, the other
+        # re-pointed to it (`ringkv replicate --to`).
+        # - The other stands behind the promoted one (pointed at a closed port while writes went
+        #   on): it resumes from its positions (no full sync), from the records the promoted
+        #   one kept as a replica, and ends with its data. Those came to the promoted one in one
+        #   message per worker (it was pointed away too, and resumed once they were all made),
+        #   so the other's positions stand inside what the promoted one kept as one chunk.
+        # - Then the roles turn: the promoted one is killed, and a replica that stands behind
+        #   the other is promoted. The other now stands ahead (it holds writes the new primary
+        #   never got): it full-syncs, and those writes are gone from it too.
+        p = self.start()
+        pkv = self.kv(p)
+        put_many(pkv, [(b"k%04d" % i, b"before", 0) for i in range(1000)])
+        a, b = self.replica_of(p), self.replica_of(p)
+        akv, bkv = self.kv(a), self.kv(b)
+        self.wait_stable(pkv, akv, a)
+        self.wait_stable(pkv, bkv, b)
+        nowhere = f"127.0.0.1:{free_port()}"
+        self.assertEqual(self.cli(a, "replicate", f"--to={nowhere}").returncode, 0)
+        for i in range(100):  # A record (a turn) each: the primary's chunks are small.
+            pkv.Put(kv_pb2.PutRequest(key=b"w%04d" % i, value=b"w"), timeout=CALL_TIMEOUT)
+        self.wait_stable(pkv, bkv, b)
+        self.assertEqual(self.cli(b, "replicate", f"--to={nowhere}").returncode, 0)
+        for i in range(100, 200):
+            pkv.Put(kv_pb2.PutRequest(key=b"w%04d" % i, value=b"w"), timeout=CALL_TIMEOUT)
+        self.assertEqual(self.cli(a, "replicate", f"--to={p.address}").returncode, 0)
+        self.wait_stable(pkv, akv, a)
+        expected = self.contents(akv)
+        self.kill9(p)
+        self.assertEqual(self.cli(a, "replicate", "--stop").returncode, 0)
+        self.assertTrue(any("2 of 2 workers go on from their positions" in line
+                            for line in a.log.lines), "".join(a.log.lines[-5:]))
+        self.assertEqual(self.cli(b, "replicate", f"--to={a.address}").returncode, 0)
+        akv.Put(kv_pb2.PutRequest(key=b"after", value=b"a"), timeout=CALL_TIMEOUT)
+        self.wait_stable(akv, bkv, b, extra=lambda: all(
+            f.partial_syncs >= 1 for f in flows(bkv).values()))
+        self.assertEqual({w: f.full_syncs for w, f in flows(bkv).items()}, {0: 1, 1: 1})
+        self.assertEqual(self.compare(akv, bkv, at_least=1201), 1201)
+        self.assertEqual({k: e for k, e in self.contents(bkv).items() if k != b"after"},
+                         expected)
+        # The roles turn: c follows a, then nothing, while b gets writes c never sees.
+        c = self.replica_of(a)
+        ckv = self.kv(c)
+        self.wait_stable(akv, ckv, c)
+        self.assertEqual(self.cli(c, "replicate", f"--to={nowhere}").returncode, 0)
+        put_many(akv, [(b"lost%03d" % i, b"l", 0) for i in range(300)])
+        self.wait_stable(akv, bkv, b)
+        self.kill9(a)
+        self.assertEqual(self.cli(c, "replicate", "--stop").returncode, 0)
+        self.assertEqual(self.cli(b, "replicate", f"--to={c.address}").returncode, 0)
+        ckv.Put(kv_pb2.PutRequest(key=b"later", value=b"c"), timeout=CALL_TIMEOUT)
+        self.wait_stable(ckv, bkv, b, extra=lambda: all(
+            f.full_syncs == 2 for f in flows(bkv).values()))
+        held = self.contents(bkv)
+        self.assertEqual(held, self.contents(ckv))
+        self.assertEqual([k for k in held if k.startswith(b"lost")], [])
+        self.assertIn(b"later", held)
 
     def test_primary_steps_down_and_back(self):
         # A primary with a replica of its own becomes a replica of another primary at run time

@@ -379,9 +379,11 @@ absl::Status Server::SetUpReplication() {
     Worker& worker = ring_engine_->worker(i);
     Journal* log = data_dir_ != nullptr ? &data_dir_->log(i) : nullptr;
     repl_sources_.push_back(std::make_unique<repl::ReplSource>(
-        log, worker, options_.repl_backlog_bytes, options_.min_replicas_timeout_ms,
+        log, worker, server_id_, options_.repl_backlog_bytes, options_.min_replicas_timeout_ms,
         options_.etcd.empty() ? nullptr : &fence_, options_.acks_isr ? &in_sync_set_ : nullptr));
-    repl_sinks_.push_back(std::make_unique<repl::ReplSink>(options_.full_sync_keeps_data));
+    // A replica keeps as many applied records as a primary's backlog, for its promotion.
+    repl_sinks_.push_back(std::make_unique<repl::ReplSink>(options_.full_sync_keeps_data,
+                                                           options_.repl_backlog_bytes));
     role_ports_.push_back(
         std::make_unique<repl::RolePort>(*repl_sources_.back(), *repl_sinks_.back(), replica));
     if (data_dir_ != nullptr) {
@@ -489,7 +491,13 @@ absl::Status Server::Promote() {
   if (absl::Status s = AwaitPorts(false); !s.ok()) return s;
   if (absl::Status s = AwaitDurableImages(); !s.ok()) return s;
   SetPrimary("");
-  Log(LogLevel::kInfo, "promoted: no longer a replica of %s; writes are served", was);
+  const size_t continued = static_cast<size_t>(std::count_if(
+      role_ports_.begin(), role_ports_.end(), [](const auto& port) { return port->continued(); }));
+  Log(LogLevel::kInfo,
+      "promoted: no longer a replica of %s; writes are served; %d of %d workers go on from "
+      "their positions (the other replicas of %s resume there where they are not ahead), the "
+      "rest start afresh (their replicas full-sync)",
+      was, continued, role_ports_.size(), was);
   return absl::OkStatus();
 }
 
@@ -553,7 +561,10 @@ absl::Status Server::Follow(const std::string& to) {
     std::lock_guard lock(role_mu_);
     replica_client_ = std::move(client);
   }
-  Log(LogLevel::kInfo, "replica: now following %s (a full sync)", to);
+  Log(LogLevel::kInfo,
+      "replica: now following %s (from its positions where that server holds them, else a "
+      "full sync)",
+      to);
   return absl::OkStatus();
 }
 

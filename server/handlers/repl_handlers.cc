@@ -5,8 +5,10 @@
 // instead of filling its memory:
 //
 //   kBegin -> FULL_SYNC, then kImage -> IMAGE ... until IMAGE_DONE, then kTail -> TAIL ...
-//   kResume -> PARTIAL_SYNC, then kTail -> TAIL ...    (a replica that followed this run,
-//                                                       from its position, if still held)
+//   kResume -> PARTIAL_SYNC, then kTail -> TAIL ...    (a replica that followed this
+//                                                       worker's history, or the one it
+//                                                       continued at a promotion, from its
+//                                                       position, if still held)
 //
 // until the call ends (the replica went away, the server stops, or the replica fell behind by
 // more than the backlog: ABORTED, and it starts over with a full sync). kEnd always goes last.
@@ -131,8 +133,10 @@ class FlowHandler : public Handler {
     listed_.address = ListedAddress(request_.address(), sink_.PeerHost());
     listed_.worker = request_.worker();
     context_.AddReplicaFlow(&listed_);
-    // A replica that followed this very run of this server asks to go on from its position.
-    if (!request_.history().empty() && request_.history() == context_.server_id()) {
+    // A replica that stands somewhere in a history asks to go on from its position; the
+    // worker says whether it can (server/repl/source.h), else it full-syncs.
+    if (!request_.history().empty()) {
+      asked_history_ = request_.history();  // request_ is reused for acknowledgements.
       tail_from_ = request_.lsn();
       Ask(Step::kResume);
     } else {
@@ -185,11 +189,12 @@ class FlowHandler : public Handler {
       case Step::kResume:
         message_.set_kind(pb::FlowMessage::PARTIAL_SYNC);
         message_.set_lsn(tail_from_);
+        message_.set_history(op_.out);  // Its own, or the one that continues the replica's.
         next_ = Step::kTail;
         break;
       case Step::kBegin:
         message_.set_kind(pb::FlowMessage::FULL_SYNC);
-        message_.set_history(context_.server_id());
+        message_.set_history(op_.out);
         message_.set_lsn(op_.version);
         message_.set_keys(static_cast<uint64_t>(op_.number));
         tail_from_ = op_.version;
@@ -236,6 +241,7 @@ class FlowHandler : public Handler {
     // Which replica the flow serves (an in-sync set counts its members' acknowledgements).
     op_.key = {};
     if (step == Step::kBegin || step == Step::kResume) op_.key = listed_.replica_id;
+    op_.value = step == Step::kResume ? std::string_view(asked_history_) : std::string_view();
     op_.out.clear();
     out_ = true;
     Submit(op_);
@@ -268,8 +274,9 @@ class FlowHandler : public Handler {
   Step step_ = Step::kBegin;
   Step next_ = Step::kBegin;
   uint64_t tail_from_ = 0;
-  bool out_ = false;      // op_ is with the worker.
-  bool writing_ = false;  // message_ is being written.
+  std::string asked_history_;  // kResume's.
+  bool out_ = false;           // op_ is with the worker.
+  bool writing_ = false;       // message_ is being written.
   bool cancelled_ = false;
   bool ending_ = false;  // kEnd is out; then Finish(end_).
   absl::Status end_;

@@ -78,10 +78,12 @@ void ReplicaClient::Follow(uint32_t worker) {
   std::string history;
   uint64_t position = 0;
   bool resumable = false;
-  if (std::optional<persist::ReplPosition> restored = sink.TakeRestored()) {
-    // The data directory holds this worker's data at that position of that history.
-    history = restored->history;
-    position = restored->lsn;
+  if (std::optional<persist::ReplPosition> from = sink.ResumeFrom()) {
+    // The sink holds a whole image at that position of that history: the data directory's
+    // restore, or an earlier client's flow (this server followed another primary, which this
+    // one may have continued: server/repl/chunk.h).
+    history = from->history;
+    position = from->lsn;
     resumable = true;
   }
   while (!stopping_.load(std::memory_order_acquire)) {
@@ -149,7 +151,12 @@ void ReplicaClient::Follow(uint32_t worker) {
           backoff = std::chrono::milliseconds(100);
           Log(LogLevel::kInfo, "replica: worker %d: partial resync from %s at position %d", worker,
               options_.primary, position);
-          continue;
+          if (message.history().empty() || message.history() == history) continue;
+          // A promoted replica's history, which continues this one's: the same positions.
+          history = message.history();
+          item.kind = ReplSink::Item::Kind::kHistory;
+          item.history = history;
+          break;
         case pb::FlowMessage::IMAGE:
           item.kind = ReplSink::Item::Kind::kImage;
           break;

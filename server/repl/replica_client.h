@@ -4,9 +4,10 @@
 // ReplSink (server/repl/sink.h), and when the call ends (the primary went away, refused, or cut
 // the replica off for falling behind) it says why in the sink's last_error, logs it once per
 // kind of failure, waits (100 ms, doubling to 2 s) and calls again: from its position (a
-// partial resync) if it had a whole image of this primary's run, else with a full sync. Its
-// first call goes on from the position the data directory restored (ReplSink::TakeRestored),
-// if any.
+// partial resync) if it had a whole image of this primary's history, else with a full sync.
+// Its first call goes on from where the sink stands (ReplSink::ResumeFrom): the position the
+// data directory restored, or the one an earlier client left (a re-point to a new primary,
+// which resumes it if it continued that history and holds the records from there).
 //
 // Threads: its own; Start and Stop from the control thread.
 #ifndef RINGKV_SERVER_REPL_REPLICA_CLIENT_H_

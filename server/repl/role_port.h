@@ -1,13 +1,15 @@
 // RolePort: a worker's ReplicationPort, which is its ReplSink while the server follows a
 // primary and its ReplSource once it does not (issue 22: `ringkv replicate --stop` promotes a
 // replica at run time). The worker's journal is the ReplSource either way: a replica's shard
-// journals nothing (what it applies goes through Shard::Load*, and it takes no writes), so the
-// source starts empty at the promotion, and the first replica of the new primary full-syncs.
+// journals nothing (what it applies goes through Shard::Load*, and it takes no writes).
 //
 // Promote (any thread, once the replica's client has stopped, so that nothing more reaches
 // the sink): the worker applies what its sink still holds, then serves as a primary from its
 // next turn on; follows_now() says when. Nothing is lost: what the old primary's replicas
 // acknowledged was applied before the acknowledgement, and what was queued is applied first.
+// If the sink held a whole image, its history, position and kept records go to the source
+// (server/repl/chunk.h), so that the old primary's other replicas resume from their
+// positions; otherwise the first replica of the new primary full-syncs.
 //
 // Demote (any thread, once writes are refused): at its next turn the worker gives back what
 // its source keeps (ReplSource::Reset: the flows end, writes waiting for replicas get
@@ -25,6 +27,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
+#include <utility>
 
 #include "server/repl/sink.h"
 #include "server/repl/source.h"
@@ -46,6 +50,8 @@ class RolePort final : public ReplicationPort {
   uint64_t floored() const { return floored_.load(std::memory_order_acquire); }
   // Whether the worker serves as a replica (after Demote) or a primary (after Promote) yet.
   bool follows_now() const { return follows_.load(std::memory_order_acquire); }
+  // Whether the last promotion continued the sink's history (valid once follows_now() is false).
+  bool continued() const { return continued_.load(std::memory_order_relaxed); }
 
   bool Serve(Request& request, Shard& shard, int64_t now_ms) override {
     return following_ ? sink_.Serve(request, shard, now_ms) : source_.Serve(request, shard, now_ms);
@@ -61,12 +67,17 @@ class RolePort final : public ReplicationPort {
       if (!want) return source_.Turn(shard, clock, answered);
       // Demoted: the flows, their requests and the writes waiting for replicas are given back.
       source_.Reset(answered);
+      continued_.store(false, std::memory_order_relaxed);
       following_ = true;
       follows_.store(true, std::memory_order_release);
       return 1;
     }
     const size_t work = sink_.Turn(shard, clock, answered);
     if (!want && sink_.drained()) {
+      if (std::optional<Handover> handover = sink_.TakeHandover()) {
+        source_.Continue(std::move(*handover));
+        continued_.store(true, std::memory_order_relaxed);
+      }
       sink_.Promoted();  // A full sync cut short: the data held before stays.
       following_ = false;
       follows_.store(false, std::memory_order_release);
@@ -85,7 +96,8 @@ class RolePort final : public ReplicationPort {
   ReplSink& sink_;
   bool following_;  // The worker's own copy of follows_.
   std::atomic<bool> follows_;
-  std::atomic<bool> want_follow_;     // What Promote or Demote asked for.
+  std::atomic<bool> want_follow_;  // What Promote or Demote asked for.
+  std::atomic<bool> continued_{false};
   std::atomic<uint64_t> floor_{0};    // What RaiseFloor asked for.
   uint64_t floor_done_ = 0;           // The worker's: the floor its shard has.
   std::atomic<uint64_t> floored_{0};  // floor_done_, for other threads.

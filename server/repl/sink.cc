@@ -16,6 +16,23 @@ bool ReplSink::Push(Item item) {
   std::unique_lock lock(mu_);
   room_.wait(lock, [&] { return stopped_ || queued_bytes_ < kMaxQueuedBytes; });
   if (stopped_) return false;
+  switch (item.kind) {
+    case Item::Kind::kFullSync:
+      pushed_ = {item.history, item.lsn};
+      pushed_whole_ = false;
+      break;
+    case Item::Kind::kImageDone:
+      pushed_whole_ = true;
+      break;
+    case Item::Kind::kTail:
+      pushed_.lsn = item.lsn + item.count;
+      break;
+    case Item::Kind::kHistory:
+      pushed_.history = item.history;
+      break;
+    case Item::Kind::kImage:
+      break;
+  }
   queued_bytes_ += item.records.size();
   queue_.push_back(std::move(item));
   waiting_.store(true, std::memory_order_release);
@@ -101,22 +118,53 @@ void ReplSink::Restore(const persist::ReplPosition& position) {
   applied_lsn_.store(position.lsn, std::memory_order_relaxed);
   synced_.store(true, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
-  restored_ = position;
+  pushed_ = position;
+  pushed_whole_ = true;
 }
 
-std::optional<persist::ReplPosition> ReplSink::TakeRestored() {
+std::optional<persist::ReplPosition> ReplSink::ResumeFrom() const {
   std::lock_guard lock(mu_);
-  std::optional<persist::ReplPosition> restored = std::move(restored_);
-  restored_.reset();
-  return restored;
+  if (!pushed_whole_ || pushed_.history.empty()) return std::nullopt;
+  return pushed_;
+}
+
+std::optional<Handover> ReplSink::TakeHandover() {
+  if (history_.empty() || syncing_ || !synced_.load(std::memory_order_relaxed)) {
+    return std::nullopt;  // No whole image of one history: the positions start afresh.
+  }
+  Handover handover{.history = history_,
+                    .lsn = applied_lsn_.load(std::memory_order_relaxed),
+                    .bytes = applied_bytes_.load(std::memory_order_relaxed),
+                    .chunks = std::move(backlog_)};
+  backlog_.clear();
+  backlog_bytes_ = 0;
+  return handover;
 }
 
 void ReplSink::Promoted() {
   staging_.reset();  // A full sync cut short: the data held before stays.
   syncing_ = false;
   history_.clear();
+  backlog_.clear();
+  backlog_bytes_ = 0;
   std::lock_guard lock(mu_);
-  restored_.reset();
+  pushed_whole_ = false;  // The shard takes writes of its own from now on.
+}
+
+void ReplSink::Keep(Item&& item) {
+  if (backlog_limit_ == 0) return;
+  backlog_bytes_ += item.records.size();
+  backlog_.push_back({.first = item.lsn,
+                      .count = item.count,
+                      .records = std::move(item.records),
+                      .end_bytes = item.end_bytes,
+                      .made_ms = 0,
+                      .made_us = item.made_us});
+  // The newest stays, whatever its size, as a primary's backlog keeps its newest chunk.
+  while (backlog_bytes_ > backlog_limit_ && backlog_.size() > 1) {
+    backlog_bytes_ -= backlog_.front().records.size();
+    backlog_.pop_front();
+  }
 }
 
 void ReplSink::AfterCut() {
@@ -174,6 +222,7 @@ size_t ReplSink::Turn(Shard& shard, Clock /*clock*/, std::vector<Request*>* /*an
     bytes += taken_.front().records.size();
     applied += Apply(shard, taken_.front()) + 1;
     ack |= taken_.front().ack;
+    if (taken_.front().kind == Item::Kind::kTail) Keep(std::move(taken_.front()));
     taken_.pop_front();
   }
   if (logged_) {
@@ -194,6 +243,8 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
       synced_.store(false, std::memory_order_relaxed);
       syncing_ = true;
       history_ = item.history;
+      backlog_.clear();  // Records of the data it replaces.
+      backlog_bytes_ = 0;
       if (keep_data_) {
         staging_ = std::make_unique<Shard>(item.keys);  // An earlier, unfinished one goes.
       } else {
@@ -218,6 +269,12 @@ size_t ReplSink::Apply(Shard& shard, const Item& item) {
       if (item.sync == full_syncs_.load(std::memory_order_relaxed)) {
         synced_.store(true, std::memory_order_release);
       }
+      return 0;
+    case Item::Kind::kHistory:
+      // The same data, positions and kept records, under the name the new primary gave them.
+      history_ = item.history;
+      logged_ |= durability_.log != nullptr && !durability_.log->failed() &&
+                 !unlogged_.load(std::memory_order_relaxed) && !syncing_;
       return 0;
     case Item::Kind::kImage:
     case Item::Kind::kTail:

@@ -15,6 +15,13 @@
 // sends the position applied. Without such a message it still sends the position every
 // kAckEveryMs if it moved, so that the primary knows how far behind its replicas are.
 //
+// Promotion (issue 23): the worker keeps the last --repl-backlog bytes of the records it
+// applied (server/repl/chunk.h); once promoted, it hands them with its history and position
+// to its source (TakeHandover), so that the old primary's other replicas that stand at or
+// behind it resume from their positions instead of full-syncing. A client that follows a new
+// primary (a re-point) asks to go on from where the last one left the sink (ResumeFrom); a
+// primary that continued the sink's history names its own in PARTIAL_SYNC (Item kHistory).
+//
 // With a data directory (set_durability), the worker's log keeps what the sink applies, so
 // that a restart restores it and goes on from its position (a partial resync):
 //   - each turn's records go to the log, followed by a position record (persist/format.h):
@@ -31,9 +38,9 @@
 //     keeps an older state, with its position).
 //
 // Threads: Push, Stop and the setters from the client thread; NextAck and the Acks calls from
-// the flow's threads; Serve, Turn, AfterCut and Promoted from the worker; figures() and
-// durable_pending() from any thread; set_durability and Restore before the worker runs;
-// position_at_stop after it has stopped; TakeRestored from the client thread.
+// the flow's threads; Serve, Turn, AfterCut, TakeHandover and Promoted from the worker;
+// figures() and durable_pending() from any thread; set_durability and Restore before the worker
+// runs; position_at_stop after it has stopped; ResumeFrom from the client thread.
 #ifndef RINGKV_SERVER_REPL_SINK_H_
 #define RINGKV_SERVER_REPL_SINK_H_
 
@@ -51,6 +58,7 @@
 #include <vector>
 
 #include "persist/format.h"
+#include "server/repl/chunk.h"
 #include "shard/replication_port.h"
 #include "shard/shard.h"
 
@@ -65,8 +73,10 @@ class ReplSink final : public ReplicationPort {
   // keep_data (--full-sync-keeps-data): a full sync loads the image into a shard of its own,
   // swapped in (Shard::SwapData) once whole, so that until then reads get the data held
   // before, and a sync cut short leaves it; both are in memory meanwhile. Otherwise the shard
-  // is cleared when the sync begins.
-  explicit ReplSink(bool keep_data = true) : keep_data_(keep_data) {}
+  // is cleared when the sync begins. backlog_bytes (--repl-backlog): the applied records kept
+  // for a promotion (0: none).
+  explicit ReplSink(bool keep_data = true, size_t backlog_bytes = 0)
+      : keep_data_(keep_data), backlog_limit_(backlog_bytes) {}
 
   static constexpr size_t kMaxQueuedBytes = size_t{16} << 20;
   // What the worker applies in one turn, at most (one item more if the first is bigger), so
@@ -75,11 +85,13 @@ class ReplSink final : public ReplicationPort {
   static constexpr int64_t kAckEveryMs = 100;
 
   struct Item {
-    enum class Kind { kFullSync, kImage, kImageDone, kTail } kind;
+    // kHistory: a partial resync to a primary whose history continues this one's; the
+    // positions from here on are of `history`.
+    enum class Kind { kFullSync, kImage, kImageDone, kTail, kHistory } kind;
     std::string records;
     uint32_t count = 0;
     uint64_t lsn = 0;        // kFullSync: the cut; kTail: its first record's position.
-    std::string history;     // kFullSync: the primary's.
+    std::string history;     // kFullSync, kHistory: the primary's.
     uint64_t revision = 0;   // kImageDone.
     uint64_t keys = 0;       // kFullSync: the image's keys, at most.
     bool ack = false;        // kTail: the primary waits for an acknowledgement of it.
@@ -146,8 +158,13 @@ class ReplSink final : public ReplicationPort {
   void set_durability(Durability durability) { durability_ = std::move(durability); }
   // The data directory's restore left this worker at `position`: the data is whole there.
   void Restore(const persist::ReplPosition& position);
-  // Client thread, once: the restored position to resume from (nullopt: none, or taken).
-  std::optional<persist::ReplPosition> TakeRestored();
+  // Client thread: where a new flow asks to go on from: the position after the last item
+  // queued (or restored), if the last full sync's image was whole by then (nullopt: it must
+  // full-sync). Nothing once promoted.
+  std::optional<persist::ReplPosition> ResumeFrom() const;
+  // Worker, at the promotion, once drained (server/repl/role_port.h): the history, position
+  // and kept records, if the shard holds a whole image of that history at that position.
+  std::optional<Handover> TakeHandover();
   // Worker, right after its log's cut (ReplSource's after_cut): the new segment's first record.
   void AfterCut();
   // Any thread: a full sync is in memory that the log cannot restore yet (see above).
@@ -172,18 +189,24 @@ class ReplSink final : public ReplicationPort {
 
  private:
   const bool keep_data_;
+  const size_t backlog_limit_;
 
   // Worker: applies one item; returns the records it applied.
   size_t Apply(Shard& shard, const Item& item);
+  // Worker: keeps an applied kTail item's records for a promotion.
+  void Keep(Item&& item);
   // Worker: a message applied `delay_us` after its first record's commit on the primary.
   void CountDelay(int64_t delay_us);
 
   mutable std::mutex mu_;
   std::condition_variable room_;
-  std::deque<Item> queue_;            // Guarded by mu_.
-  size_t queued_bytes_ = 0;           // Guarded by mu_.
-  bool stopped_ = false;              // Guarded by mu_.
-  std::string last_error_;            // Guarded by mu_.
+  std::deque<Item> queue_;   // Guarded by mu_.
+  size_t queued_bytes_ = 0;  // Guarded by mu_.
+  bool stopped_ = false;     // Guarded by mu_.
+  std::string last_error_;   // Guarded by mu_.
+  // Where the items queued so far leave the shard (ResumeFrom) ...
+  persist::ReplPosition pushed_;      // Guarded by mu_.
+  bool pushed_whole_ = false;         // Guarded by mu_: ... if the image was whole by then.
   std::atomic<bool> waiting_{false};  // queue_ is not empty.
 
   // Worker only.
@@ -192,9 +215,10 @@ class ReplSink final : public ReplicationPort {
   std::string history_;             // The primary's (empty: no position to keep).
   bool syncing_ = false;            // Between FULL_SYNC and IMAGE_DONE.
   bool logged_ = false;             // This turn logged records: a position follows them.
+  std::deque<Chunk> backlog_;       // The last records applied (TakeHandover) ...
+  size_t backlog_bytes_ = 0;        // ... and their bytes.
 
   Durability durability_;
-  std::optional<persist::ReplPosition> restored_;  // Guarded by mu_.
   // Written by the worker: the image swapped in is in no log yet (until the next cut) ...
   std::atomic<bool> unlogged_{false};
   // ... and the generation whose segment began with a reset, until a snapshot of it commits.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,14 +12,19 @@
 
 namespace ringkv::repl {
 
-ReplSource::ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes,
+ReplSource::ReplSource(Journal* inner, Worker& worker, std::string server_id, size_t backlog_bytes,
                        int64_t replica_timeout_ms, const Fence* fence, const InSyncSet* in_sync_set)
     : inner_(inner),
       fence_(fence),
       worker_(worker),
       backlog_limit_(backlog_bytes),
       replica_timeout_ms_(replica_timeout_ms),
-      in_sync_set_(in_sync_set) {}
+      server_id_(std::move(server_id)),
+      in_sync_set_(in_sync_set) {
+  NewHistory();
+}
+
+void ReplSource::NewHistory() { history_ = server_id_ + "." + std::to_string(++histories_); }
 
 void ReplSource::Set(std::string_view key, std::string_view value, uint64_t version,
                      int64_t deadline_ms) {
@@ -63,12 +69,37 @@ void ReplSource::Publish() {
   next_lsn_ += turn_count_;
   turn_ = {};
   turn_count_ = 0;
+  TrimBacklog();
+  PublishFigures();
+}
+
+void ReplSource::TrimBacklog() {
   // The newest chunk stays, whatever its size: a flow that keeps up never loses it.
   while (backlog_bytes_ > backlog_limit_ && backlog_.size() > 1) {
     backlog_bytes_ -= backlog_.front().records.size();
     backlog_.pop_front();
   }
+}
+
+void ReplSource::Continue(Handover handover) {
+  NewHistory();
+  previous_history_ = std::move(handover.history);
+  continued_at_ = handover.lsn;
+  next_lsn_ = handover.lsn;
+  published_bytes_ = handover.bytes;
+  backlog_ = std::move(handover.chunks);
+  backlog_bytes_ = 0;
+  for (const Chunk& c : backlog_) backlog_bytes_ += c.records.size();
+  TrimBacklog();
+  active_ = true;  // Its first replica may be one that resumes: no full sync turns it on.
   PublishFigures();
+}
+
+std::deque<Chunk>::const_iterator ReplSource::ChunkAt(uint64_t from) const {
+  if (from >= next_lsn_) return backlog_.end();
+  auto it = std::upper_bound(backlog_.begin(), backlog_.end(), from,
+                             [](uint64_t lsn, const Chunk& c) { return lsn < c.first; });
+  return it == backlog_.begin() ? it : std::prev(it);
 }
 
 void ReplSource::PublishFigures() {
@@ -196,7 +227,9 @@ void ReplSource::Reset(std::vector<Request*>* answered) {
   turn_.clear();
   turn_count_ = 0;
   active_ = false;
-  ++next_lsn_;
+  NewHistory();  // No replica of the one that ends resumes into the data that replaces it.
+  previous_history_.clear();
+  continued_at_ = 0;
   CountMembers();
   PublishFigures();
 }
@@ -272,10 +305,18 @@ bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
   if (step == Step::kResume) {
     const uint64_t first = backlog_.empty() ? next_lsn_ : backlog_.front().first;
     const uint64_t from = request.version;
+    // The replica's data is a prefix of this history up to `from`: it followed this one, or
+    // the one this one continued, no further than where it continued.
+    const bool ours =
+        request.value == history_ ||
+        (!previous_history_.empty() && request.value == previous_history_ && from <= continued_at_);
     request.result =
-        active_ && from >= first && from <= next_lsn_ ? Result::kOk : Result::kUnavailable;
-    if (request.result == Result::kOk && FindFlow(request.deadline_ms) == nullptr) {
-      flow_list_.push_back({request.deadline_ms, false, 0, std::string(request.key)});
+        active_ && ours && from >= first && from <= next_lsn_ ? Result::kOk : Result::kUnavailable;
+    if (request.result == Result::kOk) {
+      request.out = history_;
+      if (FindFlow(request.deadline_ms) == nullptr) {
+        flow_list_.push_back({request.deadline_ms, false, 0, std::string(request.key)});
+      }
     }
     PublishFigures();
     return true;
@@ -329,6 +370,7 @@ bool ReplSource::AnswerBegin(Request& request, int64_t now_ms) {
   if (!sync_->cut) return false;
   request.version = sync_->cut_lsn;
   request.number = static_cast<int64_t>(sync_->keys);
+  request.out = history_;
   request.result = Result::kOk;
   return true;
 }
@@ -358,9 +400,7 @@ bool ReplSource::AnswerImage(Request& request, int64_t now_ms) {
 bool ReplSource::WorthSending(uint64_t from, int64_t now_ms, bool busy) const {
   if (from == next_lsn_) return false;
   if (!busy || want_upto_ > from) return true;  // A write waits for what it would carry.
-  // Chunks start at positions the flow reads from: the cut, and the ends of earlier answers.
-  auto it = std::lower_bound(backlog_.begin(), backlog_.end(), from,
-                             [](const Chunk& c, uint64_t lsn) { return c.first < lsn; });
+  const auto it = ChunkAt(from);
   const uint64_t before = it->end_bytes - it->records.size();
   return published_bytes_ - before >= kBatchBytes || now_ms - it->made_ms >= kBatchMs;
 }
@@ -377,10 +417,20 @@ bool ReplSource::AnswerTail(Request& request, int64_t now_ms, bool waited_enough
   if (!waited_enough && !WorthSending(from, now_ms, in_turn_ ? busy_ : was_busy_)) return false;
   request.out.clear();
   uint32_t count = 0;
-  auto it = std::lower_bound(backlog_.begin(), backlog_.end(), from,
-                             [](const Chunk& c, uint64_t lsn) { return c.first < lsn; });
+  auto it = ChunkAt(from);
   request.tail = {0, published_bytes_, published_bytes_};
   if (it != backlog_.end()) request.tail.made_us = it->made_us;
+  if (it != backlog_.end() && it->first < from) {
+    // A flow resumed from another history's position (Continue) may stand inside a chunk:
+    // what it holds of that chunk is skipped.
+    persist::RecordReader reader(it->records);
+    persist::Record skipped;
+    for (uint64_t n = it->first; n < from; ++n) reader.Next(&skipped);
+    request.out.append(reader.rest());
+    request.tail.end_bytes = it->end_bytes;
+    count = static_cast<uint32_t>(it->first + it->count - from);
+    ++it;
+  }
   for (; it != backlog_.end() && (count == 0 || request.out.size() < kTailBytes); ++it) {
     request.out.append(it->records);
     request.tail.end_bytes = it->end_bytes;

@@ -6,15 +6,19 @@
 // makes (shard/journal.h: a key's state after a change, an expiry as a delete) gets the next
 // position. Each turn's records become one chunk at the journal's Commit; the last
 // --repl-backlog bytes of chunks are kept, so that a flow reads them at its own pace.
+// Positions belong to a history, named "SERVER_ID.N": N counts the times this worker began
+// one in this run (a demotion ends one; a promotion begins one), so that a replica resumes
+// only into the records its own came from. A promoted replica's history continues the one it
+// followed (Continue, server/repl/chunk.h).
 //
 // A flow (server/handlers/repl_handlers.cc) asks with Op::kReplicate requests on shard
 // `target`. Fields: `number` in is the Step; `deadline_ms` in is the flow's id (unique per
 // process); `version` in is, for kTail, the position to read from. Answers:
 //   kBegin  starts the full sync: the worker's live snapshot (a SnapshotJob that cuts no log),
 //           answered once the cut is made: `version` is the cut's position, where the tail
-//           starts, and `number` the keys the shard held then (the image holds at most
-//           these). Waits while another flow's full sync, or the data directory's snapshot,
-//           holds the worker's snapshot.
+//           starts, `number` the keys the shard held then (the image holds at most these),
+//           and `out` the history. Waits while another flow's full sync, or the data
+//           directory's snapshot, holds the worker's snapshot.
 //   kImage  the next part of the image: `out` holds set records, `number` how many (kOk);
 //           once all is handed over, kNotFound with `version` the worker's revision at the
 //           cut. Waits until the walk has kImageSendBytes for it, or is done.
@@ -25,7 +29,9 @@
 //           answers with none; while the worker is busy, waits for kBatchBytes or kBatchMs.
 //           kUnavailable if the backlog no longer holds `version`: the flow must start over with a
 //           full sync.
-//   kResume a flow goes on from `version` (a partial resync): kOk if the backlog holds it (kTail
+//   kResume a flow goes on from `version` of history `value` (a partial resync): kOk, with the
+//           history in `out`, if that position is this history's (or the one it continued,
+//           at or before where it continued: Continue) and the backlog holds it (kTail
 //           follows), else kUnavailable (the flow full-syncs: kBegin).
 //   kEnd    the flow is over (its image, if one is under way, is dropped).
 //   kAck    the replica has applied every record before `version`: answered at once.
@@ -57,6 +63,7 @@
 #include <string_view>
 #include <vector>
 
+#include "server/repl/chunk.h"
 #include "server/repl/fence.h"
 #include "server/repl/in_sync_set.h"
 #include "shard/journal.h"
@@ -85,12 +92,14 @@ class ReplSource final : public Journal, public ReplicationPort {
   static constexpr int64_t kBatchMs = 1;
 
   // `inner`: the data directory's log for this worker (null: none), which every Journal call
-  // reaches as before. `worker`: whose snapshot a full sync takes. `replica_timeout_ms`: how
+  // reaches as before. `worker`: whose snapshot a full sync takes. `server_id`: this run's
+  // (ServerContext::server_id), which names its histories. `replica_timeout_ms`: how
   // long a write waits for its replicas (--min-replicas-timeout). `fence`: in a group on etcd,
   // the primary's fence (server/repl/fence.h), which refuses writes once closed, as a stalled
   // log does (null: none).
-  ReplSource(Journal* inner, Worker& worker, size_t backlog_bytes, int64_t replica_timeout_ms,
-             const Fence* fence = nullptr, const InSyncSet* in_sync_set = nullptr);
+  ReplSource(Journal* inner, Worker& worker, std::string server_id, size_t backlog_bytes,
+             int64_t replica_timeout_ms, const Fence* fence = nullptr,
+             const InSyncSet* in_sync_set = nullptr);
 
   // Journal.
   void Set(std::string_view key, std::string_view value, uint64_t version,
@@ -127,10 +136,14 @@ class ReplSource final : public Journal, public ReplicationPort {
 
   // The worker is demoted (server/repl/role_port.h): every kept request is answered
   // (kUnavailable; a waiting write kNotReplicated) into `answered`, the flows and the backlog
-  // are dropped, nothing is encoded until a full sync cuts again, and positions jump past
-  // every one handed out before, so that no replica of the earlier run resumes into the data
-  // that replaced it.
+  // are dropped, nothing is encoded until a full sync cuts again, and a new history begins,
+  // so that no replica of the one that ends resumes into the data that replaces it.
   void Reset(std::vector<Request*>* answered);
+  // The worker is promoted (server/repl/role_port.h) with its shard at `handover.lsn` of
+  // `handover.history`: positions go on from there, under a new history that continues that
+  // one, and every record is encoded from now on. The chunks become the backlog, so that a
+  // replica of that history at or behind the position resumes (kResume) while they hold it.
+  void Continue(Handover handover);
 
   // Any thread, for stats: flows open, the head position, the oldest one kept, the backlog's
   // bytes, the position the most advanced replica acknowledged, and the writes that waited for
@@ -151,14 +164,6 @@ class ReplSource final : public Journal, public ReplicationPort {
   size_t backlog_limit() const { return backlog_limit_; }
 
  private:
-  struct Chunk {
-    uint64_t first;  // The position of its first record.
-    uint32_t count;
-    std::string records;
-    uint64_t end_bytes;  // Bytes published up to its end, since the start.
-    int64_t made_ms;     // The worker's clock (ms) ...
-    int64_t made_us;     // ... and SystemClockUs, for the replicas' delays.
-  };
   // The live snapshot of a full sync: hands keys to the flow's buffer.
   class Image final : public SnapshotJob {
    public:
@@ -198,6 +203,13 @@ class ReplSource final : public Journal, public ReplicationPort {
 
   // A chunk of the records recorded since the last one.
   void Publish();
+  // Drops the oldest chunks past --repl-backlog.
+  void TrimBacklog();
+  // Begins a history: the next "SERVER_ID.N".
+  void NewHistory();
+  // The kept chunk that holds position `from` (front().first <= from; end() from next_lsn_
+  // on): a flow resumed from another history's position may stand inside one.
+  std::deque<Chunk>::const_iterator ChunkAt(uint64_t from) const;
   // Answers `request` if it can be; false if it must wait.
   bool TryAnswer(Request& request, int64_t now_ms);
   bool AnswerBegin(Request& request, int64_t now_ms);
@@ -226,6 +238,14 @@ class ReplSource final : public Journal, public ReplicationPort {
   Worker& worker_;
   const size_t backlog_limit_;
   const int64_t replica_timeout_ms_;
+  const std::string server_id_;
+
+  uint64_t histories_ = 0;  // Begun in this run.
+  std::string history_;     // The positions' (NewHistory).
+  // The history this one continued (empty: none), up to where: a replica of it at or behind
+  // that position resumes here.
+  std::string previous_history_;
+  uint64_t continued_at_ = 0;
 
   bool active_ = false;  // A full sync has cut: every record gets a position.
   std::string turn_;     // This turn's records, encoded.
