@@ -414,12 +414,19 @@ void PrintReplication(const ringkv::v1::ReplicationStats& r) {
     std::printf("replication: replica of %s\n", r.primary().c_str());
     for (const auto& f : r.flows()) {
       const std::string p99 = DelayP99(r, f);
+      // Writes taken as a deposed primary that its new primary never got: dropped.
+      const std::string dropped =
+          f.dropped_records() == 0
+              ? ""
+              : absl::StrCat("; dropped ", f.dropped_records(), " records on ", f.dropped_keys(),
+                             " keys it took as a deposed primary");
       std::printf(
           "  worker %u: %s, applied %lu, lag %lu records, %lu bytes, %.3f ms, %lu full syncs, "
-          "%lu partial%s%s%s%s\n",
+          "%lu partial%s%s%s%s%s\n",
           f.worker(), f.state().c_str(), f.applied_lsn(), f.lag_records(), f.lag_bytes(),
           f.lag_ms(), f.full_syncs(), f.partial_syncs(), p99.empty() ? "" : "; delay p99 ",
-          p99.c_str(), f.last_error().empty() ? "" : "; last error: ", f.last_error().c_str());
+          p99.c_str(), dropped.c_str(),
+          f.last_error().empty() ? "" : "; last error: ", f.last_error().c_str());
     }
     return;
   }

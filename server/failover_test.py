@@ -347,6 +347,20 @@ class FailoverTest(unittest.TestCase):
         from_b = [k for k, ack in writers.acked.items() if ack[1] == b.address]
         wait_until(lambda: not writers.lost_on(a.address, from_b), 10,
                    lambda: "the replica lacks the new primary's writes")
+        # The deposed primary went on from its positions, or (where it held records b never
+        # got: writes it acknowledged without a replica) full-synced and counted the keys that
+        # dropped: at least every write it acknowledged that b lacks.
+        from_a = [k for k, ack in writers.acked.items() if ack[1] == a.address]
+        lost = writers.lost_on(b.address, from_a)
+        flows = self.stats(a.address).replication.flows
+        self.assertGreaterEqual(sum(f.dropped_keys for f in flows), len(lost), str(flows))
+        rejoined = sum(("partial resync from" in line) + ("the full sync drops" in line)
+                       for line in a.log.lines)
+        self.assertGreaterEqual(rejoined, 2, "".join(a.log.lines[-10:]))
+        print(f"\nthe deposed primary: {len(lost)} of its {len(from_a)} acknowledged writes "
+              f"never reached the new primary; dropped "
+              f"{sum(f.dropped_records for f in flows)} records on "
+              f"{sum(f.dropped_keys for f in flows)} keys", file=sys.stderr)
         # A linearizable read goes to the primary: the replica refuses it, naming b; b serves it.
         key = from_b[-1]
         with grpc.insecure_channel(a.address) as channel:

@@ -27,6 +27,9 @@
   primary steps down (its data replaced, writes refused) and, promoted again, its old replica
   full-syncs from it.
 - A replica switched to a primary killed (SIGKILL) mid full sync keeps exactly its old data.
+- A primary that steps down to its caught-up replica, which is then promoted, goes on from its
+  positions (no full sync); one that took writes the new primary never got full-syncs and
+  counts the records and keys dropped (stats, log).
 - Two replicas of a primary killed (SIGKILL); one promoted, the other re-pointed to it: one
   that stands behind resumes from its positions (records the promoted one kept as a replica,
   no full sync) and ends equal; one that stands ahead full-syncs and loses what the new
@@ -1073,6 +1076,40 @@ class ReplicationTest(unittest.TestCase):
         self.assertEqual(held, self.contents(ckv))
         self.assertEqual([k for k in held if k.startswith(b"lost")], [])
         self.assertIn(b"later", held)
+
+    def test_a_primary_that_steps_down_resumes_or_counts_what_it_drops(self):
+        # A planned switchover by hand: the primary steps down to its caught-up replica
+        # (`replicate --to`), which is then promoted (`replicate --stop`): the old primary goes
+        # on from its own positions (no full sync), and follows the new one's writes.
+        # Then the reverse, with writes the other never got: the one that steps down stands
+        # past where the new primary continued its history, so it full-syncs, and counts (stats,
+        # log) the records and keys that drops.
+        a, akv, b, bkv = self.primary_and_replica(keys=500)
+        self.assertEqual(self.cli(a, "replicate", f"--to={b.address}").returncode, 0)
+        self.assertEqual(self.cli(b, "replicate", "--stop").returncode, 0)
+        bkv.Put(kv_pb2.PutRequest(key=b"on-b", value=b"b"), timeout=CALL_TIMEOUT)
+        self.wait_stable(bkv, akv, a, extra=lambda: all(
+            f.partial_syncs >= 1 for f in flows(akv).values()))
+        self.assertEqual({w: f.full_syncs for w, f in flows(akv).items()}, {0: 0, 1: 0})
+        self.assertEqual(self.compare(bkv, akv, at_least=501), 501)
+        # a follows nothing while b takes 50 writes; then a is promoted and b steps down to it.
+        nowhere = f"127.0.0.1:{free_port()}"
+        self.assertEqual(self.cli(a, "replicate", f"--to={nowhere}").returncode, 0)
+        put_many(bkv, [(b"dropped%02d" % i, b"d", 0) for i in range(50)])
+        self.assertEqual(self.cli(a, "replicate", "--stop").returncode, 0)
+        self.assertEqual(self.cli(b, "replicate", f"--to={a.address}").returncode, 0)
+        akv.Put(kv_pb2.PutRequest(key=b"on-a", value=b"a"), timeout=CALL_TIMEOUT)
+        self.wait_stable(akv, bkv, b, extra=lambda: all(
+            f.full_syncs == 2 for f in flows(bkv).values()))  # Its first was from a.
+        self.assertEqual(sum(f.dropped_records for f in flows(bkv).values()), 50, show(bkv))
+        self.assertEqual(sum(f.dropped_keys for f in flows(bkv).values()), 50, show(bkv))
+        listed = self.cli(b, "stats").stdout
+        self.assertEqual(sum(int(n) for n in re.findall(r"dropped (\d+) records on", listed)), 50,
+                         listed)
+        self.assertEqual(self.compare(akv, bkv, at_least=502), 502)
+        self.assertEqual([k for k in self.contents(bkv) if k.startswith(b"dropped")], [])
+        self.assertTrue(any("the full sync drops" in line for line in b.log.lines),
+                        "".join(b.log.lines[-10:]))
 
     def test_primary_steps_down_and_back(self):
         # A primary with a replica of its own becomes a replica of another primary at run time

@@ -663,6 +663,8 @@ void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
     flow->set_delay_sum_ms(static_cast<double>(f.delay_sum_us) / 1e3);
     flow->set_full_syncs(f.full_syncs);
     flow->set_partial_syncs(f.partial_syncs);
+    flow->set_dropped_records(f.dropped_records);
+    flow->set_dropped_keys(f.dropped_keys);
     flow->set_last_error(f.last_error);
   }
 }

@@ -17,6 +17,7 @@
 // so that an acknowledgement never waits behind a kTail the worker keeps.
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -176,9 +177,17 @@ class FlowHandler : public Handler {
     if (ending_) return ack_out_ ? void() : sink_.Finish(end_, nullptr);
     if (cancelled_) return End(absl::CancelledError("call cancelled"));
     if (step_ == Step::kResume && op_.result == Result::kUnavailable) {
-      return Ask(Step::kBegin);  // The backlog no longer holds its position: a full sync.
+      // Not this history's, or no longer in the backlog, or past where this history
+      // continued the replica's (diverged: the replica counts what the full sync drops).
+      if (op_.number == 1) diverged_ = op_.version;
+      return Ask(Step::kBegin);
     }
     if (op_.result == Result::kUnavailable) {
+      // A worker that steps down (ReplSource::Reset) ends its flows this way too.
+      if (context_.read_only()) {
+        return End(absl::UnavailableError(
+            absl::StrCat("this server stepped down: ", context_.read_only_refusal().message())));
+      }
       return End(absl::AbortedError(
           step_ == Step::kTail
               ? "the replica fell behind by more than --repl-backlog; it must full-sync"
@@ -196,6 +205,7 @@ class FlowHandler : public Handler {
         message_.set_kind(pb::FlowMessage::FULL_SYNC);
         message_.set_history(op_.out);
         message_.set_lsn(op_.version);
+        if (diverged_.has_value()) message_.set_diverged_lsn(*diverged_);
         message_.set_keys(static_cast<uint64_t>(op_.number));
         tail_from_ = op_.version;
         next_ = Step::kImage;
@@ -275,8 +285,9 @@ class FlowHandler : public Handler {
   Step next_ = Step::kBegin;
   uint64_t tail_from_ = 0;
   std::string asked_history_;  // kResume's.
-  bool out_ = false;           // op_ is with the worker.
-  bool writing_ = false;       // message_ is being written.
+  std::optional<uint64_t> diverged_;
+  bool out_ = false;      // op_ is with the worker.
+  bool writing_ = false;  // message_ is being written.
   bool cancelled_ = false;
   bool ending_ = false;  // kEnd is out; then Finish(end_).
   absl::Status end_;

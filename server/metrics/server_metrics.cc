@@ -254,7 +254,16 @@ void AddReplication(const ringkv::v1::ReplicationStats& r, std::vector<MetricFam
                                    {"repl_partial_syncs_total",
                                     "Reconnections of the worker's flow that went on from "
                                     "its position.",
-                                    MetricType::Counter, &ringkv::v1::FlowStats::partial_syncs}}
+                                    MetricType::Counter, &ringkv::v1::FlowStats::partial_syncs},
+                                   {"repl_dropped_records_total",
+                                    "Records the worker held past where its new primary's "
+                                    "history continued its own (a deposed primary's writes "
+                                    "that never reached the new one), dropped by full syncs.",
+                                    MetricType::Counter, &ringkv::v1::FlowStats::dropped_records},
+                                   {"repl_dropped_keys_total",
+                                    "The distinct keys those dropped records wrote (of those "
+                                    "still kept: at least).",
+                                    MetricType::Counter, &ringkv::v1::FlowStats::dropped_keys}}
           : std::vector<FlowField>{{"repl_lsn", "Records the worker's flow has made.",
                                     MetricType::Gauge, &ringkv::v1::FlowStats::lsn},
                                    {"repl_backlog_bytes", "Bytes of the worker's backlog.",

@@ -131,6 +131,7 @@ void ReplicaClient::Follow(uint32_t worker) {
         case pb::FlowMessage::FULL_SYNC:
           item.kind = ReplSink::Item::Kind::kFullSync;
           item.keys = message.keys();
+          if (resumable && message.has_diverged_lsn()) item.diverged = message.diverged_lsn();
           history = message.history();
           item.history = history;
           position = message.lsn();

@@ -14,7 +14,8 @@
 // Demote (any thread, once writes are refused): at its next turn the worker gives back what
 // its source keeps (ReplSource::Reset: the flows end, writes waiting for replicas get
 // kNotReplicated) and follows from then on; its shard keeps its data until the new primary's
-// full sync replaces it.
+// full sync replaces it, or goes on from its position if the new primary continued its
+// history no further than that (a planned switchover: ReplSink::Rejoin).
 //
 // RaiseFloor (any thread; issue 23): a term won in a group on etcd puts the versions the worker
 // gives from its next turn on above `floor` (term << 40), so that a write lost in the failover
@@ -66,7 +67,9 @@ class RolePort final : public ReplicationPort {
     if (!following_) {
       if (!want) return source_.Turn(shard, clock, answered);
       // Demoted: the flows, their requests and the writes waiting for replicas are given back.
-      source_.Reset(answered);
+      if (std::optional<Handover> ended = source_.Reset(answered)) {
+        sink_.Rejoin(std::move(*ended));
+      }
       continued_.store(false, std::memory_order_relaxed);
       following_ = true;
       follows_.store(true, std::memory_order_release);

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
+#include "base/log.h"
 #include "persist/format.h"
 #include "persist/log_writer.h"
 #include "shard/clock.h"
@@ -70,6 +72,8 @@ ReplSink::Figures ReplSink::figures() const {
   f.delay_sum_us = delay_sum_us_.load(std::memory_order_relaxed);
   f.full_syncs = full_syncs_.load(std::memory_order_relaxed);
   f.partial_syncs = partial_syncs_.load(std::memory_order_relaxed);
+  f.dropped_records = dropped_records_.load(std::memory_order_relaxed);
+  f.dropped_keys = dropped_keys_.load(std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   f.last_error = last_error_;
   return f;
@@ -160,11 +164,56 @@ void ReplSink::Keep(Item&& item) {
                       .end_bytes = item.end_bytes,
                       .made_ms = 0,
                       .made_us = item.made_us});
+  TrimBacklog();
+}
+
+void ReplSink::TrimBacklog() {
   // The newest stays, whatever its size, as a primary's backlog keeps its newest chunk.
   while (backlog_bytes_ > backlog_limit_ && backlog_.size() > 1) {
     backlog_bytes_ -= backlog_.front().records.size();
     backlog_.pop_front();
   }
+}
+
+void ReplSink::Rejoin(Handover ended) {
+  staging_.reset();
+  syncing_ = false;
+  history_ = std::move(ended.history);
+  applied_lsn_.store(ended.lsn, std::memory_order_relaxed);
+  applied_bytes_.store(ended.bytes, std::memory_order_relaxed);
+  backlog_ = std::move(ended.chunks);
+  backlog_bytes_ = 0;
+  for (const Chunk& c : backlog_) backlog_bytes_ += c.records.size();
+  TrimBacklog();
+  // Not whole for an election: it may hold writes no other server got, and lack the new
+  // primary's. A partial resync makes it whole (CountPartialSync); a full sync replaces it.
+  synced_.store(false, std::memory_order_release);
+  std::lock_guard lock(mu_);
+  pushed_ = {history_, ended.lsn};
+  pushed_whole_ = true;
+}
+
+void ReplSink::CountDropped(uint64_t from) {
+  const uint64_t at = applied_lsn_.load(std::memory_order_relaxed);
+  if (from >= at) return;
+  // The distinct keys of the dropped records still kept (views into the chunks).
+  absl::flat_hash_set<std::string_view> keys;
+  for (const Chunk& c : backlog_) {
+    if (c.first + c.count <= from) continue;
+    persist::RecordReader reader(c.records);
+    persist::Record r;
+    for (uint64_t lsn = c.first; reader.Next(&r); ++lsn) {
+      if (lsn >= from) keys.insert(r.key);
+    }
+  }
+  const bool all_kept = !backlog_.empty() && backlog_.front().first <= from;
+  dropped_records_.fetch_add(at - from, std::memory_order_relaxed);
+  dropped_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
+  Log(LogLevel::kWarning,
+      "replica: the new primary's history continues this server's %s at position %d, where "
+      "this worker stood at %d: the full sync drops %d records of writes it took that never "
+      "reached the new primary, on %s%d keys",
+      history_, from, at, at - from, all_kept ? "" : "at least ", keys.size());
 }
 
 void ReplSink::AfterCut() {
@@ -240,6 +289,7 @@ size_t ReplSink::Turn(Shard& shard, Clock /*clock*/, std::vector<Request*>* /*an
 size_t ReplSink::Apply(Shard& shard, const Item& item) {
   switch (item.kind) {
     case Item::Kind::kFullSync:
+      if (item.diverged.has_value() && !syncing_) CountDropped(*item.diverged);
       synced_.store(false, std::memory_order_relaxed);
       syncing_ = true;
       history_ = item.history;

@@ -21,6 +21,11 @@
 // behind it resume from their positions instead of full-syncing. A client that follows a new
 // primary (a re-point) asks to go on from where the last one left the sink (ResumeFrom); a
 // primary that continued the sink's history names its own in PARTIAL_SYNC (Item kHistory).
+// A demoted primary's worker hands its own history, position and backlog to its sink
+// (Rejoin), so that it goes on from its position on a new primary that continued its history
+// no further (a planned switchover); one that stood past that point (a deposed primary's
+// writes that never reached the new one) full-syncs, and the worker counts and logs the
+// records, and the keys they wrote, that the full sync drops (FULL_SYNC's diverged_lsn).
 //
 // With a data directory (set_durability), the worker's log keeps what the sink applies, so
 // that a restart restores it and goes on from its position (a partial resync):
@@ -90,10 +95,13 @@ class ReplSink final : public ReplicationPort {
     enum class Kind { kFullSync, kImage, kImageDone, kTail, kHistory } kind;
     std::string records;
     uint32_t count = 0;
-    uint64_t lsn = 0;        // kFullSync: the cut; kTail: its first record's position.
-    std::string history;     // kFullSync, kHistory: the primary's.
-    uint64_t revision = 0;   // kImageDone.
-    uint64_t keys = 0;       // kFullSync: the image's keys, at most.
+    uint64_t lsn = 0;       // kFullSync: the cut; kTail: its first record's position.
+    std::string history;    // kFullSync, kHistory: the primary's.
+    uint64_t revision = 0;  // kImageDone.
+    uint64_t keys = 0;      // kFullSync: the image's keys, at most.
+    // kFullSync: where the primary's history continued this sink's, which stood past it: the
+    // records from there on are dropped.
+    std::optional<uint64_t> diverged;
     bool ack = false;        // kTail: the primary waits for an acknowledgement of it.
     uint64_t sync = 0;       // kImageDone: the full sync it ends (full_syncs() then).
     int64_t made_us = 0;     // kTail: when its first record was made (SystemClockUs).
@@ -129,7 +137,12 @@ class ReplSink final : public ReplicationPort {
   // Any thread: the last full sync's image is applied (it stays so while the client
   // reconnects to a primary that went away; a group's election counts on it).
   bool whole() const { return synced_.load(std::memory_order_acquire); }
-  void CountPartialSync() { partial_syncs_.fetch_add(1, std::memory_order_relaxed); }
+  // A partial resync was accepted: the data is a prefix of the primary's history, so whole
+  // (after a Rejoin it was not yet).
+  void CountPartialSync() {
+    partial_syncs_.fetch_add(1, std::memory_order_relaxed);
+    synced_.store(true, std::memory_order_release);
+  }
   void set_last_error(std::string error);
 
   // A flow's acknowledging thread: waits until the worker has applied a message the primary
@@ -165,6 +178,10 @@ class ReplSink final : public ReplicationPort {
   // Worker, at the promotion, once drained (server/repl/role_port.h): the history, position
   // and kept records, if the shard holds a whole image of that history at that position.
   std::optional<Handover> TakeHandover();
+  // Worker, at a demotion: the source's history that ends, as ReplSource::Reset gives it. The
+  // next client asks to go on from there; the image counts as whole (for an election) only
+  // once a primary has accepted that.
+  void Rejoin(Handover ended);
   // Worker, right after its log's cut (ReplSource's after_cut): the new segment's first record.
   void AfterCut();
   // Any thread: a full sync is in memory that the log cannot restore yet (see above).
@@ -183,6 +200,10 @@ class ReplSink final : public ReplicationPort {
     int64_t delay_sum_us;
     uint64_t full_syncs;
     uint64_t partial_syncs;
+    // Records this worker held past where its new primary continued its history, dropped by
+    // full syncs, and the distinct keys they wrote (of those still kept: at least).
+    uint64_t dropped_records;
+    uint64_t dropped_keys;
     std::string last_error;
   };
   Figures figures() const;
@@ -195,6 +216,9 @@ class ReplSink final : public ReplicationPort {
   size_t Apply(Shard& shard, const Item& item);
   // Worker: keeps an applied kTail item's records for a promotion.
   void Keep(Item&& item);
+  void TrimBacklog();
+  // Worker, at a full sync that diverged at `from`: counts and logs the records dropped.
+  void CountDropped(uint64_t from);
   // Worker: a message applied `delay_us` after its first record's commit on the primary.
   void CountDelay(int64_t delay_us);
 
@@ -241,6 +265,8 @@ class ReplSink final : public ReplicationPort {
   std::atomic<int64_t> delay_sum_us_{0};
   std::atomic<uint64_t> full_syncs_{0};
   std::atomic<uint64_t> partial_syncs_{0};
+  std::atomic<uint64_t> dropped_records_{0};
+  std::atomic<uint64_t> dropped_keys_{0};
 };
 
 }  // namespace ringkv::repl

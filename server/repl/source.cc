@@ -204,7 +204,7 @@ void ReplSource::ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered)
   if (changed) PublishFigures();
 }
 
-void ReplSource::Reset(std::vector<Request*>* answered) {
+std::optional<Handover> ReplSource::Reset(std::vector<Request*>* answered) {
   for (Kept& k : kept_) {
     k.request->result = Result::kUnavailable;
     answered->push_back(k.request);
@@ -222,6 +222,13 @@ void ReplSource::Reset(std::vector<Request*>* answered) {
   flow_list_.clear();
   in_sync_ = 0;
   sync_.reset();  // A walk under way runs on to its end, for nothing (walking_).
+  std::optional<Handover> ended;
+  if (active_ && turn_count_ == 0) {
+    ended = Handover{.history = history_,
+                     .lsn = next_lsn_,
+                     .bytes = published_bytes_,
+                     .chunks = std::move(backlog_)};
+  }
   backlog_.clear();
   backlog_bytes_ = 0;
   turn_.clear();
@@ -232,6 +239,7 @@ void ReplSource::Reset(std::vector<Request*>* answered) {
   continued_at_ = 0;
   CountMembers();
   PublishFigures();
+  return ended;
 }
 
 ReplSource::Figures ReplSource::figures() const {
@@ -312,6 +320,12 @@ bool ReplSource::Serve(Request& request, Shard& /*shard*/, int64_t now_ms) {
         (!previous_history_.empty() && request.value == previous_history_ && from <= continued_at_);
     request.result =
         active_ && ours && from >= first && from <= next_lsn_ ? Result::kOk : Result::kUnavailable;
+    // A replica past where this history continued its own holds records this worker never
+    // got (a deposed primary's writes): the full sync drops them, and the replica counts them.
+    const bool diverged =
+        !previous_history_.empty() && request.value == previous_history_ && from > continued_at_;
+    request.number = diverged ? 1 : 0;
+    if (diverged) request.version = continued_at_;
     if (request.result == Result::kOk) {
       request.out = history_;
       if (FindFlow(request.deadline_ms) == nullptr) {

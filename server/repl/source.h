@@ -32,7 +32,9 @@
 //   kResume a flow goes on from `version` of history `value` (a partial resync): kOk, with the
 //           history in `out`, if that position is this history's (or the one it continued,
 //           at or before where it continued: Continue) and the backlog holds it (kTail
-//           follows), else kUnavailable (the flow full-syncs: kBegin).
+//           follows), else kUnavailable (the flow full-syncs: kBegin), with `number` 1 and
+//           `version` where this history continued the replica's if the replica stood past it
+//           (it holds records this worker never got, which the full sync drops), else 0.
 //   kEnd    the flow is over (its image, if one is under way, is dropped).
 //   kAck    the replica has applied every record before `version`: answered at once.
 // A kTail answer asks the replica to acknowledge what it applies (`replicas` 1) when a write
@@ -135,10 +137,13 @@ class ReplSource final : public Journal, public ReplicationPort {
   bool Await(Request& request) override;
 
   // The worker is demoted (server/repl/role_port.h): every kept request is answered
-  // (kUnavailable; a waiting write kNotReplicated) into `answered`, the flows and the backlog
-  // are dropped, nothing is encoded until a full sync cuts again, and a new history begins,
-  // so that no replica of the one that ends resumes into the data that replaces it.
-  void Reset(std::vector<Request*>* answered);
+  // (kUnavailable; a waiting write kNotReplicated) into `answered`, the flows are dropped,
+  // nothing is encoded until a full sync cuts again, and a new history begins, so that no
+  // replica of the one that ends resumes into the data that replaces it. Returns the history
+  // that ends, with the position the shard holds and the backlog, if every record had one
+  // (a replica had full-synced, or the history continued another): the worker's sink
+  // resumes from there on a primary that continued it (ReplSink::Rejoin).
+  std::optional<Handover> Reset(std::vector<Request*>* answered);
   // The worker is promoted (server/repl/role_port.h) with its shard at `handover.lsn` of
   // `handover.history`: positions go on from there, under a new history that continues that
   // one, and every record is encoded from now on. The chunks become the backlog, so that a
