@@ -13,6 +13,7 @@
 #ifndef RINGKV_SERVER_REPL_CHUNK_H_
 #define RINGKV_SERVER_REPL_CHUNK_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -27,6 +28,22 @@ struct Chunk {
   int64_t made_ms = 0;     // The worker's clock (ms) when made (0: long ago) ...
   int64_t made_us = 0;     // ... and SystemClockUs, for the replicas' delays (0: unknown).
 };
+
+// The bytes of records in `chunks`.
+inline size_t ChunkBytes(const std::deque<Chunk>& chunks) {
+  size_t bytes = 0;
+  for (const Chunk& c : chunks) bytes += c.records.size();
+  return bytes;
+}
+
+// Drops the oldest of `chunks` while their records (`*bytes`) are over `limit`. The newest
+// stays, whatever its size: a flow that keeps up never loses it.
+inline void TrimChunks(std::deque<Chunk>* chunks, size_t* bytes, size_t limit) {
+  while (*bytes > limit && chunks->size() > 1) {
+    *bytes -= chunks->front().records.size();
+    chunks->pop_front();
+  }
+}
 
 struct Handover {
   std::string history;       // The history the shard's data is a prefix of ...

@@ -164,15 +164,7 @@ void ReplSink::Keep(Item&& item) {
                       .end_bytes = item.end_bytes,
                       .made_ms = 0,
                       .made_us = item.made_us});
-  TrimBacklog();
-}
-
-void ReplSink::TrimBacklog() {
-  // The newest stays, whatever its size, as a primary's backlog keeps its newest chunk.
-  while (backlog_bytes_ > backlog_limit_ && backlog_.size() > 1) {
-    backlog_bytes_ -= backlog_.front().records.size();
-    backlog_.pop_front();
-  }
+  TrimChunks(&backlog_, &backlog_bytes_, backlog_limit_);
 }
 
 void ReplSink::Rejoin(Handover ended) {
@@ -182,9 +174,8 @@ void ReplSink::Rejoin(Handover ended) {
   applied_lsn_.store(ended.lsn, std::memory_order_relaxed);
   applied_bytes_.store(ended.bytes, std::memory_order_relaxed);
   backlog_ = std::move(ended.chunks);
-  backlog_bytes_ = 0;
-  for (const Chunk& c : backlog_) backlog_bytes_ += c.records.size();
-  TrimBacklog();
+  backlog_bytes_ = ChunkBytes(backlog_);
+  TrimChunks(&backlog_, &backlog_bytes_, backlog_limit_);
   // Not whole for an election: it may hold writes no other server got, and lack the new
   // primary's. A partial resync makes it whole (CountPartialSync); a full sync replaces it.
   synced_.store(false, std::memory_order_release);

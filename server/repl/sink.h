@@ -216,7 +216,6 @@ class ReplSink final : public ReplicationPort {
   size_t Apply(Shard& shard, const Item& item);
   // Worker: keeps an applied kTail item's records for a promotion.
   void Keep(Item&& item);
-  void TrimBacklog();
   // Worker, at a full sync that diverged at `from`: counts and logs the records dropped.
   void CountDropped(uint64_t from);
   // Worker: a message applied `delay_us` after its first record's commit on the primary.

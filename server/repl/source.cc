@@ -69,16 +69,8 @@ void ReplSource::Publish() {
   next_lsn_ += turn_count_;
   turn_ = {};
   turn_count_ = 0;
-  TrimBacklog();
+  TrimChunks(&backlog_, &backlog_bytes_, backlog_limit_);
   PublishFigures();
-}
-
-void ReplSource::TrimBacklog() {
-  // The newest chunk stays, whatever its size: a flow that keeps up never loses it.
-  while (backlog_bytes_ > backlog_limit_ && backlog_.size() > 1) {
-    backlog_bytes_ -= backlog_.front().records.size();
-    backlog_.pop_front();
-  }
 }
 
 void ReplSource::Continue(Handover handover) {
@@ -88,9 +80,8 @@ void ReplSource::Continue(Handover handover) {
   next_lsn_ = handover.lsn;
   published_bytes_ = handover.bytes;
   backlog_ = std::move(handover.chunks);
-  backlog_bytes_ = 0;
-  for (const Chunk& c : backlog_) backlog_bytes_ += c.records.size();
-  TrimBacklog();
+  backlog_bytes_ = ChunkBytes(backlog_);
+  TrimChunks(&backlog_, &backlog_bytes_, backlog_limit_);
   active_ = true;  // Its first replica may be one that resumes: no full sync turns it on.
   PublishFigures();
 }

@@ -208,8 +208,6 @@ class ReplSource final : public Journal, public ReplicationPort {
 
   // A chunk of the records recorded since the last one.
   void Publish();
-  // Drops the oldest chunks past --repl-backlog.
-  void TrimBacklog();
   // Begins a history: the next "SERVER_ID.N".
   void NewHistory();
   // The kept chunk that holds position `from` (front().first <= from; end() from next_lsn_
