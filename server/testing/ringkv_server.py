@@ -7,11 +7,29 @@
     log.wait_for(r"metrics on http://\S+:(\d+)")   # the first line matching, or AssertionError
     server.stop()                                  # SIGTERM; asserts exit status 0
 """
+import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
 import time
+
+# How long a stop may take: a sanitizer build is several times slower, and CI runs two tests
+# at once on two cores.
+STOP_S = 10 if os.environ.get("RINGKV_SANITIZER", "none") in ("", "none") else 30
+
+
+def thread_stacks(pid):
+    """Every thread's stack of the live process `pid` (gdb), for a failure message."""
+    if shutil.which("gdb") is None:
+        return "(no gdb to show the threads' stacks)"
+    try:
+        out = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 15"],
+                             capture_output=True, text=True, timeout=60).stdout
+    except subprocess.TimeoutExpired:
+        return "(gdb took over 60 s)"
+    return "\n".join(line for line in out.splitlines() if line.startswith(("#", "Thread")))
 
 
 class RingkvServer:
@@ -34,12 +52,14 @@ class RingkvServer:
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
         try:
-            status = self.process.wait(timeout=10)
+            status = self.process.wait(timeout=STOP_S)
         except subprocess.TimeoutExpired:
+            stacks = thread_stacks(self.process.pid)
             # Never leave it running: it holds the test runner's output pipe.
             self.process.kill()
             self.process.wait()
-            raise AssertionError("ringkv-server did not stop within 10 s of SIGTERM")
+            raise AssertionError(f"ringkv-server did not stop within {STOP_S} s of SIGTERM; "
+                                 f"its threads then:\n{stacks[-12000:]}")
         finally:
             self.process.stderr.close()
         assert status == 0, f"ringkv-server exited {status} after SIGTERM"
