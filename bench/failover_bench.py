@@ -31,7 +31,16 @@ RUNS runs alternated, ringkv-loadgen as above.
 
 Part failover also runs ringkv with --acks=isr (its rounds between ringkv's and Redis's).
 
-Usage: [PARTS=failover,steady,acks] bench/failover_bench.py [ROUNDS=20] [RUNS=3] [SECONDS=5]
+Part resync, what a failover costs once the data is large: ringkv's --acks=isr rounds as in
+part failover, RESYNC_ROUNDS rounds, with PRELOAD keys (16-byte keys, 32-byte values, by
+ringkv-loadgen) put before the first. Every write waits for a member of the in-sync set, and a
+new primary starts with an empty set, so writes resume once a replica has caught up with it:
+from its positions (a partial resync), or after a full sync of the whole data set. With
+OLD_SERVER=PATH (a ringkv-server built from an earlier commit) the same rounds run on it too,
+in the same run; the log lines of partial resyncs are counted for each.
+
+Usage: [PARTS=failover,steady,acks,resync] [PRELOAD=1000000] [RESYNC_ROUNDS=5]
+[OLD_SERVER=PATH] bench/failover_bench.py [ROUNDS=20] [RUNS=3] [SECONDS=5]
 [IDLE_S=30] (repository root, after scripts/setup.sh; re-runs itself under .tools/venv for
 grpcio). Prints markdown; raw results in bench-results/failover/.
 """
@@ -58,7 +67,10 @@ ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 SECONDS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 IDLE_S = int(sys.argv[4]) if len(sys.argv) > 4 else 30
-PARTS = os.environ.get("PARTS", "failover,steady,acks").split(",")
+PARTS = os.environ.get("PARTS", "failover,steady,acks,resync").split(",")
+PRELOAD = int(os.environ.get("PRELOAD", "1000000"))
+RESYNC_ROUNDS = int(os.environ.get("RESYNC_ROUNDS", "5"))
+OLD_SERVER = os.environ.get("OLD_SERVER", "")
 LOADGEN = "build/bench/ringkv-loadgen"
 OUT = "bench-results/failover"
 SERVER = "build/server/ringkv-server"
@@ -94,7 +106,9 @@ def kill_and_time(procs, primary, others, writers, timeout):
 
 # ringkv.
 
-def ringkv_rounds(work, grpc, pb, stubs, flags=()):
+def ringkv_rounds(work, grpc, pb, stubs, flags=(), server=SERVER, rounds=None, preload=0):
+    """ROUNDS (or `rounds`) kill -9 rounds of a group of three; with `preload`, that many keys
+    are put (once every server follows, and with --acks=isr the set has a member) first."""
     etcd = Etcd(work)
     etcd.start()
     group = "bench"
@@ -105,7 +119,7 @@ def ringkv_rounds(work, grpc, pb, stubs, flags=()):
     def start(address):
         log = open(os.path.join(work, f"ringkv-{address.rsplit(':', 1)[1]}.log"), "a")
         procs[address] = subprocess.Popen(
-            [SERVER, f"--listen={address}", "--threads=1", "--min-replicas=1",
+            [server, f"--listen={address}", "--threads=1", "--min-replicas=1",
              f"--etcd={etcd.endpoint}", f"--group={group}", f"--failover-timeout={TTL_S}s",
              *flags],
             stderr=log)
@@ -123,9 +137,19 @@ def ringkv_rounds(work, grpc, pb, stubs, flags=()):
         start(address)
     times = []
     try:
-        wait_until(lambda: etcd.leader(group), 10, "nobody elected")
+        _, _, leader = wait_until(lambda: etcd.leader(group), 10, "nobody elected")
+        if preload:
+            for other in (a for a in addresses if a != leader):
+                wait_until(lambda: follows(other, leader), 20, f"{other} never followed")
+            if "--acks=isr" in flags:
+                wait_until(lambda: etcd.etcdctl("get", "--print-value-only",
+                                                f"/ringkv/{group}/in_sync").stdout.split()[2:],
+                           20, "the in-sync set never had a member")
+            subprocess.run([LOADGEN, f"--addr={leader}", f"--keys={preload}", "--preload",
+                            "--ops=1", "--ratio=0:1", "--progress=false"], check=True,
+                           stdout=subprocess.DEVNULL)
         writers = group_writers.Writers(grpc, pb, stubs, addresses)
-        for _ in range(ROUNDS):
+        for _ in range(rounds or ROUNDS):
             _, _, primary = wait_until(lambda: etcd.leader(group), 10, "no leader")
             others = [a for a in addresses if a != primary]
             for other in others:
@@ -136,7 +160,12 @@ def ringkv_rounds(work, grpc, pb, stubs, flags=()):
         writers.stop()
         _, _, primary = etcd.leader(group)
         lost = len(writers.lost_on(primary))
-        return {"times": times, "acked": len(writers.acked), "lost": lost}
+        resumed = 0
+        for name in os.listdir(work):
+            if name.startswith("ringkv-") and name.endswith(".log"):
+                with open(os.path.join(work, name)) as f:
+                    resumed += f.read().count("partial resync from")
+        return {"times": times, "acked": len(writers.acked), "lost": lost, "resumed": resumed}
     finally:
         for proc in procs.values():
             if proc.poll() is None:
@@ -437,6 +466,31 @@ def print_failover(results):
         print(f"| {label} | {cell(r['times'], '{:.2f}')} | {r['acked']:,} | {r['lost']:,} |")
 
 
+def resync(work, grpc, pb, stubs):
+    """Part resync: the --acks=isr rounds with PRELOAD keys, on this build and OLD_SERVER."""
+    out = {}
+    for name, server in (("this", SERVER), ("old", OLD_SERVER)):
+        if server:
+            sub = os.path.join(work, name)
+            os.makedirs(sub)
+            out[name] = ringkv_rounds(sub, grpc, pb, stubs, ["--acks=isr"], server=server,
+                                      rounds=RESYNC_ROUNDS, preload=PRELOAD)
+    return out
+
+
+def print_resync(r):
+    print(f"\n### Failover with {PRELOAD:,} keys: {RESYNC_ROUNDS} kill -9 rounds each, 3 servers, "
+          f"--min-replicas=1 --acks=isr, etcd lease {TTL_S} s\n")
+    print("| server | kill -9 to the first acknowledged write, s: median (min .. max) | "
+          "flows resumed from their positions | acknowledged writes | lost |")
+    print("|---|---|---|---|---|")
+    for name, label in (("this", "this build"), ("old", f"`{OLD_SERVER}`")):
+        if name in r:
+            x = r[name]
+            print(f"| {label} | {cell(x['times'], '{:.2f}')} | {x['resumed']} | "
+                  f"{x['acked']:,} | {x['lost']:,} |")
+
+
 def print_steady(r):
     print(f"\n### Idle, {IDLE_S} s: CPU, % of a core\n")
     print("| setup | primary | replica | etcd |")
@@ -485,6 +539,8 @@ def main():
         runs.append(("steady", lambda w: steady(w, grpc, pb, stubs)))
     if "acks" in PARTS:
         runs.append(("acks", lambda w: acks_cost(w, grpc, pb, stubs)))
+    if "resync" in PARTS:
+        runs.append(("resync", lambda w: resync(w, grpc, pb, stubs)))
     results = {}
     for name, run in runs:
         work = tempfile.mkdtemp(prefix=f"ringkv-failover-{name}-")
@@ -501,6 +557,8 @@ def main():
         print_steady(results["steady"])
     if "acks" in PARTS:
         print_acks(results["acks"])
+    if "resync" in PARTS:
+        print_resync(results["resync"])
 
 
 if __name__ == "__main__":
