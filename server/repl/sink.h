@@ -43,7 +43,7 @@
 //     keeps an older state, with its position).
 //
 // Threads: Push, Stop and the setters from the client thread; NextAck and the Acks calls from
-// the flow's threads; Serve, Turn, AfterCut, TakeHandover and Promoted from the worker;
+// the flow's threads; Serve, Turn, AfterCut, TakeHandover, Promoted and Rejoin from the worker;
 // figures() and durable_pending() from any thread; set_durability and Restore before the worker
 // runs; position_at_stop after it has stopped; ResumeFrom from the client thread.
 #ifndef RINGKV_SERVER_REPL_SINK_H_
@@ -173,7 +173,7 @@ class ReplSink final : public ReplicationPort {
   void Restore(const persist::ReplPosition& position);
   // Client thread: where a new flow asks to go on from: the position after the last item
   // queued (or restored), if the last full sync's image was whole by then (nullopt: it must
-  // full-sync). Nothing once promoted.
+  // full-sync). Nothing once promoted, until a demotion's Rejoin.
   std::optional<persist::ReplPosition> ResumeFrom() const;
   // Worker, at the promotion, once drained (server/repl/role_port.h): the history, position
   // and kept records, if the shard holds a whole image of that history at that position.
