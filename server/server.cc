@@ -423,9 +423,9 @@ void Server::SetPrimary(const std::string& primary) {
 absl::Status Server::read_only_refusal() const {
   std::lock_guard lock(role_mu_);
   if (primary_.empty()) return absl::OkStatus();
-  return ReplicaRefusal(absl::StrCat("this server is a read-only replica of ", primary_,
-                                     ": send writes to the primary"),
-                        primary_);
+  return RefusalUnrun(absl::StrCat("this server is a read-only replica of ", primary_,
+                                   ": send writes to the primary"),
+                      primary_);
 }
 
 std::unique_ptr<repl::ReplicaClient> Server::MakeReplicaClient(const std::string& primary) {
@@ -677,6 +677,17 @@ const std::string& Server::journal_failure_message() const {
   if (fence_.closed()) return fenced;
   if (data_dir_ != nullptr && !data_dir_->logs_failed()) return journal_stalled_;
   return journal_failure_;
+}
+
+absl::Status Server::write_refusal() const {
+  if (!fence_.closed()) return absl::UnavailableError(journal_failure_message());
+  std::string leader;
+  {
+    std::lock_guard lock(role_mu_);
+    if (membership_ != nullptr) leader = membership_->view().leader_address;
+  }
+  if (leader == listen_address()) leader.clear();  // Deposed, or this run's previous key.
+  return RefusalUnrun(journal_failure_message(), leader);
 }
 
 absl::Status Server::Shutdown() {

@@ -107,6 +107,7 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   bool read_only() const override { return read_only_.load(std::memory_order_acquire); }
   absl::Status read_only_refusal() const override;
   bool fenced() const override { return fence_.closed(); }
+  absl::Status write_refusal() const override;
   absl::Status RequestRoleChange(const std::string& to, RoleDone done) override;
   const std::string& server_id() const override { return server_id_; }
   void AddReplicaFlow(const repl::ReplicaFlow* flow) override { replica_flows_.Add(flow); }

@@ -64,6 +64,13 @@ class ServerContext {
   // The UNAVAILABLE message of a write refused because the data directory's log failed, or is
   // stalled for want of space (Result::kUnavailable).
   virtual const std::string& journal_failure_message() const = 0;
+  // The status of a write refused before it ran (Result::kRefused): UNAVAILABLE with
+  // journal_failure_message(). A server in a group whose fence is closed adds a Redirect detail
+  // naming the primary it last saw elected (empty if none, or itself): a Redirect tells a
+  // client that nothing ran, so that any call may be sent again (client/client.h).
+  virtual absl::Status write_refusal() const {
+    return absl::UnavailableError(journal_failure_message());
+  }
 
   // Replication. Whether the server is a replica (--replica-of, or `ringkv replicate --to`),
   // which refuses writes, and then the status of every write: UNAVAILABLE naming the primary,

@@ -6,7 +6,7 @@
 
 namespace ringkv {
 
-absl::Status ReplicaRefusal(std::string_view message, std::string_view primary) {
+absl::Status RefusalUnrun(std::string_view message, std::string_view primary) {
   absl::Status status = absl::UnavailableError(absl::string_view(message.data(), message.size()));
   ringkv::v1::Redirect redirect;
   redirect.set_primary(std::string(primary));

@@ -50,8 +50,11 @@ enum class Result : uint8_t {
   kOverflow,         // INCREMENT past the 64-bit range.
   kNoMemory,         // A write that needs memory the shard may not take (shard/memory.h);
                      // `no_memory` says how much.
-  kUnavailable,      // A write the shard's journal could not make durable (its disk failed):
-                     // not acknowledged. Once a journal fails, every write gets this.
+  kUnavailable,      // A write run here that its journal could not make durable (its disk
+                     // failed), or that lost its wait for replicas to a change of role: not
+                     // acknowledged, and it may or may not stay.
+  kRefused,          // A write refused before it ran: its journal had failed or stalled (a
+                     // full disk), or the primary's fence had closed (server/repl/fence.h).
   kTooFewReplicas,   // A write that asked for `replicas` replicas while fewer follow this
                      // worker (`acked_replicas` of them): refused, not run.
   kNotReplicated,    // A write run here whose records `acked_replicas` of the `replicas` it

@@ -257,7 +257,7 @@ void Worker::ExecuteJournaled(Request** batch, size_t n, int64_t now_ms) {
       continue;
     }
     if (refuse_writes && r.op != Op::kGet && r.op != Op::kScan) {
-      r.result = Result::kUnavailable;
+      r.result = Result::kRefused;
       continue;
     }
     if (r.replicas > 0) [[unlikely]] {

@@ -31,15 +31,15 @@
 // With a journal that holds acknowledgements (the daemon's logs, in every --fsync mode), a
 // write's answer does not go back (to the source, or through a ring to its origin) when the
 // write is run but once the journal says its record is durable (shard/journal.h); the worker keeps
-// running turns meanwhile. Once the journal fails, every write is refused (Result::kUnavailable)
-// and so are the held ones that it had not made durable; reads go on. Nothing blocks and nothing is
-// dropped: a full ring is back-pressure on the source (step 1 is skipped while the outboxes hold
-// more than kMaxBacklog requests), and the worker keeps draining its inbound rings meanwhile, so
-// two workers full towards each other cannot deadlock.
-// A write that asks for replicas (Request::replicas: --min-replicas, or the call's
-// ringkv-min-replicas) is refused unless that many replicas follow the worker, and once the
-// journal lets its answer go, the replication port keeps it until they have applied it, or
-// until it has waited too long (shard/replication_port.h).
+// running turns meanwhile. Once the journal fails, every write is refused unrun (Result::kRefused),
+// and the held ones it had not made durable fail (Result::kUnavailable); reads go on. Nothing
+// blocks and nothing is dropped: a full ring is back-pressure on the source (step 1 is skipped
+// while the outboxes hold more than kMaxBacklog requests), and the worker keeps draining its
+// inbound rings meanwhile, so two workers full towards each other cannot deadlock. A write that
+// asks for replicas (Request::replicas: --min-replicas, or the call's ringkv-min-replicas) is
+// refused unless that many replicas follow the worker, and once the journal lets its answer go, the
+// replication port keeps it until they have applied it, or until it has waited too long
+// (shard/replication_port.h).
 //
 // Threads: every method is for the worker's own thread, except counters(), which any thread may
 // read. Constructed by RingEngine.

@@ -124,7 +124,7 @@ class Adapter : public GrpcCall {
       handler_->set_linearizable(*linearizable);
     }
     if (context().shutting_down() && !method_.served_while_draining) {
-      Finish(absl::UnavailableError("ringkv-server is shutting down"), nullptr);
+      Finish(RefusalUnrun("ringkv-server is shutting down", ""), nullptr);
       return false;
     }
     if (method_.needs == Role::kWrite && context().read_only()) {

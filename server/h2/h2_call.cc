@@ -145,7 +145,7 @@ void H2Call::Start() {
     return SendTrailersOnly(allowed);
   }
   if (context.shutting_down() && !headers_.method->served_while_draining) {
-    return SendTrailersOnly(absl::UnavailableError("ringkv-server is shutting down"));
+    return SendTrailersOnly(RefusalUnrun("ringkv-server is shutting down", ""));
   }
   if (h.method->needs == Role::kWrite && context.read_only()) {
     return SendTrailersOnly(context.read_only_refusal());

@@ -42,6 +42,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/auth/role.h"
@@ -158,8 +159,13 @@ class Handler {
   absl::Status LinearizableRefusal() const {
     if (context_.read_only()) return context_.read_only_refusal();
     if (context_.fenced()) {
-      return absl::UnavailableError(absl::StrCat("a linearizable read needs the group's primary: ",
-                                                 context_.journal_failure_message()));
+      absl::Status refusal = context_.write_refusal();
+      absl::Status status = absl::UnavailableError(
+          absl::StrCat("a linearizable read needs the group's primary: ", refusal.message()));
+      refusal.ForEachPayload([&status](absl::string_view type_url, const absl::Cord& value) {
+        status.SetPayload(type_url, value);
+      });
+      return status;
     }
     return absl::OkStatus();
   }

@@ -16,7 +16,6 @@
 #include "server/handlers/internal/bidi_handler.h"
 #include "server/handlers/internal/factories.h"
 #include "server/handlers/internal/kv_ops.h"
-#include "server/status_details.h"
 #include "shard/scan.h"
 
 namespace ringkv::internal {
@@ -408,10 +407,6 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
       if (!status.ok()) {
         pb::ItemResult* item = AddResult(in.id(), status.message().size());
         SetItem(item, status);
-        if (const auto redirect = status.GetPayload(
-                absl::string_view(kRedirectTypeUrl.data(), kRedirectTypeUrl.size()))) {
-          item->mutable_redirect()->ParseFromString(std::string(*redirect));
-        }
         Release(op);
         continue;
       }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/handlers/handler.h"
+#include "server/status_details.h"
 
 namespace ringkv::internal {
 namespace {
@@ -128,13 +129,21 @@ absl::Status StatusOf(const Request& r, const ServerContext& context) {
           r.owner, " holds ", r.no_memory.used_bytes, " of the ", r.no_memory.limit_bytes,
           " bytes --max-memory gives each shard, with no key --eviction may evict (reads and "
           "deletes still work)"));
-    case Result::kUnavailable:
+    case Result::kUnavailable:  // Run, not acknowledged.
+      if (context.fenced()) {
+        return absl::UnavailableError(
+            "the write ran here, but this server lost the group's leadership before it could "
+            "acknowledge it: it may or may not stay (the new primary's data decides)");
+      }
       return absl::UnavailableError(context.journal_failure_message());
-    case Result::kTooFewReplicas:
-      return absl::UnavailableError(
+    case Result::kRefused:
+      return context.write_refusal();
+    case Result::kTooFewReplicas:  // Unrun: a client may send it again once replicas follow.
+      return RefusalUnrun(
           absl::StrCat("the write needs ", r.replicas, " replicas (--min-replicas, or the call's ",
                        std::string(kMinReplicasHeader), " header) and ", r.acked_replicas,
-                       " follow this server: it was not run"));
+                       " follow this server: it was not run"),
+          "");
     case Result::kNotReplicated:
       return absl::UnavailableError(
           absl::StrCat("the write was run here, but ", r.acked_replicas, " of the ", r.replicas,
@@ -154,6 +163,10 @@ int64_t TtlLeft(int64_t deadline_ms, int64_t now_ms) {
 void SetItem(pb::ItemResult* item, const absl::Status& status) {
   item->set_code(static_cast<int>(status.code()));
   item->set_message(std::string(status.message()));
+  if (const auto redirect =
+          status.GetPayload(absl::string_view(kRedirectTypeUrl.data(), kRedirectTypeUrl.size()))) {
+    item->mutable_redirect()->ParseFromString(std::string(*redirect));
+  }
 }
 
 void SetItem(pb::ItemResult* item, Request& r, const ServerContext& context) {

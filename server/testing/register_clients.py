@@ -12,9 +12,10 @@ compare-and-set on the version a client last read of a key is recorded as one on
 read with it. Outcomes:
   - OK, NOT_FOUND (a get of an absent key), and a failed condition (FAILED_PRECONDITION) are
     known, and recorded;
-  - a refusal that says the call was not run (a replica, a fenced or unelected server, too few
-    replicas, a linearizable read on a server that may not give one) is left out, and the
-    client moves to the next address;
+  - a refusal that ran nothing, which the server marks with a ringkv.v1.Redirect detail (a
+    replica, a fenced or unelected server, too few replicas, a linearizable read on a server
+    that may not give one, a server shutting down), is left out, and the client moves to the
+    next address;
   - anything else (a timeout, a lost connection, a write run but not replicated in time) leaves
     a write's outcome unknown (recorded without a completion: it may or may not have taken
     effect) and a read's unrecorded.
@@ -25,8 +26,7 @@ import time
 
 from linearizability import Op
 
-NOT_RUN = ("read-only replica", "not the group's primary now", "it was not run",
-           "needs the group's primary", "shutting down")
+REDIRECT = "type.googleapis.com/ringkv.v1.Redirect"
 CONSISTENCY = (("ringkv-consistency", "linearizable"),)
 CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 50),
                    ("grpc.min_reconnect_backoff_ms", 50),
@@ -88,7 +88,7 @@ class RegisterClients:
                 continue
             except self.grpc.RpcError as e:
                 ret = time.monotonic()
-                code, details = e.code(), e.details() or ""
+                code, details, not_run = e.code(), e.details() or "", self.not_run(e)
             if kind == "get" and code == self.grpc.StatusCode.NOT_FOUND:
                 last_read[key] = (None, 0)
                 self.record(key, Op(client, "get", result=None, call=call, ret=ret), "ok")
@@ -99,7 +99,7 @@ class RegisterClients:
                                     call=call, ret=ret), "ok")
                 continue
             at = (at + 1) % len(stubs)
-            if any(s in details for s in NOT_RUN):
+            if not_run:
                 self.record(key, None, "not_run")
             elif kind == "get":
                 self.record(key, None, "unknown")
@@ -110,6 +110,14 @@ class RegisterClients:
             time.sleep(0.005)
         for c in channels:
             c.close()
+
+    def not_run(self, error):
+        """Whether a refusal says that nothing ran: it carries a Redirect detail."""
+        details = dict(error.trailing_metadata() or ()).get("grpc-status-details-bin")
+        if not details:
+            return False
+        status = self.kv_pb2.RpcStatus.FromString(details)
+        return any(d.type_url == REDIRECT for d in status.details)
 
     def saw(self, key, value, version):
         with self.lock:
