@@ -61,6 +61,10 @@
 #include "client/h2_channel.h"
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address");
+ABSL_FLAG(std::string, etcd, "",
+          "with --group: the etcd endpoints (HOST:PORT[,...]) of a group; the run goes to the "
+          "primary its leader key names at the start (instead of --addr)");
+ABSL_FLAG(std::string, group, "", "with --etcd: the group's name (the servers' --group)");
 ABSL_FLAG(std::string, client, "h2",
           "h2 (gRPC on nghttp2: the least client CPU per call) or grpc (grpc++'s async client)");
 ABSL_FLAG(uint32_t, connections, 1, "TCP connections");
@@ -713,6 +717,22 @@ Plan ParsePlanOrExit(int argc, char** argv) {
   plan.credentials = *std::move(credentials);
   if (!plan.credentials.token.empty()) {
     plan.config.authorization = "Bearer " + plan.credentials.token;
+  }
+  Discovery discovery;
+  discovery.etcd = absl::StrSplit(absl::GetFlag(FLAGS_etcd), ',', absl::SkipWhitespace());
+  discovery.group = absl::GetFlag(FLAGS_group);
+  if (discovery.etcd.empty() != discovery.group.empty()) {
+    ExitUsageError(argv[0], "--etcd and --group go together");
+  }
+  if (!discovery.etcd.empty()) {
+    // A read goes to the primary the leader key names (waiting out an election): that server.
+    Client finder("", absl::Seconds(5), plan.credentials, std::move(discovery));
+    if (absl::Status found = finder.Stats().status(); !found.ok()) {
+      std::fprintf(stderr, "ringkv-loadgen: no primary found: %s\n",
+                   std::string(found.message()).c_str());
+      std::exit(3);
+    }
+    plan.addr = finder.address();
   }
   return plan;
 }

@@ -1,7 +1,24 @@
 // Client: a blocking C++ client of ringkv.v1.KV, shared by the `ringkv` CLI, the tests and the
 // benchmarks. gRPC errors come back as absl::Status with the same code; an unreachable server is
-// UNAVAILABLE and its message names the address. Every call has the client's timeout as its
-// deadline. Thread-safe: one Client may serve many threads (the channel multiplexes them).
+// UNAVAILABLE and its message names the address. Every attempt of a call has the client's
+// timeout as its deadline. Thread-safe: one Client may serve many threads (the channel
+// multiplexes them).
+//
+// Finding the primary (issue 23). A client given one address talks to that server, and sends a
+// write that a replica refused once more, to the primary its Redirect names. A client given
+// several addresses, or a group on etcd (Discovery), finds the primary on its own: it reads the
+// group's leader key and watches it, or tries the addresses in turn, and follows Redirects. A
+// call that failed because the primary moved (a failover, a switchover) is sent again once a
+// primary is known, for up to Discovery::patience, by this rule:
+//   - a call that certainly did not run is sent again, whatever it is: the server refused it
+//     with a Redirect detail (a replica, a group member whose fence is closed, a write short of
+//     replicas, a server shutting down: they run nothing), or no connection could be made;
+//   - a read (Get, MultiGet, Scan, Stats) is sent again after any failure of the connection or
+//     the server (UNAVAILABLE, DEADLINE_EXCEEDED): it changes nothing;
+//   - a write whose fate is unknown (the connection broke after it was sent, no answer in time,
+//     or the server ran it without the replicas it needed) is not sent again: its error says it
+//     may have been applied. So nothing is ever applied twice, an Increment included (etcd's
+//     clientv3 retries mutations on the same rule).
 //
 // A write whose condition fails is FAILED_PRECONDITION, its message giving the key's version.
 //
@@ -15,8 +32,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cluster/etcd_client.h"
 #include "ringkv/v1/kv.grpc.pb.h"
 
 namespace ringkv {
@@ -89,6 +110,17 @@ struct CredentialFiles {
 // certificate is given. INVALID_ARGUMENT naming the flag and file if one cannot be read.
 absl::StatusOr<ClientCredentials> LoadCredentials(const CredentialFiles& files);
 
+// Where a client looks for the primary beyond the addresses it is given (issue 23).
+struct Discovery {
+  // The group's etcd endpoints (HOST:PORT each) and its name (the servers' --etcd and
+  // --group): the client reads the group's leader key, and watches it. Empty: no etcd.
+  std::vector<std::string> etcd;
+  std::string group;
+  // How long one call may go on looking for a primary and being sent again, with etcd or
+  // several addresses (a failover takes the servers' --failover-timeout and an election).
+  absl::Duration patience = absl::Seconds(10);
+};
+
 class Client {
  public:
   // One key's outcome in a batch: OK with a value (MultiGet), NOT_FOUND, INVALID_ARGUMENT or
@@ -99,11 +131,12 @@ class Client {
     uint64_t version = 0;
   };
 
-  // Connects lazily: the first call reports an unreachable server. A write that a replica
-  // refuses with a Redirect to its primary (UNAVAILABLE, nothing run) is sent there once, and
-  // the client stays with the primary (address() says which server it talks to now). Not for
-  // concurrent calls from several threads while that may happen.
-  Client(std::string address, absl::Duration timeout, ClientCredentials credentials = {});
+  // `addresses`: HOST:PORT[,HOST:PORT...]; empty with a Discovery on etcd (the leader key
+  // names the primary). Connects lazily: the first call reports an unreachable server or
+  // etcd. The client stays with the server that answered last (address() says which).
+  Client(std::string addresses, absl::Duration timeout, ClientCredentials credentials = {},
+         Discovery discovery = {});
+  ~Client();
 
   // A key's value with its version and the milliseconds it has left (-1: no TTL).
   struct Entry {
@@ -140,16 +173,13 @@ class Client {
   // Replication.Replicate: follow the primary `to` (HOST:PORT), or, if empty, stop following.
   absl::StatusOr<ringkv::v1::ReplicateResponse> Replicate(const std::string& to);
 
-  // For what the blocking calls do not cover (Stream, the async load generator).
-  ringkv::v1::KV::Stub& stub() { return *stub_; }
-  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
-  const std::string& address() const { return address_; }
+  // For what the blocking calls do not cover (Stream): the stub of the server the client
+  // talks to now, valid until it moves to another.
+  ringkv::v1::KV::Stub& stub() { return *Current()->kv; }
+  // The server the client talks to now (empty before a call found one through etcd).
+  std::string address() const;
   // A context with the client's deadline and token.
   std::unique_ptr<grpc::ClientContext> NewContext() const;
-  // A gRPC status as an absl::Status; connection failures name the address.
-  // `status` as the caller sees it, `context` the call's: a connection failure says "cannot
-  // reach", the server's own UNAVAILABLE gives its reason.
-  absl::Status ToStatus(const grpc::Status& status, const grpc::ClientContext& context) const;
 
   // Channel arguments every ringkv client uses: values up to the server's limit come back whole.
   static grpc::ChannelArguments ChannelArgs();
@@ -158,23 +188,32 @@ class Client {
       const ClientCredentials& credentials);
 
  private:
-  // Runs `call` (a write, with the context it is given), and once more on the primary if a
-  // replica refused it with a Redirect. `context` ends as the last call's.
-  template <typename Call>
-  grpc::Status Write(Call call, std::unique_ptr<grpc::ClientContext>* context) {
-    *context = NewContext();
-    grpc::Status status = call(context->get());
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
-    const std::string primary = RedirectOf(status);
-    if (primary.empty() || primary == address_) return status;
-    Connect(primary);
-    *context = NewContext();
-    return call(context->get());
-  }
-  // The primary a replica's refusal names (its Redirect detail), or empty.
-  static std::string RedirectOf(const grpc::Status& status);
-  // From now on, calls go to `address`.
-  void Connect(std::string address);
+  // A server the client may talk to: its channel and stubs.
+  struct Route {
+    std::string address;  // Empty: none known yet (etcd names none).
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<ringkv::v1::KV::Stub> kv;
+    std::unique_ptr<ringkv::v1::Replication::Stub> replication;
+  };
+  // A call on a route, with its context.
+  using Call = std::function<grpc::Status(const Route&, grpc::ClientContext*)>;
+  // What a call may be sent again after (the rule at the top of this file).
+  enum class Safety { kRead, kWrite };
+  // Runs `call`, and again on the primary as the rule allows; its status as the caller sees
+  // it.
+  absl::Status Run(Safety safety, const Call& call);
+  // The route to use now (a new one if the leader key changed).
+  std::shared_ptr<const Route> Current();
+  // After a call to `failed` found no primary there: the next route to try.
+  void FindPrimary(const std::string& failed);
+  // The primary the group's leader key names (empty: none, or etcd cannot say); `error` gets
+  // why etcd could not be read.
+  std::string LeaderFromEtcd(std::string* error);
+  void MoveTo(const std::string& address);
+  // A gRPC status as an absl::Status; connection failures name `address`: a connection
+  // failure says "cannot reach", the server's own UNAVAILABLE gives its reason.
+  absl::Status ToStatus(const grpc::Status& status, const grpc::ClientContext& context,
+                        const std::string& address) const;
 
   // Constant after construction.
   const absl::Duration timeout_;
@@ -182,11 +221,18 @@ class Client {
   const std::string min_replicas_;   // The ringkv-min-replicas header, or empty.
   const bool linearizable_;          // Sends ringkv-consistency: linearizable.
   const std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
-  // The server's, until a redirect.
-  std::string address_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<ringkv::v1::KV::Stub> stub_;
-  std::unique_ptr<ringkv::v1::Replication::Stub> replication_stub_;
+  const std::vector<std::string> addresses_;
+  const Discovery discovery_;
+  const bool finds_primary_;  // etcd, or several addresses: calls are sent again by the rule.
+
+  // Guarded by mu_ (FindPrimary, LeaderFromEtcd and MoveTo hold it).
+  mutable std::mutex mu_;
+  std::shared_ptr<const Route> route_;
+  size_t next_ = 0;                         // The address to try after the current one.
+  std::unique_ptr<etcd::EtcdClient> etcd_;  // Connected at first use.
+  std::atomic<bool> leader_moved_{false};   // The watch saw the leader key change.
+  // Last: it ends first, while what its callback touches still exists.
+  std::unique_ptr<etcd::EtcdClient::Watch> watch_;
 };
 
 }  // namespace ringkv

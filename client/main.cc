@@ -53,7 +53,10 @@
 #include "cluster/membership.h"
 #include "google/protobuf/util/json_util.h"
 
-ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address, HOST:PORT");
+ABSL_FLAG(std::string, addr, "",
+          "ringkv-server address, HOST:PORT (default 127.0.0.1:50051, or none with --etcd); "
+          "several, comma-separated, are the servers of a group: a call goes to whichever is "
+          "the primary, and follows it through a failover (see --failover-wait)");
 ABSL_FLAG(bool, json, false, "machine-readable output: one JSON document on stdout");
 ABSL_FLAG(double, timeout, 0,
           "seconds to wait for the server before giving up (default: 5, and 600 for snapshot)");
@@ -75,8 +78,16 @@ ABSL_FLAG(bool, stop, false,
           "replicate: stop following the primary and serve writes (a manual promotion; "
           "answered once every worker has applied what it had received)");
 ABSL_FLAG(std::string, etcd, "",
-          "cluster status: the etcd endpoints (HOST:PORT[,HOST:PORT...]) that keep the group");
-ABSL_FLAG(std::string, group, "", "cluster status: the group's name (the servers' --group)");
+          "the etcd endpoints (HOST:PORT[,HOST:PORT...]) that keep the group (with --group): "
+          "calls go to the primary its leader key names, and follow it through a failover; "
+          "cluster status reads the group from there");
+ABSL_FLAG(std::string, group, "", "with --etcd: the group's name (the servers' --group)");
+ABSL_FLAG(double, failover_wait, 10,
+          "with --etcd or several --addr: seconds a call may go on finding the primary and "
+          "being sent again after a failover. A read is sent again after any failure; a write "
+          "only if it certainly did not run (refused by a server that is not the primary, or "
+          "no connection made), so none is applied twice; one whose fate is unknown fails, "
+          "saying it may have been applied");
 ABSL_FLAG(bool, if_absent, false, "put, mput: write only if the key does not exist");
 ABSL_FLAG(bool, if_present, false, "put, mput: write only if the key exists");
 ABSL_FLAG(std::string, prefix, "", "scan: only keys that start with this");
@@ -704,7 +715,8 @@ int ParseWriteFlags(const Command& command, PutOptions* put) {
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "the command-line client of ringkv-server.\n"
-      "  ringkv [--addr=HOST:PORT] [--json] [--timeout=SECONDS] COMMAND ARGS...\n"
+      "  ringkv [--addr=HOST:PORT[,...] | --etcd=HOST:PORT[,...] --group=NAME] [--json]\n"
+      "         [--timeout=SECONDS] COMMAND ARGS...\n"
       "  commands: get KEY | put KEY VALUE (VALUE - reads stdin) | del KEY | ttl KEY |\n"
       "            expire KEY DURATION | persist KEY | incr KEY [DELTA] | mget KEY... |\n"
       "            mput KEY=VALUE... | scan | stats | snapshot |\n"
@@ -720,7 +732,9 @@ int Main(int argc, char** argv) {
       "call.\n"
       "With --auth-token-file on the server, give a token: --token-file=FILE or RINGKV_TOKEN.\n"
       "With TLS on the server: --tls-ca=PEM (or --tls for the system's CAs), and for client\n"
-      "certificates --tls-cert=PEM --tls-key=PEM.");
+      "certificates --tls-cert=PEM --tls-key=PEM.\n"
+      "A group's primary is found through etcd (--etcd, --group) or among several --addr;\n"
+      "a call that a failover interrupts is sent again as --failover-wait says.");
   std::vector<char*> args = ParseCommandLineOrExit(argc, argv);
   if (args.size() < 2) return Fail(kUsage, "no command given (see --help)");
   const std::string name = args[1];
@@ -753,7 +767,18 @@ int Main(int argc, char** argv) {
   if (!credentials.ok()) return Fail(kUsage, std::string(credentials.status().message()));
   credentials->min_replicas = absl::GetFlag(FLAGS_min_replicas);
   credentials->linearizable = absl::GetFlag(FLAGS_linearizable);
-  Client client(absl::GetFlag(FLAGS_addr), absl::Seconds(timeout), *std::move(credentials));
+  Discovery discovery;
+  discovery.etcd = absl::StrSplit(absl::GetFlag(FLAGS_etcd), ',', absl::SkipWhitespace());
+  discovery.group = absl::GetFlag(FLAGS_group);
+  if (discovery.etcd.empty() != discovery.group.empty()) {
+    return Fail(kUsage, "--etcd and --group go together");
+  }
+  const double wait = absl::GetFlag(FLAGS_failover_wait);
+  if (!(wait >= 0 && wait <= 3600)) return Fail(kUsage, "--failover-wait must be 0 .. 3600 s");
+  discovery.patience = absl::Seconds(wait);
+  std::string addr = absl::GetFlag(FLAGS_addr);
+  if (addr.empty() && discovery.etcd.empty()) addr = "127.0.0.1:50051";
+  Client client(addr, absl::Seconds(timeout), *std::move(credentials), std::move(discovery));
   Invocation in{client, operands, absl::GetFlag(FLAGS_json), {}};
   if (int rc = ParseWriteFlags(*command, &in.put); rc != kOk) return rc;
   return command->run(in);

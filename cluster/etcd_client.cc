@@ -12,11 +12,13 @@
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
 namespace ringkv::etcd {
+
+std::string LeaderKey(const std::string& prefix) { return prefix + "/leader"; }
+
 namespace {
 
 namespace pb = ::etcdserverpb;
 
-std::string LeaderKey(const std::string& prefix) { return prefix + "/leader"; }
 std::string TermKey(const std::string& prefix) { return prefix + "/term"; }
 
 std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {

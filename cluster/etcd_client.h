@@ -133,6 +133,9 @@ class EtcdClient {
   std::atomic<size_t> preferred_{0};  // The endpoint that answered last.
 };
 
+// PREFIX/leader, the key Campaign takes.
+std::string LeaderKey(const std::string& prefix);
+
 // "TERM VALUE" (PREFIX/leader's value) as a Leader; nullopt if it is not one.
 std::optional<EtcdClient::Leader> ParseLeader(const std::string& text);
 

@@ -126,7 +126,7 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(Options options) {
   }
   if (membership->options_.lead) {
     Membership* m = membership.get();
-    m->watch_ = m->client_->WatchKey(m->prefix_ + "/leader", [m] {
+    m->watch_ = m->client_->WatchKey(LeaderKey(m->prefix_), [m] {
       {
         std::lock_guard lock(m->mu_);
         m->leader_changed_ = true;

@@ -23,6 +23,15 @@ SIGSTOP, and writers on grpcio that count every acknowledged write.
   takes over in a higher term, and the versions it gives are above term << 40. After SIGCONT
   the stopped server acknowledges no write (a writer keeps sending it writes throughout), and
   it rejoins as a replica of the new primary.
+- Clients find the primary: the CLI with --etcd/--group and with a list of addresses runs
+  increments on two counters while the primary is killed -9 and restarted. Each call either
+  succeeds, fails saying it may have been applied (the kill cut it off), or fails unrun; every
+  counter ends between its acknowledged increments and those plus the unknown ones (none
+  applied twice), calls that met the failover were sent again and succeeded, and the load
+  generator finds the primary through etcd.
+- A write that may have run is not sent again: a primary whose replica is stopped runs an
+  increment it cannot acknowledge; the CLI given several addresses reports that it may have
+  been applied, and the counter moved once.
 - An answer held past the fence: a write waits for its replica (stopped) while etcd is killed;
   once the primary's fence has closed, the replica runs again and acknowledges: the primary
   drops the connection instead of acknowledging the write. Writes are then refused, saying
@@ -30,13 +39,16 @@ SIGSTOP, and writers on grpcio that count every acknowledged write.
   a replica refuses too and the new primary serves.
 
 Usage: failover_test.py SERVER_BINARY PROTO_DIR TOOLS_DIR [SERVER_FLAG...]
+(the environment's RINGKV_CLI and RINGKV_LOADGEN name the client programs)
 """
 import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -51,6 +63,8 @@ from ringkv_server import LogReader, RingkvServer  # noqa: E402
 
 SERVER, PROTO_DIR, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None,) * 3
 SERVER_FLAGS = sys.argv[4:]
+CLI = os.environ.get("RINGKV_CLI")
+LOADGEN = os.environ.get("RINGKV_LOADGEN")
 SANITIZED = os.environ.get("RINGKV_SANITIZER", "none") not in ("", "none")
 SLOW = 3 if SANITIZED else 1
 ROUNDS = 3 if SANITIZED else 20
@@ -372,6 +386,128 @@ class FailoverTest(unittest.TestCase):
             got = kv_pb2_grpc.KVStub(channel).Get(kv_pb2.GetRequest(key=key), timeout=10,
                                                   metadata=register_clients.CONSISTENCY)
             self.assertEqual(got.value, writers.acked[key][0])
+    def cli(self, *args, timeout=60):
+        """The CLI's exit status, output and seconds taken."""
+        started = time.monotonic()
+        r = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
+        return r.returncode, r.stdout.strip(), r.stderr.strip(), time.monotonic() - started
+
+    def test_clients_find_the_primary_and_never_apply_a_write_twice(self):
+        flags = ("--min-replicas=1", "--acks=isr")
+        ports = [free_port() for _ in range(3)]
+        for port in ports:
+            self.start(port, *flags)
+        addresses = [f"127.0.0.1:{p}" for p in ports]
+        _, _, primary = wait_until(self.leader, 10, lambda: "nobody was elected")
+        for other in addresses:
+            if other != primary:
+                wait_until(lambda: self.following(other, primary), 10,
+                           lambda: f"{other} never followed {primary}")
+        etcd = (f"--etcd={self.etcd.endpoint}", f"--group={self.group}")
+        routes = {"etcd": etcd, "list": (f"--addr={','.join(addresses)}",)}
+        wait = f"--failover-wait={10 * SLOW}"
+        # Without a primary a call says where it looked, and gives up when told to.
+        rc, _, err, _ = self.cli(f"--etcd={self.etcd.endpoint}", "--group=nobody",
+                                 "--failover-wait=0.3", "get", "k")
+        self.assertEqual(rc, 3, err)
+        self.assertIn("group nobody on etcd", err)
+        self.assertIn("has no primary now", err)
+        # Counters incremented through each route while the primary is killed: each call's
+        # outcome is kept (acknowledged with the sum it returned, unknown, or unrun).
+        outcomes = {name: [] for name in routes}
+        stop = threading.Event()
+
+        def incr(name):
+            while not stop.is_set():
+                rc, out, err, took = self.cli(*routes[name], wait, "incr", f"counter-{name}")
+                if rc == 0:
+                    outcomes[name].append(("acked", int(out), took))
+                elif rc == 3 and "may have been applied" in err:
+                    outcomes[name].append(("unknown", err, took))
+                else:
+                    outcomes[name].append(("unrun", f"rc {rc}: {err}", took))
+        threads = [threading.Thread(target=incr, args=(n,)) for n in routes]
+        for t in threads:
+            t.start()
+        try:
+            wait_until(lambda: all(len(o) >= 5 for o in outcomes.values()), 30,
+                       lambda: f"increments stalled: {outcomes}")
+            before = {n: len(o) for n, o in outcomes.items()}
+            killed = self.kill_and_restart(primary, flags)
+            _, _, new_primary = wait_until(
+                lambda: (self.leader() or (0, "", ""))[2] not in ("", primary) and self.leader(),
+                TTL_S + 5, lambda: f"nobody took over: {self.group_state()}")
+            wait_until(lambda: all(sum(kind == "acked" for kind, *_ in o[before[n]:]) >= 5
+                                   for n, o in outcomes.items()), 30 * SLOW,
+                       lambda: f"no increments after the failover: {outcomes}; "
+                       f"{self.group_state()}")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        took_over = time.monotonic() - killed
+        for name, calls in outcomes.items():
+            acked = [value for kind, value, _ in calls if kind == "acked"]
+            unknown = sum(kind == "unknown" for kind, *_ in calls)
+            unrun = [value for kind, value, _ in calls if kind == "unrun"]
+            self.assertEqual(unrun, [], f"{name}: calls failed unrun within the wait")
+            self.assertEqual(len(set(acked)), len(acked), f"{name}: a sum returned twice")
+            rc, out, err, _ = self.cli(*routes[name], "--linearizable", "get",
+                                       f"counter-{name}")
+            self.assertEqual(rc, 0, err)
+            final = int(out)
+            self.assertGreaterEqual(final, max(acked), name)
+            # Every acknowledged increment is there (none lost), and none is there twice.
+            self.assertGreaterEqual(final, len(acked), f"{name}: acknowledged increments lost")
+            self.assertLessEqual(final, len(acked) + unknown,
+                                 f"{name}: {final} > {len(acked)} acknowledged + {unknown} "
+                                 "unknown: an increment was applied twice")
+            # The calls that met the failover waited for the new primary, and succeeded.
+            waited = [took for kind, _, took in calls[before[name]:] if kind == "acked"]
+            self.assertGreater(max(waited), 0.5, f"{name}: no call waited out the failover")
+            print(f"\n{name}: {len(acked)} increments acknowledged, {unknown} unknown, counter "
+                  f"{final}; the longest call took {max(waited):.2f} s across a failover of "
+                  f"{took_over:.2f} s", file=sys.stderr)
+        # The load generator finds the primary through etcd.
+        r = subprocess.run([LOADGEN, *etcd, "--ops=200", "--keys=50", "--ratio=1:1",
+                            "--progress=false"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.leader()[2], new_primary)
+        self.assertGreaterEqual(sum(s.keys for s in self.stats(new_primary).shards), 52)
+
+    def test_a_write_that_may_have_run_is_not_sent_again(self):
+        a = self.start(free_port(), "--min-replicas=1", "--min-replicas-timeout=300ms")
+        wait_until(lambda: (self.leader() or (0, "", ""))[2] == a.address, 10,
+                   lambda: "the first server was not elected")
+        b = self.start(free_port())
+        wait_until(lambda: self.following(b.address, a.address), 10,
+                   lambda: "the second server never followed the first")
+        route = (f"--addr={a.address},{b.address}", "--failover-wait=5")
+        self.assertEqual(self.cli(*route, "incr", "c")[:2], (0, "1"))
+        # With its replica stopped, a runs the increment but cannot acknowledge it: sending it
+        # again would run it again.
+        os.kill(b.process.pid, signal.SIGSTOP)
+        try:
+            rc, _, err, _ = self.cli(*route, "incr", "c")
+        finally:
+            os.kill(b.process.pid, signal.SIGCONT)
+        self.assertEqual(rc, 3, err)
+        self.assertIn("the write may have been applied, so it was not sent again", err)
+        self.assertEqual(self.cli(f"--addr={a.address}", "get", "c")[:2], (0, "2"))
+        wait_until(lambda: self.cli(f"--addr={b.address}", "get", "c")[1] == "2", 10,
+                   lambda: "the replica never got the increment")
+        # A read whose call met no answer is sent again (to the next address); a write is not.
+        os.kill(a.process.pid, signal.SIGSTOP)
+        try:
+            read = self.cli(*route, "--timeout=1", "get", "c")
+            write = self.cli(*route, "--timeout=1", "incr", "c")
+        finally:
+            os.kill(a.process.pid, signal.SIGCONT)
+        self.assertEqual(read[:2], (0, "2"), read[2])
+        self.assertEqual(write[0], 3, write[2])
+        self.assertIn(f"no answer from {a.address}", write[2])
+        self.assertIn("may have been applied", write[2])
+
     def test_an_answer_held_past_the_fence_is_not_sent(self):
         a = self.start(free_port(), "--min-replicas=1", "--min-replicas-timeout=30s")
         wait_until(lambda: (self.leader() or (0, "", ""))[2] == a.address, 10,
@@ -405,6 +541,13 @@ class FailoverTest(unittest.TestCase):
             with self.assertRaises(grpc.RpcError) as later:
                 kv.Put(kv_pb2.PutRequest(key=b"after", value=b"3"), timeout=10)
             self.assertIn("not the group's primary now", later.exception.details())
+            # ... and ran nothing, which a Redirect detail tells a client; no primary is known.
+            details = dict(later.exception.trailing_metadata()).get("grpc-status-details-bin")
+            self.assertIsNotNone(details, "the fenced refusal carries no Redirect")
+            status = kv_pb2.RpcStatus.FromString(details)
+            redirects = [kv_pb2.Redirect.FromString(d.value) for d in status.details
+                         if d.type_url == "type.googleapis.com/ringkv.v1.Redirect"]
+            self.assertEqual([r.primary for r in redirects], [""])
             self.assertEqual(kv.Get(kv_pb2.GetRequest(key=b"before"), timeout=10).value, b"1")
             # ... but not linearizable reads, which need the primary within its lease; and a
             # consistency the server does not know is refused.
