@@ -467,6 +467,17 @@ absl::StatusOr<pb::ReplicateResponse> Client::Replicate(const std::string& to) {
   return response;
 }
 
+absl::StatusOr<pb::FailoverResponse> Client::Failover(const std::string& to) {
+  pb::FailoverRequest request;
+  request.set_to(to);
+  pb::FailoverResponse response;
+  absl::Status status = Run(Safety::kWrite, [&](const Route& route, grpc::ClientContext* c) {
+    return route.replication->Failover(c, request, &response);
+  });
+  if (!status.ok()) return status;
+  return response;
+}
+
 absl::StatusOr<pb::SnapshotResponse> Client::Snapshot() {
   pb::SnapshotRequest request;
   pb::SnapshotResponse response;

@@ -172,6 +172,9 @@ class Client {
   absl::StatusOr<ringkv::v1::SnapshotResponse> Snapshot();
   // Replication.Replicate: follow the primary `to` (HOST:PORT), or, if empty, stop following.
   absl::StatusOr<ringkv::v1::ReplicateResponse> Replicate(const std::string& to);
+  // Replication.Failover, to the primary: hand the group's leadership to `to` (HOST:PORT), or,
+  // if empty, to the most advanced replica.
+  absl::StatusOr<ringkv::v1::FailoverResponse> Failover(const std::string& to);
 
   // For what the blocking calls do not cover (Stream): the stub of the server the client
   // talks to now, valid until it moves to another.

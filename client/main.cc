@@ -73,7 +73,9 @@ ABSL_FLAG(bool, linearizable, false,
           "its lease), so the answer reflects every write acknowledged before it was asked "
           "(sent as the ringkv-consistency header); a replica refuses, naming its primary. "
           "Without it any server answers from what it holds");
-ABSL_FLAG(std::string, to, "", "replicate: follow the primary at HOST:PORT (a full sync from it)");
+ABSL_FLAG(std::string, to, "",
+          "replicate: follow the primary at HOST:PORT (a full sync from it); failover: the "
+          "replica to hand the group's leadership to (default: the most advanced)");
 ABSL_FLAG(bool, stop, false,
           "replicate: stop following the primary and serve writes (a manual promotion; "
           "answered once every worker has applied what it had received)");
@@ -566,6 +568,27 @@ int Replicate(Invocation& in) {
   return kOk;
 }
 
+// `ringkv failover [--to=HOST:PORT]`: a planned switchover, sent to the group's primary.
+int Failover(Invocation& in) {
+  auto moved = in.client.Failover(absl::GetFlag(FLAGS_to));
+  if (!moved.ok()) {
+    // FAILED_PRECONDITION here is the group's state, not a write's condition.
+    if (moved.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return Fail(kServerError, std::string(moved.status().message()));
+    }
+    return FailStatus(moved.status());
+  }
+  if (in.json) {
+    std::printf("{\"primary\":%s,\"term\":%llu,\"writes_paused_ms\":%.1f}\n",
+                JsonString(moved->primary()).c_str(),
+                static_cast<unsigned long long>(moved->term()), moved->writes_paused_ms());
+    return kOk;
+  }
+  std::printf("primary: %s, term %llu; writes paused %.0f ms\n", moved->primary().c_str(),
+              static_cast<unsigned long long>(moved->term()), moved->writes_paused_ms());
+  return kOk;
+}
+
 // `ringkv cluster status --etcd=... --group=NAME`: the group's members, as each server's
 // entry in etcd says (cluster/membership.h), with the seconds their entries have left.
 int ClusterStatus(const std::vector<std::string>& operands, bool json, double timeout) {
@@ -644,7 +667,8 @@ enum Takes : unsigned {
   kIfExists = 2,
   kIfVersion = 4,
   kScanFlags = 8,
-  kReplicateFlags = 16
+  kReplicateFlags = 16,
+  kTo = 32,  // --to alone.
 };
 
 struct Command {
@@ -671,6 +695,7 @@ constexpr Command kCommands[] = {
     {"stats", "stats", 0, 0, 0, Stats},
     {"snapshot", "snapshot", 0, 0, 0, Snapshot},
     {"replicate", "replicate --to=HOST:PORT | --stop", 0, 0, kReplicateFlags, Replicate},
+    {"failover", "failover [--to=HOST:PORT]", 0, 0, kTo, Failover},
 };
 
 // The --ttl and --if-* flags as PutOptions; every command-specific flag checked against what
@@ -697,10 +722,10 @@ int ParseWriteFlags(const Command& command, PutOptions* put) {
     return refuse(if_absent ? "--if-absent" : "--if-present");
   }
   if (if_version && !(command.takes & kIfVersion)) return refuse("--if-version");
-  if (!(command.takes & kReplicateFlags)) {
-    if (!absl::GetFlag(FLAGS_to).empty()) return refuse("--to");
-    if (absl::GetFlag(FLAGS_stop)) return refuse("--stop");
+  if (!(command.takes & (kReplicateFlags | kTo)) && !absl::GetFlag(FLAGS_to).empty()) {
+    return refuse("--to");
   }
+  if (!(command.takes & kReplicateFlags) && absl::GetFlag(FLAGS_stop)) return refuse("--stop");
   if (!(command.takes & kScanFlags)) {
     if (!absl::GetFlag(FLAGS_prefix).empty()) return refuse("--prefix");
     if (absl::GetFlag(FLAGS_limit) != 0) return refuse("--limit");
@@ -720,7 +745,7 @@ int Main(int argc, char** argv) {
       "  commands: get KEY | put KEY VALUE (VALUE - reads stdin) | del KEY | ttl KEY |\n"
       "            expire KEY DURATION | persist KEY | incr KEY [DELTA] | mget KEY... |\n"
       "            mput KEY=VALUE... | scan | stats | snapshot |\n"
-      "            replicate --to=HOST:PORT | replicate --stop |\n"
+      "            replicate --to=HOST:PORT | replicate --stop | failover [--to=HOST:PORT] |\n"
       "            cluster status --etcd=HOST:PORT[,...] --group=NAME\n"
       "  put and mput take --ttl=DURATION and --if-absent or --if-present; put and del take\n"
       "  --if-version=N; scan takes --prefix=P, --limit=N and --cursor=C. A DURATION is whole\n"
@@ -756,8 +781,9 @@ int Main(int argc, char** argv) {
   }
   double timeout = absl::GetFlag(FLAGS_timeout);
   if (!(timeout >= 0 && timeout <= 86400)) return Fail(kUsage, "--timeout must be 0 .. 86400 s");
-  // A snapshot of a large data set takes a while to become durable.
-  if (timeout == 0) timeout = command->run == Snapshot ? 600 : 5;
+  // A snapshot of a large data set takes a while to become durable; a failover waits for a
+  // replica to catch up (5 s at most) and for it to take over.
+  if (timeout == 0) timeout = command->run == Snapshot ? 600 : command->run == Failover ? 20 : 5;
   absl::StatusOr<ClientCredentials> credentials =
       LoadCredentials({.token_file = absl::GetFlag(FLAGS_token_file),
                        .tls = absl::GetFlag(FLAGS_tls),

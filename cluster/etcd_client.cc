@@ -217,6 +217,39 @@ absl::Status EtcdClient::DeleteAsLeader(const std::string& prefix, const std::st
   return AsLeader(prefix, leader, key, std::nullopt);
 }
 
+absl::StatusOr<uint64_t> EtcdClient::HandOver(const std::string& prefix, const Leader& leader,
+                                              const std::string& value, int64_t lease) {
+  const std::string held = absl::StrCat(leader.term, " ", leader.value);
+  const uint64_t next = leader.term + 1;
+  pb::TxnRequest txn;
+  pb::Compare* same_leader = txn.add_compare();
+  same_leader->set_key(LeaderKey(prefix));
+  same_leader->set_target(pb::Compare::VALUE);
+  same_leader->set_result(pb::Compare::EQUAL);
+  same_leader->set_value(held);
+  pb::Compare* same_term = txn.add_compare();
+  same_term->set_key(TermKey(prefix));
+  same_term->set_target(pb::Compare::VALUE);
+  same_term->set_result(pb::Compare::EQUAL);
+  same_term->set_value(absl::StrCat(leader.term));
+  pb::PutRequest* put_leader = txn.add_success()->mutable_request_put();
+  put_leader->set_key(LeaderKey(prefix));
+  put_leader->set_value(absl::StrCat(next, " ", value));
+  put_leader->set_lease(lease);
+  pb::PutRequest* put_term = txn.add_success()->mutable_request_put();
+  put_term->set_key(TermKey(prefix));
+  put_term->set_value(absl::StrCat(next));
+  pb::TxnResponse response;
+  absl::Status status =
+      OnSomeEndpoint(Unary<pb::KV>(&pb::KV::Stub::Txn, txn, &response, options_.timeout));
+  if (!status.ok()) return status;
+  if (!response.succeeded()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "etcd key ", LeaderKey(prefix), " no longer holds \"", held, "\" in term ", leader.term));
+  }
+  return next;
+}
+
 absl::Status EtcdClient::AsLeader(const std::string& prefix, const std::string& leader,
                                   const std::string& key, const std::optional<std::string>& value) {
   pb::TxnRequest txn;

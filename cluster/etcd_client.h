@@ -82,6 +82,11 @@ class EtcdClient {
   absl::StatusOr<std::optional<uint64_t>> Campaign(
       const std::string& prefix, const std::string& value, int64_t lease, Leader* holder = nullptr,
       const std::pair<std::string, int64_t>* guard = nullptr);
+  // A planned hand-over: while PREFIX/leader still holds `leader` and the term counter its
+  // term, one transaction gives the key to `value` under `lease` (the new leader's) in the next
+  // term, and bumps the counter; the term. FAILED_PRECONDITION if either changed.
+  absl::StatusOr<uint64_t> HandOver(const std::string& prefix, const Leader& leader,
+                                    const std::string& value, int64_t lease);
   // Puts `key` = `value` (without a lease: it outlives the leader) only while PREFIX/leader
   // holds `leader` ("TERM VALUE" as Campaign wrote it); FAILED_PRECONDITION if it does not.
   absl::Status PutAsLeader(const std::string& prefix, const std::string& leader,

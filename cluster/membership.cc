@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "base/log.h"
 
 namespace ringkv::etcd {
@@ -109,6 +110,54 @@ absl::Status Membership::RecordInSync(uint64_t term,
   if (!members.has_value()) return client_->DeleteAsLeader(prefix_, leader, key);
   return client_->PutAsLeader(prefix_, leader, key,
                               FormatInSync({term, options_.server_id, *members}));
+}
+
+absl::StatusOr<uint64_t> Membership::HandOver(const std::string& target_id) {
+  absl::StatusOr<std::optional<EtcdClient::Leader>> leader = client_->CurrentLeader(prefix_);
+  if (!leader.ok()) return leader.status();
+  const std::string mine = absl::StrCat(options_.server_id, " ", options_.address);
+  if (!leader->has_value() || (*leader)->value != mine) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this server does not hold group ", options_.group, "'s leader key now"));
+  }
+  absl::StatusOr<std::optional<EtcdClient::Entry>> entry =
+      client_->Get(MemberKey(options_.group, target_id));
+  if (!entry.ok()) return entry.status();
+  std::string address;
+  if (entry->has_value()) {
+    for (absl::string_view field : absl::StrSplit((*entry)->value, ' ')) {
+      if (absl::ConsumePrefix(&field, "address=")) address = std::string(field);
+    }
+  }
+  if (address.empty() || (*entry)->lease == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server ", target_id, " has no live entry in group ", options_.group, " (it left?)"));
+  }
+  return client_->HandOver(prefix_, **leader, absl::StrCat(target_id, " ", address),
+                           (*entry)->lease);
+}
+
+absl::Status Membership::AwaitPrimary(const std::string& server_id, uint64_t term,
+                                      absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  const std::string key = MemberKey(options_.group, server_id);
+  for (;;) {
+    absl::StatusOr<std::optional<EtcdClient::Leader>> leader = client_->CurrentLeader(prefix_);
+    absl::StatusOr<std::optional<EtcdClient::Entry>> entry = client_->Get(key);
+    if (leader.ok() && leader->has_value() && (*leader)->term >= term && entry.ok() &&
+        entry->has_value()) {
+      for (absl::string_view field : absl::StrSplit((*entry)->value, ' ')) {
+        if (field == "role=primary") return absl::OkStatus();
+      }
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the leader key was handed to server ", server_id, " in term ", term,
+          ", which did not say it serves as the primary within ", absl::FormatDuration(timeout),
+          "; `ringkv cluster status` shows where the group stands"));
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(Options options) {
@@ -279,6 +328,16 @@ void Membership::Elect() {
   const std::optional<LeaderValue> who = ParseLeaderValue(held.value);
   if (!who.has_value()) return;
   if (who->server_id == options_.server_id) {
+    if (!leading_ && held.term != led_term_) {
+      // A term this server did not campaign for: the last primary handed the key over
+      // (HandOver), under this server's lease.
+      Log(LogLevel::kInfo,
+          "group %s: the primary handed its leadership over in term %d; "
+          "taking over",
+          options_.group, held.term);
+      TakeOver(held.term);
+      return;
+    }
     if (!leading_ && held.term == led_term_) {
       // Won and taken over, but the renewal or the look after it failed: the key is still
       // this server's, so the fence may open from the last renewal.
@@ -393,6 +452,10 @@ void Membership::Vacancy() {
   vacancy_.reset();
   Log(LogLevel::kInfo, "group %s: won term %d (%d rivals silent); taking over", options_.group,
       term, silent);
+  TakeOver(term);
+}
+
+void Membership::TakeOver(uint64_t term) {
   absl::Status status = RecordInSync(
       term, options_.in_sync ? std::optional(std::vector<std::string>()) : std::nullopt);
   if (status.ok()) status = options_.lead(term);

@@ -131,6 +131,16 @@ class Membership {
   };
   View view() const;
 
+  // A planned failover: while this server holds the leader key, gives it to the member
+  // `target_id` (under that member's lease, in the next term, one etcd transaction:
+  // EtcdClient::HandOver); the term. The target's membership sees the key become its own and
+  // takes over as after a win; this one's sees it go, closes the fence and follows. Any
+  // thread.
+  absl::StatusOr<uint64_t> HandOver(const std::string& target_id);
+  // Waits until the member `server_id`'s entry says it serves as the primary of `term` (or a
+  // later one); DEADLINE_EXCEEDED after `timeout`. Any thread.
+  absl::Status AwaitPrimary(const std::string& server_id, uint64_t term, absl::Duration timeout);
+
   // The leader of `term` (this server) records its in-sync set (nullopt: it keeps none, and
   // the key goes). FAILED_PRECONDITION once it no longer holds the leader key. Any thread.
   absl::Status RecordInSync(uint64_t term, const std::optional<std::vector<std::string>>& members);
@@ -144,6 +154,9 @@ class Membership {
   void Elect();
   // Nobody leads: campaigns when this server's turn comes.
   void Vacancy();
+  // This server holds the leader key in `term` (won, or handed over): records an empty
+  // in-sync set if it keeps one, promotes it (`lead`), and opens the fence.
+  void TakeOver(uint64_t term);
   // The entry's text: describe() and the standing.
   std::string Entry() const;
   // Writes the entry unless etcd holds it as it is, under the lease it has.

@@ -29,6 +29,10 @@ SIGSTOP, and writers on grpcio that count every acknowledged write.
   counter ends between its acknowledged increments and those plus the unknown ones (none
   applied twice), calls that met the failover were sent again and succeeded, and the load
   generator finds the primary through etcd.
+- A planned failover (`ringkv failover --to`): of three servers with --acks=isr under
+  writers, the primary hands the leadership to a replica in the next term; no acknowledged
+  write is lost, writes pause for less than a second, and the old primary and the other
+  replica follow the new one from their positions (no full sync).
 - A write that may have run is not sent again: a primary whose replica is stopped runs an
   increment it cannot acknowledge; the CLI given several addresses reports that it may have
   been applied, and the counter moved once.
@@ -474,6 +478,55 @@ class FailoverTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(self.leader()[2], new_primary)
         self.assertGreaterEqual(sum(s.keys for s in self.stats(new_primary).shards), 52)
+
+    def test_a_planned_failover_loses_nothing_and_pauses_writes_briefly(self):
+        flags = ("--min-replicas=1", "--acks=isr")
+        ports = [free_port() for _ in range(3)]
+        for port in ports:
+            self.start(port, *flags)
+        addresses = [f"127.0.0.1:{p}" for p in ports]
+        term, _, primary = wait_until(self.leader, 10, lambda: "nobody was elected")
+        others = [a for a in addresses if a != primary]
+        for other in others:
+            wait_until(lambda: self.following(other, primary), 10,
+                       lambda: f"{other} never followed {primary}")
+        wait_until(lambda: len(self.in_sync()) == 2, 10, lambda: "the in-sync set never filled")
+        writers = start_writers(addresses)
+        self.addCleanup(writers.stop)
+        wait_until(lambda: len(writers.acked) > 200, 10, lambda: "no writes acknowledged")
+        etcd = (f"--etcd={self.etcd.endpoint}", f"--group={self.group}")
+        # A target that is no replica of the primary is refused, and writes go on.
+        rc, _, err, _ = self.cli(*etcd, "failover", "--to=127.0.0.1:1")
+        self.assertEqual(rc, 3, err)
+        self.assertIn("127.0.0.1:1 is no replica", err)
+        target = others[0]
+        full_syncs = {a: sum(f.full_syncs for f in self.stats(a).replication.flows)
+                      for a in (primary, others[1])}
+        started = time.monotonic()
+        rc, out, err, _ = self.cli(*etcd, "failover", f"--to={target}")
+        ended = time.monotonic()
+        self.assertEqual(rc, 0, f"{err}\n{self.group_state()}")
+        self.assertIn(f"primary: {target}, term {term + 1}", out)
+        self.assertEqual(self.leader(), (term + 1, self.leader()[1], target))
+        for other in (primary, others[1]):
+            wait_until(lambda: self.following(other, target), 10,
+                       lambda: f"{other} never followed {target}: {self.group_state()}")
+        wait_until(lambda: writers.acks_after(ended, target), 5, lambda: "no writes after")
+        writers.stop()
+        lost = writers.lost_on(target)
+        self.assertEqual(lost[:10], [], f"{len(lost)} of {len(writers.acked)} writes lost")
+        # The writes paused briefly: the longest gap between acknowledgements around it.
+        times = sorted(t for _, _, t, _ in writers.acked.values())
+        gap = max(b - a for a, b in zip(times, times[1:]) if b >= started and a <= ended)
+        self.assertLess(gap, 1.0 * SLOW, f"writes paused {gap:.3f} s")
+        # Nothing was copied: the old primary and the other replica went on from their
+        # positions.
+        for other in (primary, others[1]):
+            flows = self.stats(other).replication.flows
+            self.assertEqual(sum(f.full_syncs for f in flows), full_syncs[other],
+                             f"{other}: {flows}")
+        print(f"\nplanned failover: {len(writers.acked)} acknowledged writes, none lost; "
+              f"writes paused {gap * 1000:.0f} ms ({out})", file=sys.stderr)
 
     def test_a_write_that_may_have_run_is_not_sent_again(self):
         a = self.start(free_port(), "--min-replicas=1", "--min-replicas-timeout=300ms")

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <future>
+#include <map>
 #include <random>
 #include <tuple>
 
@@ -223,6 +224,8 @@ absl::Status Server::JoinGroup() {
        .fence =
            [this](int64_t deadline_ns) {
              fence_.Until(deadline_ns);
+             // Not the leader now: a failover's hold (HandOver) has done its work.
+             if (deadline_ns == 0) fence_.Hold(false);
              if (deadline_ns == 0 && in_sync_keeper_ != nullptr) in_sync_keeper_->Stop();
            },
        .in_sync = options_.acks_isr});
@@ -473,6 +476,150 @@ absl::Status Server::RequestRoleChange(const std::string& to, RoleDone done) {
     }
     done(status, primary.empty() ? "primary" : "replica", primary);
   });
+  return absl::OkStatus();
+}
+
+absl::Status Server::RequestFailover(const std::string& to, FailoverDone done) {
+  if (options_.etcd.empty()) {
+    return absl::FailedPreconditionError(
+        "this server is in no group on etcd (--etcd, --group), so there is no leadership to "
+        "hand over; to move a primary by hand: `ringkv replicate --to=R` on it, then "
+        "`ringkv replicate --stop` on R");
+  }
+  std::lock_guard lock(role_mu_);
+  if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
+  if (role_changing_) {
+    return absl::FailedPreconditionError("another failover is under way; try again");
+  }
+  if (role_thread_.joinable()) role_thread_.join();  // The last one's, done.
+  role_changing_ = true;
+  role_thread_ = std::thread([this, to, done = std::move(done)] {
+    FailoverResult result;
+    const absl::Status status = HandOver(to, &result);
+    {
+      std::lock_guard lock(role_mu_);
+      role_changing_ = false;
+    }
+    done(status, result);
+  });
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A replica as the primary's flows show it: where it listens, and per worker whether it takes
+// the tail and what it acknowledged.
+struct Follower {
+  std::string address;
+  std::vector<bool> streaming;
+  std::vector<uint64_t> acked;
+};
+
+}  // namespace
+
+absl::Status Server::HandOver(const std::string& to, FailoverResult* result) {
+  etcd::Membership* membership;
+  {
+    std::lock_guard lock(role_mu_);
+    membership = membership_.get();
+  }
+  if (membership == nullptr || !membership->view().leading || fence_.closed()) {
+    const std::string leader = membership == nullptr ? "" : membership->view().leader_address;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this server is not group ", options_.group, "'s primary now",
+        leader.empty() || leader == listen_address() ? "" : absl::StrCat(" (", leader, " is)"),
+        "; `ringkv failover --etcd=... --group=", options_.group, "` finds the primary"));
+  }
+  const size_t workers = repl_sources_.size();
+  auto followers = [&] {
+    std::map<std::string, Follower> by_id;
+    replica_flows_.ForEach([&](const repl::ReplicaFlow& flow) {
+      Follower& f = by_id[flow.replica_id];
+      f.address = flow.address;
+      f.streaming.resize(workers, false);
+      f.acked.resize(workers, 0);
+      if (flow.worker < workers) {
+        f.streaming[flow.worker] = flow.streaming.load(std::memory_order_acquire);
+        f.acked[flow.worker] = flow.acked.load(std::memory_order_acquire);
+      }
+    });
+    return by_id;
+  };
+  // The target: a replica that takes the tail of every worker (an in-sync member with
+  // --acks=isr, so that it holds every acknowledged write), `to` or the most advanced.
+  uint64_t generation;
+  const std::vector<std::string> in_sync = in_sync_set_.members(&generation);
+  std::string target_id;
+  std::string candidates;
+  uint64_t best = 0;
+  for (const auto& [id, f] : followers()) {
+    if (std::count(f.streaming.begin(), f.streaming.end(), true) != static_cast<long>(workers))
+      continue;
+    if (options_.acks_isr && std::find(in_sync.begin(), in_sync.end(), id) == in_sync.end())
+      continue;
+    absl::StrAppend(&candidates, candidates.empty() ? "" : ", ", f.address);
+    uint64_t applied = 0;
+    for (uint64_t a : f.acked) applied += a;
+    if (to.empty() ? (target_id.empty() || applied > best) : f.address == to) {
+      target_id = id;
+      best = applied;
+    }
+  }
+  if (target_id.empty()) {
+    const std::string what = options_.acks_isr ? "in the in-sync set with a flow on every worker"
+                                               : "following every worker of this server";
+    return absl::FailedPreconditionError(
+        to.empty() ? absl::StrCat("no replica is ", what, ": nobody to hand over to")
+                   : absl::StrCat(to, " is no replica ", what,
+                                  "; those that are: ", candidates.empty() ? "none" : candidates));
+  }
+  // Writes stop here; the target applies the rest.
+  const auto paused = std::chrono::steady_clock::now();
+  fence_.Hold(true);
+  auto resume = [this](absl::Status why) {
+    fence_.Hold(false);
+    Log(LogLevel::kWarning, "failover: %s; writes go on here", why.message());
+    return why;
+  };
+  Log(LogLevel::kInfo, "failover: writes are refused while %s applies what it lacks",
+      followers()[target_id].address);
+  const auto caught_up = [&] {
+    const Follower f = followers()[target_id];
+    for (size_t w = 0; w < workers; ++w) {
+      if (f.acked.size() != workers || f.acked[w] < repl_sources_[w]->figures().lsn) return false;
+    }
+    return true;
+  };
+  // Twice, 5 ms apart: a write whose turn began before the hold may still have run.
+  const auto deadline = paused + std::chrono::seconds(5);
+  int seen = 0;
+  while (seen < 2) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return resume(absl::DeadlineExceededError(
+          "the replica did not apply every record within 5 s; nothing was handed over"));
+    }
+    seen = caught_up() ? seen + 1 : 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(seen == 1 ? 5 : 1));
+  }
+  absl::StatusOr<uint64_t> term = membership->HandOver(target_id);
+  if (!term.ok()) {
+    return resume(
+        absl::Status(term.status().code(),
+                     absl::StrCat("cannot hand the leader key over: ", term.status().message())));
+  }
+  result->term = *term;
+  result->primary = followers()[target_id].address;
+  // The key is the target's: this server's membership sees it go, closes the fence for good
+  // and only then lets the hold go (the fence hook), so that no renewal before that can open
+  // it; the target's takes over and says so in its entry.
+  const absl::Status serving = membership->AwaitPrimary(target_id, *term, absl::Seconds(5));
+  // Seen (the view changes after the fence closes): the hook let the hold go, or will.
+  if (!membership->view().leading) fence_.Hold(false);
+  result->writes_paused_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - paused).count();
+  if (!serving.ok()) return serving;
+  Log(LogLevel::kInfo, "failover: %s is the primary in term %d; writes paused %.0f ms",
+      result->primary, *term, result->writes_paused_ms);
   return absl::OkStatus();
 }
 

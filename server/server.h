@@ -109,6 +109,7 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   bool fenced() const override { return fence_.closed(); }
   absl::Status write_refusal() const override;
   absl::Status RequestRoleChange(const std::string& to, RoleDone done) override;
+  absl::Status RequestFailover(const std::string& to, FailoverDone done) override;
   const std::string& server_id() const override { return server_id_; }
   void AddReplicaFlow(const repl::ReplicaFlow* flow) override { replica_flows_.Add(flow); }
   void RemoveReplicaFlow(const repl::ReplicaFlow* flow) override { replica_flows_.Remove(flow); }
@@ -144,6 +145,12 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   // A promotion, with a data directory: once no full sync's image waits for a snapshot to hold
   // it (server/repl/sink.h), taking one if needed.
   absl::Status AwaitDurableImages();
+  // A planned failover (RequestFailover), on role_thread_: picks the replica (`to`, or the one
+  // that applied the most; a member of the in-sync set with --acks=isr) that follows every
+  // worker, refuses writes (fence_.Hold), waits until it has applied every record, hands it
+  // the leader key (Membership::HandOver), and waits until it has taken over and this server
+  // follows it. Writes resume here if any step fails.
+  absl::Status HandOver(const std::string& to, FailoverResult* result);
   // --etcd: what this server's member entry says (cluster/membership.h).
   std::string DescribeMember() const;
   // --etcd: the group's election (cluster/membership.h). Whether this server may lead now,

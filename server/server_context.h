@@ -87,6 +87,18 @@ class ServerContext {
   using RoleDone =
       std::function<void(const absl::Status&, const std::string& role, const std::string& primary)>;
   virtual absl::Status RequestRoleChange(const std::string& to, RoleDone done) = 0;
+  // `ringkv failover`: a planned switchover in a group on etcd (Server::HandOver). An error
+  // at once if refused (`done` never runs); else `done` runs on another thread once the
+  // leadership has moved, or the attempt failed (writes then go on here).
+  struct FailoverResult {
+    std::string primary;  // The new primary's address.
+    uint64_t term = 0;
+    double writes_paused_ms = 0;  // From writes refused here to the new primary taking over.
+  };
+  using FailoverDone = std::function<void(const absl::Status&, const FailoverResult&)>;
+  virtual absl::Status RequestFailover(const std::string& /*to*/, FailoverDone /*done*/) {
+    return absl::UnimplementedError("no failover here");
+  }
   // Random, made at start: a replica sends its own, so that a server never follows itself.
   virtual const std::string& server_id() const = 0;
   // The replicas streaming from this server, for its stats: a Flow call adds its entry once

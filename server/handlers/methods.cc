@@ -10,6 +10,7 @@ namespace {
 
 using internal::MakeDeleteHandler;
 using internal::MakeExpireHandler;
+using internal::MakeFailoverHandler;
 using internal::MakeFlowHandler;
 using internal::MakeGetHandler;
 using internal::MakeHealthCheckHandler;
@@ -113,6 +114,10 @@ const std::array<Method, kMethodCount> kMethods = {{
      .path = "/ringkv.v1.Replication/Replicate",
      .needs = kAdmin,
      .make = MakeReplicateHandler},
+    {.id = MethodId::kReplicationFailover,
+     .path = "/ringkv.v1.Replication/Failover",
+     .needs = kAdmin,
+     .make = MakeFailoverHandler},
 }};
 
 }  // namespace

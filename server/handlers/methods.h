@@ -41,8 +41,9 @@ enum class MethodId {
   kReflectionV1,
   kReplicationFlow,
   kReplicationReplicate,
+  kReplicationFailover,
 };
-inline constexpr int kMethodCount = static_cast<int>(MethodId::kReplicationReplicate) + 1;
+inline constexpr int kMethodCount = static_cast<int>(MethodId::kReplicationFailover) + 1;
 
 // Written with designated initializers; the flags' defaults fit most methods.
 struct Method {

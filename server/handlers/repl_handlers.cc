@@ -293,14 +293,58 @@ class FlowHandler : public Handler {
   absl::Status end_;
 };
 
-// Replicate: the server changes its role on a thread of its own (ServerContext::
-// RequestRoleChange); its Request is a placeholder that comes back through CompleteExternal
-// once the change is made.
-class ReplicateHandler : public Handler {
+// A call the server answers from a thread of its own (a role change, a failover): its
+// Request is a placeholder that comes back through CompleteExternal once the work is done.
+template <typename In, typename Out>
+class OffLoopHandler : public Handler {
  public:
   using Handler::Handler;
 
   google::protobuf::MessageLite* incoming() override { return &request_; }
+
+  void OnRequestDone(Request* /*request*/) override {
+    out_ = false;
+    if (cancelled_) return sink_.Finish(absl::CancelledError("call cancelled"), nullptr);
+    sink_.Finish(status_, status_.ok() ? &response_ : nullptr);
+  }
+
+  void OnCancel() override {
+    cancelled_ = true;  // The work goes on; only its answer is lost.
+    if (!out_) sink_.Finish(absl::CancelledError("call cancelled"), nullptr);
+  }
+
+ protected:
+  // Hands the work to `start`, which refuses it at once, or makes `done` run (on its thread,
+  // once response_ is filled) with the outcome. The loop touches nothing of this until the
+  // placeholder is back (CompleteExternal hands it over under a mutex).
+  template <typename Start>
+  void Launch(Start start) {
+    out_ = true;
+    host_.SubmitExternal(this, &placeholder_);
+    const absl::Status requested = start([this](const absl::Status& status) {
+      status_ = status;
+      host_.CompleteExternal(&placeholder_);
+    });
+    if (!requested.ok()) {
+      status_ = requested;
+      host_.CompleteExternal(&placeholder_);
+    }
+  }
+
+  In request_;
+  Out response_;
+
+ private:
+  Request placeholder_;
+  absl::Status status_;
+  bool out_ = false;
+  bool cancelled_ = false;
+};
+
+// Replicate: the server changes its role (ServerContext::RequestRoleChange).
+class ReplicateHandler : public OffLoopHandler<pb::ReplicateRequest, pb::ReplicateResponse> {
+ public:
+  using OffLoopHandler::OffLoopHandler;
 
   void OnMessage() override {
     const std::string& to = request_.to();
@@ -314,42 +358,40 @@ class ReplicateHandler : public Handler {
           absl::InvalidArgumentError(absl::StrCat("the primary must be HOST:PORT, got '", to, "'")),
           nullptr);
     }
-    out_ = true;
-    host_.SubmitExternal(this, &placeholder_);
-    // `done` runs on the server's role thread; the loop touches nothing of this until the
-    // placeholder is back (CompleteExternal hands it over under a mutex).
-    const absl::Status requested = context_.RequestRoleChange(
-        to,
-        [this](const absl::Status& status, const std::string& role, const std::string& primary) {
-          status_ = status;
-          response_.set_role(role);
-          response_.set_primary(primary);
-          host_.CompleteExternal(&placeholder_);
-        });
-    if (!requested.ok()) {
-      status_ = requested;
-      host_.CompleteExternal(&placeholder_);
+    Launch([&](auto done) {
+      return context_.RequestRoleChange(
+          to, [this, done](const absl::Status& status, const std::string& role,
+                           const std::string& primary) {
+            response_.set_role(role);
+            response_.set_primary(primary);
+            done(status);
+          });
+    });
+  }
+};
+
+// Failover: a planned switchover in a group (ServerContext::RequestFailover).
+class FailoverHandler : public OffLoopHandler<pb::FailoverRequest, pb::FailoverResponse> {
+ public:
+  using OffLoopHandler::OffLoopHandler;
+
+  void OnMessage() override {
+    const std::string& to = request_.to();
+    if (!to.empty() && (to.rfind(':') == std::string::npos || to.back() == ':')) {
+      return sink_.Finish(
+          absl::InvalidArgumentError(absl::StrCat("the target must be HOST:PORT, got '", to, "'")),
+          nullptr);
     }
+    Launch([&](auto done) {
+      return context_.RequestFailover(
+          to, [this, done](const absl::Status& status, const ServerContext::FailoverResult& r) {
+            response_.set_primary(r.primary);
+            response_.set_term(r.term);
+            response_.set_writes_paused_ms(r.writes_paused_ms);
+            done(status);
+          });
+    });
   }
-
-  void OnRequestDone(Request* /*request*/) override {
-    out_ = false;
-    if (cancelled_) return sink_.Finish(absl::CancelledError("call cancelled"), nullptr);
-    sink_.Finish(status_, status_.ok() ? &response_ : nullptr);
-  }
-
-  void OnCancel() override {
-    cancelled_ = true;  // The change goes on; only its answer is lost.
-    if (!out_) sink_.Finish(absl::CancelledError("call cancelled"), nullptr);
-  }
-
- private:
-  pb::ReplicateRequest request_;
-  pb::ReplicateResponse response_;
-  Request placeholder_;
-  absl::Status status_;
-  bool out_ = false;
-  bool cancelled_ = false;
 };
 
 }  // namespace
@@ -360,6 +402,10 @@ std::unique_ptr<Handler> MakeFlowHandler(HandlerHost& host, CallSink& sink) {
 
 std::unique_ptr<Handler> MakeReplicateHandler(HandlerHost& host, CallSink& sink) {
   return std::make_unique<ReplicateHandler>(host, sink);
+}
+
+std::unique_ptr<Handler> MakeFailoverHandler(HandlerHost& host, CallSink& sink) {
+  return std::make_unique<FailoverHandler>(host, sink);
 }
 
 }  // namespace ringkv::internal

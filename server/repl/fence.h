@@ -13,7 +13,7 @@
 //
 // The clock is CLOCK_BOOTTIME: it goes on through a suspend, when etcd's does too.
 //
-// Threads: any (one atomic).
+// Threads: any (atomics).
 #ifndef RINGKV_SERVER_REPL_FENCE_H_
 #define RINGKV_SERVER_REPL_FENCE_H_
 
@@ -39,12 +39,17 @@ class Fence {
   // Writes may be acknowledged until `deadline_ns` (NowNs's clock); 0 closes the fence now,
   // kOpen opens it for good.
   void Until(int64_t deadline_ns) { until_.store(deadline_ns, std::memory_order_release); }
+  // Keeps the fence closed, whatever the deadline, while `held` (a planned failover hands the
+  // leadership over: Server::HandOver).
+  void Hold(bool held) { held_.store(held, std::memory_order_release); }
   bool closed() const {
+    if (held_.load(std::memory_order_acquire)) return true;
     const int64_t until = until_.load(std::memory_order_acquire);
     return until != kOpen && NowNs() >= until;
   }
   // Nanoseconds left before it closes (kOpen: never; 0: closed).
   int64_t left_ns() const {
+    if (held_.load(std::memory_order_acquire)) return 0;
     const int64_t until = until_.load(std::memory_order_acquire);
     if (until == kOpen) return kOpen;
     const int64_t left = until - NowNs();
@@ -53,6 +58,7 @@ class Fence {
 
  private:
   std::atomic<int64_t> until_{kOpen};
+  std::atomic<bool> held_{false};
 };
 
 }  // namespace ringkv::repl

@@ -26,6 +26,7 @@ std::unique_ptr<Handler> MakeSnapshotHandler(HandlerHost& host, CallSink& sink);
 // repl_handlers.cc: ringkv.v1.Replication.
 std::unique_ptr<Handler> MakeFlowHandler(HandlerHost& host, CallSink& sink);
 std::unique_ptr<Handler> MakeReplicateHandler(HandlerHost& host, CallSink& sink);
+std::unique_ptr<Handler> MakeFailoverHandler(HandlerHost& host, CallSink& sink);
 
 // health_handlers.cc: grpc.health.v1.Health.
 std::unique_ptr<Handler> MakeHealthCheckHandler(HandlerHost& host, CallSink& sink);
