@@ -39,8 +39,14 @@ from its positions (a partial resync), or after a full sync of the whole data se
 OLD_SERVER=PATH (a ringkv-server built from an earlier commit) the same rounds run on it too,
 in the same run; the log lines of partial resyncs are counted for each.
 
-Usage: [PARTS=failover,steady,acks,resync] [PRELOAD=1000000] [RESYNC_ROUNDS=5]
-[OLD_SERVER=PATH] bench/failover_bench.py [ROUNDS=20] [RUNS=3] [SECONDS=5]
+Part switchover, a planned failover: the setups of part failover (ringkv with --acks=isr),
+SWITCH_ROUNDS rounds each: once every replica follows, WRITE_S seconds of writes, then ringkv's
+`ringkv failover --to=R` (R: the next server in turn) against Redis's `SENTINEL FAILOVER m`;
+the writes' pause, from the last write the old primary acknowledged to the first the new one
+did, and ringkv's own figure (the command's writes_paused_ms); lost writes at the end.
+
+Usage: [PARTS=failover,steady,acks,resync,switchover] [PRELOAD=1000000] [RESYNC_ROUNDS=5]
+[SWITCH_ROUNDS=10] [OLD_SERVER=PATH] bench/failover_bench.py [ROUNDS=20] [RUNS=3] [SECONDS=5]
 [IDLE_S=30] (repository root, after scripts/setup.sh; re-runs itself under .tools/venv for
 grpcio). Prints markdown; raw results in bench-results/failover/.
 """
@@ -67,7 +73,9 @@ ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 SECONDS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 IDLE_S = int(sys.argv[4]) if len(sys.argv) > 4 else 30
-PARTS = os.environ.get("PARTS", "failover,steady,acks,resync").split(",")
+PARTS = os.environ.get("PARTS", "failover,steady,acks,resync,switchover").split(",")
+SWITCH_ROUNDS = int(os.environ.get("SWITCH_ROUNDS", "10"))
+CLI = "build/client/ringkv"
 PRELOAD = int(os.environ.get("PRELOAD", "1000000"))
 RESYNC_ROUNDS = int(os.environ.get("RESYNC_ROUNDS", "5"))
 OLD_SERVER = os.environ.get("OLD_SERVER", "")
@@ -104,11 +112,29 @@ def kill_and_time(procs, primary, others, writers, timeout):
     return min(a[2] for a in first) - killed, first
 
 
+def switch_and_time(primary, others, writers, switch):
+    """A planned round: WRITE_S seconds of writes from the primary's first acknowledgement on,
+    then `switch()`; the writes' pause (from the last write the old primary acknowledged to
+    the first one of `others` did), the new primary, and what `switch` returned."""
+    settled = time.monotonic()
+    wait_until(lambda: writers.acks_after(settled, primary), 10, "no writes")
+    time.sleep(WRITE_S)
+    started = time.monotonic()
+    reported = switch()
+    first = wait_until(lambda: [a for o in others for a in writers.acks_after(started, o)],
+                       30, "the group never took writes again")
+    first_new = min(first, key=lambda a: a[2])
+    last_old = max(a[2] for a in writers.acks_after(settled, primary) if a[2] <= first_new[2])
+    return first_new[2] - last_old, first_new[1], reported
+
+
 # ringkv.
 
-def ringkv_rounds(work, grpc, pb, stubs, flags=(), server=SERVER, rounds=None, preload=0):
-    """ROUNDS (or `rounds`) kill -9 rounds of a group of three; with `preload`, that many keys
-    are put (once every server follows, and with --acks=isr the set has a member) first."""
+def ringkv_rounds(work, grpc, pb, stubs, flags=(), server=SERVER, rounds=None, preload=0,
+                  switch=False):
+    """ROUNDS (or `rounds`) kill -9 rounds of a group of three, or with `switch` planned
+    failovers (`ringkv failover`); with `preload`, that many keys are put (once every server
+    follows, and with --acks=isr the set has a member) first."""
     etcd = Etcd(work)
     etcd.start()
     group = "bench"
@@ -136,6 +162,7 @@ def ringkv_rounds(work, grpc, pb, stubs, flags=(), server=SERVER, rounds=None, p
     for address in addresses:
         start(address)
     times = []
+    reported = []
     try:
         _, _, leader = wait_until(lambda: etcd.leader(group), 10, "nobody elected")
         if preload:
@@ -154,9 +181,18 @@ def ringkv_rounds(work, grpc, pb, stubs, flags=(), server=SERVER, rounds=None, p
             others = [a for a in addresses if a != primary]
             for other in others:
                 wait_until(lambda: follows(other, primary), 20, f"{other} never followed")
-            took, _ = kill_and_time(procs, primary, others, writers, 30)
+            if switch:
+                def failover(target=others[0]):
+                    r = subprocess.run([CLI, f"--etcd={etcd.endpoint}", f"--group={group}",
+                                        "--json", "failover", f"--to={target}"],
+                                       capture_output=True, text=True, check=True)
+                    return json.loads(r.stdout)["writes_paused_ms"]
+                took, _, said = switch_and_time(primary, others, writers, failover)
+                reported.append(said / 1000)
+            else:
+                took, _ = kill_and_time(procs, primary, others, writers, 30)
+                start(primary)
             times.append(took)
-            start(primary)
         writers.stop()
         _, _, primary = etcd.leader(group)
         lost = len(writers.lost_on(primary))
@@ -165,7 +201,8 @@ def ringkv_rounds(work, grpc, pb, stubs, flags=(), server=SERVER, rounds=None, p
             if name.startswith("ringkv-") and name.endswith(".log"):
                 with open(os.path.join(work, name)) as f:
                     resumed += f.read().count("partial resync from")
-        return {"times": times, "acked": len(writers.acked), "lost": lost, "resumed": resumed}
+        return {"times": times, "acked": len(writers.acked), "lost": lost, "resumed": resumed,
+                "reported": reported}
     finally:
         for proc in procs.values():
             if proc.poll() is None:
@@ -317,7 +354,7 @@ class RedisWriters:
             t.join()
 
 
-def redis_rounds(work):
+def redis_rounds(work, switch=False):
     ports = [free_port() for _ in range(3)]
     sentinel_ports = [free_port() for _ in range(3)]
     procs = {}
@@ -364,7 +401,7 @@ def redis_rounds(work):
             wait_until(lambda: ping(sp), 10, f"sentinel on {sp}")
         writers = RedisWriters(sentinel_ports)
         master = ports[0]
-        for _ in range(ROUNDS):
+        for _ in range(SWITCH_ROUNDS if switch else ROUNDS):
             others = [p for p in ports if p != master]
 
             def synced(p, master=master):
@@ -372,6 +409,14 @@ def redis_rounds(work):
                 return r and r[0] == b"slave" and r[2] == master and r[3] == b"connected"
             for p in others:
                 wait_until(lambda: synced(p), 60, f"redis {p} never followed {master}")
+            if switch:
+                def failover():
+                    ok, got = call(sentinel_ports[0], "SENTINEL", "FAILOVER", "m", timeout=5)
+                    if not ok:
+                        raise RuntimeError(f"SENTINEL FAILOVER: {got}")
+                took, master, _ = switch_and_time(master, others, writers, failover)
+                times.append(took)
+                continue
             took, first = kill_and_time(procs, master, others, writers, 60)
             times.append(took)
             new_master = first[0][1]
@@ -466,6 +511,20 @@ def print_failover(results):
         print(f"| {label} | {cell(r['times'], '{:.2f}')} | {r['acked']:,} | {r['lost']:,} |")
 
 
+def print_switchover(results):
+    print(f"\n### Planned failover: {SWITCH_ROUNDS} rounds each, 3 servers, 2 writers, every "
+          "write waiting for 1 replica\n")
+    print("| system | writes paused, s: median (min .. max) | the command's own figure, s | "
+          "acknowledged writes | lost |")
+    print("|---|---|---|---|---|")
+    for name, label in (("ringkv-switch", "ringkv `failover --to`, --min-replicas=1 --acks=isr"),
+                        ("redis-switch", "Redis `SENTINEL FAILOVER`, WAIT 1")):
+        r = results[name]
+        said = cell(r["reported"], "{:.3f}") if r.get("reported") else "-"
+        print(f"| {label} | {cell(r['times'], '{:.3f}')} | {said} | {r['acked']:,} | "
+              f"{r['lost']:,} |")
+
+
 def resync(work, grpc, pb, stubs):
     """Part resync: the --acks=isr rounds with PRELOAD keys, on this build and OLD_SERVER."""
     out = {}
@@ -541,6 +600,10 @@ def main():
         runs.append(("acks", lambda w: acks_cost(w, grpc, pb, stubs)))
     if "resync" in PARTS:
         runs.append(("resync", lambda w: resync(w, grpc, pb, stubs)))
+    if "switchover" in PARTS:
+        runs += [("ringkv-switch", lambda w: ringkv_rounds(w, grpc, pb, stubs, ["--acks=isr"],
+                                                           rounds=SWITCH_ROUNDS, switch=True)),
+                 ("redis-switch", lambda w: redis_rounds(w, switch=True))]
     results = {}
     for name, run in runs:
         work = tempfile.mkdtemp(prefix=f"ringkv-failover-{name}-")
@@ -559,6 +622,8 @@ def main():
         print_acks(results["acks"])
     if "resync" in PARTS:
         print_resync(results["resync"])
+    if "switchover" in PARTS:
+        print_switchover(results)
 
 
 if __name__ == "__main__":
