@@ -21,6 +21,24 @@ namespace pb = ::etcdserverpb;
 
 std::string TermKey(const std::string& prefix) { return prefix + "/term"; }
 
+// A transaction's comparison: `key`'s value is `value`.
+void CompareValue(pb::TxnRequest* txn, const std::string& key, const std::string& value) {
+  pb::Compare* compare = txn->add_compare();
+  compare->set_key(key);
+  compare->set_target(pb::Compare::VALUE);
+  compare->set_result(pb::Compare::EQUAL);
+  compare->set_value(value);
+}
+
+// A transaction's success step: put `key` = `value` under `lease` (0: none).
+void PutOnSuccess(pb::TxnRequest* txn, const std::string& key, const std::string& value,
+                  int64_t lease = 0) {
+  pb::PutRequest* put = txn->add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+  if (lease != 0) put->set_lease(lease);
+}
+
 std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
   return std::chrono::system_clock::now() + absl::ToChronoMicroseconds(timeout);
 }
@@ -222,23 +240,10 @@ absl::StatusOr<uint64_t> EtcdClient::HandOver(const std::string& prefix, const L
   const std::string held = absl::StrCat(leader.term, " ", leader.value);
   const uint64_t next = leader.term + 1;
   pb::TxnRequest txn;
-  pb::Compare* same_leader = txn.add_compare();
-  same_leader->set_key(LeaderKey(prefix));
-  same_leader->set_target(pb::Compare::VALUE);
-  same_leader->set_result(pb::Compare::EQUAL);
-  same_leader->set_value(held);
-  pb::Compare* same_term = txn.add_compare();
-  same_term->set_key(TermKey(prefix));
-  same_term->set_target(pb::Compare::VALUE);
-  same_term->set_result(pb::Compare::EQUAL);
-  same_term->set_value(absl::StrCat(leader.term));
-  pb::PutRequest* put_leader = txn.add_success()->mutable_request_put();
-  put_leader->set_key(LeaderKey(prefix));
-  put_leader->set_value(absl::StrCat(next, " ", value));
-  put_leader->set_lease(lease);
-  pb::PutRequest* put_term = txn.add_success()->mutable_request_put();
-  put_term->set_key(TermKey(prefix));
-  put_term->set_value(absl::StrCat(next));
+  CompareValue(&txn, LeaderKey(prefix), held);
+  CompareValue(&txn, TermKey(prefix), absl::StrCat(leader.term));
+  PutOnSuccess(&txn, LeaderKey(prefix), absl::StrCat(next, " ", value), lease);
+  PutOnSuccess(&txn, TermKey(prefix), absl::StrCat(next));
   pb::TxnResponse response;
   absl::Status status =
       OnSomeEndpoint(Unary<pb::KV>(&pb::KV::Stub::Txn, txn, &response, options_.timeout));
@@ -253,18 +258,11 @@ absl::StatusOr<uint64_t> EtcdClient::HandOver(const std::string& prefix, const L
 absl::Status EtcdClient::AsLeader(const std::string& prefix, const std::string& leader,
                                   const std::string& key, const std::optional<std::string>& value) {
   pb::TxnRequest txn;
-  pb::Compare* held = txn.add_compare();
-  held->set_key(LeaderKey(prefix));
-  held->set_target(pb::Compare::VALUE);
-  held->set_result(pb::Compare::EQUAL);
-  held->set_value(leader);
-  pb::RequestOp* op = txn.add_success();
+  CompareValue(&txn, LeaderKey(prefix), leader);
   if (value.has_value()) {
-    pb::PutRequest* put = op->mutable_request_put();
-    put->set_key(key);
-    put->set_value(*value);
+    PutOnSuccess(&txn, key, *value);
   } else {
-    op->mutable_request_delete_range()->set_key(key);
+    txn.add_success()->mutable_request_delete_range()->set_key(key);
   }
   pb::TxnResponse response;
   absl::Status status =
@@ -313,13 +311,8 @@ absl::StatusOr<std::optional<uint64_t>> EtcdClient::Campaign(
       same->set_result(pb::Compare::EQUAL);
       same->set_mod_revision(guard->second);
     }
-    pb::PutRequest* put_leader = txn.add_success()->mutable_request_put();
-    put_leader->set_key(LeaderKey(prefix));
-    put_leader->set_value(absl::StrCat(next, " ", value));
-    put_leader->set_lease(lease);
-    pb::PutRequest* put_term = txn.add_success()->mutable_request_put();
-    put_term->set_key(TermKey(prefix));
-    put_term->set_value(absl::StrCat(next));
+    PutOnSuccess(&txn, LeaderKey(prefix), absl::StrCat(next, " ", value), lease);
+    PutOnSuccess(&txn, TermKey(prefix), absl::StrCat(next));
     txn.add_failure()->mutable_request_range()->set_key(LeaderKey(prefix));
     pb::TxnResponse response;
     absl::Status status =

@@ -396,17 +396,23 @@ class FailoverTest(unittest.TestCase):
         r = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
         return r.returncode, r.stdout.strip(), r.stderr.strip(), time.monotonic() - started
 
-    def test_clients_find_the_primary_and_never_apply_a_write_twice(self):
-        flags = ("--min-replicas=1", "--acks=isr")
+    def start_group(self, flags):
+        """Three servers with `flags`, once one leads and the others follow it: their
+        addresses, the term and the primary."""
         ports = [free_port() for _ in range(3)]
         for port in ports:
             self.start(port, *flags)
         addresses = [f"127.0.0.1:{p}" for p in ports]
-        _, _, primary = wait_until(self.leader, 10, lambda: "nobody was elected")
+        term, _, primary = wait_until(self.leader, 10, lambda: "nobody was elected")
         for other in addresses:
             if other != primary:
                 wait_until(lambda: self.following(other, primary), 10,
                            lambda: f"{other} never followed {primary}")
+        return addresses, term, primary
+
+    def test_clients_find_the_primary_and_never_apply_a_write_twice(self):
+        flags = ("--min-replicas=1", "--acks=isr")
+        addresses, _, primary = self.start_group(flags)
         etcd = (f"--etcd={self.etcd.endpoint}", f"--group={self.group}")
         routes = {"etcd": etcd, "list": (f"--addr={','.join(addresses)}",)}
         wait = f"--failover-wait={10 * SLOW}"
@@ -480,16 +486,8 @@ class FailoverTest(unittest.TestCase):
         self.assertGreaterEqual(sum(s.keys for s in self.stats(new_primary).shards), 52)
 
     def test_a_planned_failover_loses_nothing_and_pauses_writes_briefly(self):
-        flags = ("--min-replicas=1", "--acks=isr")
-        ports = [free_port() for _ in range(3)]
-        for port in ports:
-            self.start(port, *flags)
-        addresses = [f"127.0.0.1:{p}" for p in ports]
-        term, _, primary = wait_until(self.leader, 10, lambda: "nobody was elected")
+        addresses, term, primary = self.start_group(("--min-replicas=1", "--acks=isr"))
         others = [a for a in addresses if a != primary]
-        for other in others:
-            wait_until(lambda: self.following(other, primary), 10,
-                       lambda: f"{other} never followed {primary}")
         wait_until(lambda: len(self.in_sync()) == 2, 10, lambda: "the in-sync set never filled")
         writers = start_writers(addresses)
         self.addCleanup(writers.stop)
