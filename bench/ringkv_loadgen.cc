@@ -65,6 +65,9 @@ ABSL_FLAG(std::string, etcd, "",
           "with --group: the etcd endpoints (HOST:PORT[,...]) of a group; the run goes to the "
           "primary its leader key names at the start (instead of --addr)");
 ABSL_FLAG(std::string, group, "", "with --etcd: the group's name (the servers' --group)");
+ABSL_FLAG(std::string, etcd_ca, "", "with --etcd: TLS to etcd, trusting the CAs in this PEM file");
+ABSL_FLAG(std::string, etcd_cert, "", "with --etcd: the PEM client certificate etcd asks for");
+ABSL_FLAG(std::string, etcd_key, "", "the PEM private key of --etcd-cert");
 ABSL_FLAG(std::string, client, "h2",
           "h2 (gRPC on nghttp2: the least client CPU per call) or grpc (grpc++'s async client)");
 ABSL_FLAG(uint32_t, connections, 1, "TCP connections");
@@ -724,6 +727,10 @@ Plan ParsePlanOrExit(int argc, char** argv) {
   if (discovery.etcd.empty() != discovery.group.empty()) {
     ExitUsageError(argv[0], "--etcd and --group go together");
   }
+  absl::StatusOr<etcd::EtcdClient::Tls> etcd_tls = etcd::EtcdClient::LoadTls(
+      absl::GetFlag(FLAGS_etcd_ca), absl::GetFlag(FLAGS_etcd_cert), absl::GetFlag(FLAGS_etcd_key));
+  if (!etcd_tls.ok()) ExitUsageError(argv[0], std::string(etcd_tls.status().message()));
+  discovery.etcd_tls = *std::move(etcd_tls);
   if (!discovery.etcd.empty()) {
     // A read goes to the primary the leader key names (waiting out an election): that server.
     Client finder("", absl::Seconds(5), plan.credentials, std::move(discovery));

@@ -109,8 +109,10 @@ std::string Client::LeaderFromEtcd(std::string* error) {
   const std::string where =
       absl::StrCat("group ", discovery_.group, " on etcd ", absl::StrJoin(discovery_.etcd, ","));
   if (etcd_ == nullptr) {
-    absl::StatusOr<std::unique_ptr<etcd::EtcdClient>> client = etcd::EtcdClient::Connect(
-        {.endpoints = discovery_.etcd, .timeout = std::min(timeout_, absl::Seconds(2))});
+    absl::StatusOr<std::unique_ptr<etcd::EtcdClient>> client =
+        etcd::EtcdClient::Connect({.endpoints = discovery_.etcd,
+                                   .timeout = std::min(timeout_, absl::Seconds(2)),
+                                   .tls = discovery_.etcd_tls});
     if (!client.ok()) {
       *error = absl::StrCat(where, ": ", client.status().message());
       return {};

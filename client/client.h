@@ -116,6 +116,7 @@ struct Discovery {
   // --group): the client reads the group's leader key, and watches it. Empty: no etcd.
   std::vector<std::string> etcd;
   std::string group;
+  etcd::EtcdClient::Tls etcd_tls = {};  // TLS to etcd (EtcdClient::LoadTls).
   // How long one call may go on looking for a primary and being sent again, with etcd or
   // several addresses (a failover takes the servers' --failover-timeout and an election).
   absl::Duration patience = absl::Seconds(10);

@@ -84,6 +84,11 @@ ABSL_FLAG(std::string, etcd, "",
           "calls go to the primary its leader key names, and follow it through a failover; "
           "cluster status reads the group from there");
 ABSL_FLAG(std::string, group, "", "with --etcd: the group's name (the servers' --group)");
+ABSL_FLAG(std::string, etcd_ca, "",
+          "with --etcd: talk to etcd over TLS, trusting the CAs in this PEM file (an https:// "
+          "endpoint alone uses the system's CAs)");
+ABSL_FLAG(std::string, etcd_cert, "", "with --etcd: the PEM client certificate etcd asks for");
+ABSL_FLAG(std::string, etcd_key, "", "the PEM private key of --etcd-cert");
 ABSL_FLAG(double, failover_wait, 10,
           "with --etcd or several --addr: seconds a call may go on finding the primary and "
           "being sent again after a failover. A read is sent again after any failure; a write "
@@ -601,8 +606,12 @@ int ClusterStatus(const std::vector<std::string>& operands, bool json, double ti
   if (endpoints.empty() || group.empty()) {
     return Fail(kUsage, "cluster status needs --etcd=HOST:PORT[,...] and --group=NAME");
   }
-  auto client = etcd::EtcdClient::Connect(
-      {.endpoints = endpoints, .timeout = absl::Seconds(timeout == 0 ? 5 : timeout)});
+  absl::StatusOr<etcd::EtcdClient::Tls> tls = etcd::EtcdClient::LoadTls(
+      absl::GetFlag(FLAGS_etcd_ca), absl::GetFlag(FLAGS_etcd_cert), absl::GetFlag(FLAGS_etcd_key));
+  if (!tls.ok()) return Fail(kUsage, std::string(tls.status().message()));
+  auto client = etcd::EtcdClient::Connect({.endpoints = endpoints,
+                                           .timeout = absl::Seconds(timeout == 0 ? 5 : timeout),
+                                           .tls = *std::move(tls)});
   if (!client.ok()) return Fail(kServerError, std::string(client.status().message()));
   const std::string prefix = etcd::MemberKey(group, "");
   auto members = (*client)->List(prefix);
@@ -799,6 +808,10 @@ int Main(int argc, char** argv) {
   if (discovery.etcd.empty() != discovery.group.empty()) {
     return Fail(kUsage, "--etcd and --group go together");
   }
+  absl::StatusOr<etcd::EtcdClient::Tls> etcd_tls = etcd::EtcdClient::LoadTls(
+      absl::GetFlag(FLAGS_etcd_ca), absl::GetFlag(FLAGS_etcd_cert), absl::GetFlag(FLAGS_etcd_key));
+  if (!etcd_tls.ok()) return Fail(kUsage, std::string(etcd_tls.status().message()));
+  discovery.etcd_tls = *std::move(etcd_tls);
   const double wait = absl::GetFlag(FLAGS_failover_wait);
   if (!(wait >= 0 && wait <= 3600)) return Fail(kUsage, "--failover-wait must be 0 .. 3600 s");
   discovery.patience = absl::Seconds(wait);

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/flag_file.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
 namespace ringkv::etcd {
@@ -72,14 +75,41 @@ std::optional<EtcdClient::Leader> ParseLeader(const std::string& text) {
   return leader;
 }
 
+absl::StatusOr<EtcdClient::Tls> EtcdClient::LoadTls(const std::string& ca, const std::string& cert,
+                                                    const std::string& key) {
+  Tls tls;
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError("--etcd-cert and --etcd-key go together");
+  }
+  for (auto [flag, path, pem] :
+       {std::tuple{"--etcd-ca", &ca, &tls.ca_pem}, std::tuple{"--etcd-cert", &cert, &tls.cert_pem},
+        std::tuple{"--etcd-key", &key, &tls.key_pem}}) {
+    if (path->empty()) continue;
+    tls.on = true;
+    if (absl::Status s = ReadFlagFile(flag, *path, pem); !s.ok()) return s;
+  }
+  return tls;
+}
+
 EtcdClient::EtcdClient(Options options) : options_(std::move(options)) {
+  bool tls = options_.tls.on;
+  for (const std::string& endpoint : options_.endpoints) tls |= endpoint.starts_with("https://");
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options_.tls.ca_pem;
+    ssl.pem_cert_chain = options_.tls.cert_pem;
+    ssl.pem_private_key = options_.tls.key_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
   for (const std::string& endpoint : options_.endpoints) {
     std::string target = endpoint;
-    if (target.starts_with("http://")) target = target.substr(7);
+    for (std::string_view scheme : {"http://", "https://"}) {
+      if (target.starts_with(scheme)) target = target.substr(scheme.size());
+    }
     grpc::ChannelArguments args;
     args.SetInt("grpc.use_local_subchannel_pool", 1);
-    channels_.push_back(
-        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+    channels_.push_back(grpc::CreateCustomChannel(target, credentials, args));
   }
 }
 

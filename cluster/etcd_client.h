@@ -44,10 +44,24 @@ namespace ringkv::etcd {
 
 class EtcdClient {
  public:
-  struct Options {
-    std::vector<std::string> endpoints;  // HOST:PORT each (a leading http:// is dropped).
-    absl::Duration timeout = absl::Seconds(2);
+  // TLS to etcd (its --cert-file; with --client-cert-auth, a client certificate).
+  struct Tls {
+    bool on = false;       // Also on for an endpoint written https://HOST:PORT.
+    std::string ca_pem;    // CAs to trust; empty: the system's.
+    std::string cert_pem;  // A client certificate chain and its key; empty: none.
+    std::string key_pem;
   };
+  struct Options {
+    // HOST:PORT each (a leading http:// is dropped; https:// turns TLS on).
+    std::vector<std::string> endpoints;
+    absl::Duration timeout = absl::Seconds(2);
+    Tls tls = {};
+  };
+  // TLS from the files of the --etcd-ca, --etcd-cert and --etcd-key flags (each may be
+  // empty); on if any is given. INVALID_ARGUMENT naming the flag and file if one cannot be
+  // read, or if a certificate comes without its key.
+  static absl::StatusOr<Tls> LoadTls(const std::string& ca, const std::string& cert,
+                                     const std::string& key);
   // A client whose endpoints answered a read; UNAVAILABLE naming them otherwise.
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(Options options);
   ~EtcdClient();

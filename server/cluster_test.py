@@ -11,6 +11,9 @@ server/failover_test.py has the failovers.
 - etcd killed under a running primary: no write is acknowledged once its lease could have run
   out (2 s after the kill at most), reads go on, and the log says why; etcd restarted on the
   same directory and port: writes resume and the server's entry is back.
+- TLS to etcd: an etcd that asks for client certificates; a server and the CLI with
+  --etcd-ca, --etcd-cert and --etcd-key join, elect, list the group and find the primary; a
+  server without a client certificate is refused at start, naming the endpoint.
 - An etcd that cannot be reached refuses the start (exit status 2), naming the endpoint; the
   flags are checked (--etcd without --group, a short --failover-timeout, --replica-of).
 
@@ -26,6 +29,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
+import certs  # noqa: E402
 from etcd_process import Etcd, free_port  # noqa: E402
 from ringkv_server import LogReader, RingkvServer  # noqa: E402
 
@@ -144,6 +148,38 @@ class ClusterTest(unittest.TestCase):
         wait_until(lambda: self.cli("put", "k", "x", addr=server.address).returncode == 0,
                    20 * SLOW, lambda: "writes never resumed")
         wait_until(lambda: server.address in self.members(), 20 * SLOW, self.members)
+
+    def test_tls_to_etcd(self):
+        work = tempfile.mkdtemp(prefix="ringkv-etcd-tls-")
+        self.addCleanup(shutil.rmtree, work, True)
+        certs.make_certificates(work)
+        etcd = Etcd(work, certs=work)
+        etcd.start()
+        self.addCleanup(etcd.kill)
+        endpoint = f"--etcd=https://{etcd.endpoint}"
+        client_tls = [f"--etcd-ca={work}/ca.pem", f"--etcd-cert={work}/client.pem",
+                      f"--etcd-key={work}/client.key"]
+        # Without a client certificate etcd refuses the connection, and the server its start.
+        r = subprocess.run([SERVER, "--listen=127.0.0.1:0", endpoint, "--group=t",
+                            f"--etcd-ca={work}/ca.pem", *SERVER_FLAGS],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("cannot join group t", r.stderr)
+        self.assertIn(etcd.endpoint, r.stderr)
+        server = RingkvServer(SERVER, "--threads=1", endpoint, "--group=t",
+                              "--failover-timeout=2s", *client_tls, *SERVER_FLAGS)
+        self.addCleanup(server.stop)
+        wait_until(lambda: (etcd.leader("t") or (0, "", ""))[2] == server.address, 10 * SLOW,
+                   lambda: f"never elected over TLS: {etcd.leader('t')}")
+        r = self.cli("cluster", "status", endpoint, "--group=t", *client_tls)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"primary: {server.address}", r.stdout)
+        r = self.cli(endpoint, "--group=t", *client_tls, "put", "k", "v")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.cli("get", "k", addr=server.address).stdout.strip(), "v")
+        r = self.cli("cluster", "status", endpoint, "--group=t", f"--etcd-cert={work}/client.pem")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--etcd-cert and --etcd-key go together", r.stderr)
 
     def test_bad_setups(self):
         dead = f"127.0.0.1:{free_port()}"

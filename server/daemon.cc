@@ -156,6 +156,13 @@ ABSL_FLAG(std::string, etcd, "",
           "the others follow it; when its lease expires, the replica with the most data takes "
           "over. Empty: no group");
 ABSL_FLAG(std::string, group, "", "with --etcd: the name of this server's group");
+ABSL_FLAG(std::string, etcd_ca, "",
+          "with --etcd: talk to etcd over TLS, trusting the CAs in this PEM file (etcd's "
+          "--trusted-ca-file signs its --cert-file); an https:// endpoint alone uses the "
+          "system's CAs");
+ABSL_FLAG(std::string, etcd_cert, "",
+          "with --etcd: the PEM client certificate to present to etcd (its --client-cert-auth)");
+ABSL_FLAG(std::string, etcd_key, "", "the PEM private key of --etcd-cert");
 ABSL_FLAG(absl::Duration, failover_timeout, absl::Seconds(3),
           "with --etcd: the TTL of the lease a server's membership and leadership live under "
           "(whole seconds, at least 2s: etcd's minimum lease); a server that dies drops out of "
@@ -465,6 +472,15 @@ void ParseReplicationFlags(const char* argv0, ServerOptions* options) {
     if (endpoint.rfind(':') == std::string::npos) {
       ExitUsageError(argv0, "--etcd takes HOST:PORT endpoints, got '" + endpoint + "'");
     }
+  }
+  options->etcd_ca = absl::GetFlag(FLAGS_etcd_ca);
+  options->etcd_cert = absl::GetFlag(FLAGS_etcd_cert);
+  options->etcd_key = absl::GetFlag(FLAGS_etcd_key);
+  if (options->etcd_cert.empty() != options->etcd_key.empty()) {
+    ExitUsageError(argv0, "--etcd-cert and --etcd-key go together");
+  }
+  if (options->etcd.empty() && !(options->etcd_ca.empty() && options->etcd_cert.empty())) {
+    ExitUsageError(argv0, "--etcd-ca, --etcd-cert and --etcd-key need --etcd");
   }
   if (!options->etcd.empty() && !options->replica_of.empty()) {
     ExitUsageError(argv0,

@@ -211,8 +211,11 @@ absl::Status Server::JoinGroup() {
             },
         .lag_limit_ms = std::max<int64_t>(options_.min_replicas_timeout_ms / 2, 1)});
   }
+  absl::StatusOr<etcd::EtcdClient::Tls> tls =
+      etcd::EtcdClient::LoadTls(options_.etcd_ca, options_.etcd_cert, options_.etcd_key);
+  if (!tls.ok()) return tls.status();
   absl::StatusOr<std::unique_ptr<etcd::Membership>> membership = etcd::Membership::Join(
-      {.etcd = {.endpoints = options_.etcd},
+      {.etcd = {.endpoints = options_.etcd, .tls = *std::move(tls)},
        .group = options_.group,
        .server_id = server_id_,
        .ttl = options_.failover_timeout,

@@ -78,6 +78,11 @@ struct ServerOptions {
   // --primary-tls, --primary-tls-ca, --primary-tls-cert, --primary-tls-key: how a replica
   // reaches its primary: TLS (on: trusting the system's CAs, or those of `ca` if set), and
   // the client certificate it presents (the primary's --tls-client-ca). Files are PEM.
+  // --etcd-ca, --etcd-cert, --etcd-key: TLS to etcd (PEM files; an https:// endpoint turns it
+  // on with the system's CAs).
+  std::string etcd_ca;
+  std::string etcd_cert;
+  std::string etcd_key;
   struct PrimaryTls {
     bool on = false;
     std::string ca;

@@ -22,20 +22,32 @@ def free_port():
 
 
 class Etcd:
-    def __init__(self, work):
+    def __init__(self, work, certs=None):
+        """`certs`: a directory of server/testing/certs.py's certificates: clients then reach
+        etcd over TLS only, with a client certificate of its CA (--client-cert-auth)."""
         self.dir = os.path.join(work, "etcd")
         self.port, self.peer = free_port(), free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
+        self.certs = certs
         self.process = None
 
+    def tls_flags(self, names):
+        """Flags naming the certificates ((flag, file) pairs), or none without TLS."""
+        return [f"{flag}={os.path.join(self.certs, name)}" for flag, name in names] \
+            if self.certs else []
+
     def start(self):
-        client, peer = f"http://{self.endpoint}", f"http://127.0.0.1:{self.peer}"
+        scheme = "https" if self.certs else "http"
+        client, peer = f"{scheme}://{self.endpoint}", f"http://127.0.0.1:{self.peer}"
         self.process = subprocess.Popen(
             ["etcd", "--name=ringkv-test", f"--data-dir={self.dir}",
              f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
              f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
              f"--initial-cluster=ringkv-test={peer}", "--logger=zap",
-             f"--log-outputs={self.dir}.log"],
+             f"--log-outputs={self.dir}.log",
+             *self.tls_flags((("--cert-file", "server.pem"), ("--key-file", "server.key"),
+                              ("--trusted-ca-file", "ca.pem"))),
+             *(["--client-cert-auth"] if self.certs else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 20
         while not self.answers():
@@ -44,7 +56,9 @@ class Etcd:
             time.sleep(0.05)
 
     def etcdctl(self, *args):
-        return subprocess.run(["etcdctl", f"--endpoints={self.endpoint}", *args],
+        return subprocess.run(["etcdctl", f"--endpoints={self.endpoint}",
+                               *self.tls_flags((("--cacert", "ca.pem"), ("--cert", "client.pem"),
+                                                ("--key", "client.key"))), *args],
                               capture_output=True, text=True, env=ETCDCTL_ENV, timeout=10)
 
     def answers(self):
