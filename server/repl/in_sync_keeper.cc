@@ -4,6 +4,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
 
@@ -136,6 +137,8 @@ void InSyncKeeper::Tick(uint64_t term, int64_t now_ms) {
     std::erase(rest, member);
     if (!Record(term, rest)) return;  // Writes wait for it until etcd no longer names it.
     std::erase_if(behind_, [&](const auto& entry) { return entry.first.first == member; });
+    // Not asked to join again at once: writes would wait for it again.
+    let_go_ms_[member] = now_ms;
     std::vector<std::string> local = rest;
     if (joining_.has_value()) local.push_back(joining_->id);
     const uint64_t generation = options_.set->Set(std::move(local));
@@ -146,18 +149,37 @@ void InSyncKeeper::Tick(uint64_t term, int64_t now_ms) {
     return;  // One change a tick.
   }
 
-  // Growth: one replica at a time.
+  // Growth: one replica at a time. The workers wait for a joining replica: one that falls
+  // behind what a write waits for, for as long as a member may, is let go like a member.
+  const std::map<std::string, std::vector<std::optional<uint64_t>>> before =
+      std::exchange(last_acked_, {});
+  for (const auto& [id, replica] : replicas) last_acked_[id] = replica.acked;
   if (joining_.has_value()) {
     const std::string id = joining_->id;
     bool everywhere = true;
-    for (size_t w = 0; w < workers; ++w) everywhere &= acked_at(id, w).has_value();
-    if (!everywhere || now_ms - joining_->since_ms > kJoinMs) {
+    bool short_of_writes = false;
+    for (size_t w = 0; w < workers; ++w) {
+      const std::optional<uint64_t> acked = acked_at(id, w);
+      everywhere &= acked.has_value();
+      short_of_writes |= acked.has_value() && *acked < figures[w].wanted_lsn;
+    }
+    if (!short_of_writes) {
+      joining_->behind_since_ms = 0;
+    } else if (joining_->behind_since_ms == 0) {
+      joining_->behind_since_ms = now_ms;
+    }
+    const bool stuck = joining_->behind_since_ms != 0 &&
+                       now_ms - joining_->behind_since_ms >= options_.lag_limit_ms;
+    if (!everywhere || stuck || now_ms - joining_->since_ms > kJoinMs) {
       options_.set->Set(members);
       let_go_ms_[id] = now_ms;
       joining_.reset();
       Log(LogLevel::kWarning,
-          "in-sync set of term %d: replica %s did not catch up within %d ms; tried again later",
-          term, id, kJoinMs);
+          "in-sync set of term %d: replica %s did not catch up (%s); tried again in %d ms", term,
+          id,
+          stuck ? absl::StrCat("behind what writes wait for for ", options_.lag_limit_ms, " ms")
+                : absl::StrCat("not within ", kJoinMs, " ms"),
+          kJoinMs);
       return;
     }
     for (size_t w = 0; w < workers; ++w) {
@@ -179,9 +201,15 @@ void InSyncKeeper::Tick(uint64_t term, int64_t now_ms) {
     }
     auto let_go = let_go_ms_.find(id);
     if (let_go != let_go_ms_.end() && now_ms - let_go->second < kJoinMs) continue;
+    // Alive: it acknowledged something since the last tick, or it holds every position. A
+    // stopped replica's connection may stay open: it is no candidate while writes come.
+    bool caught_up = true;
+    for (size_t w = 0; w < workers; ++w) caught_up &= *replica.acked[w] >= figures[w].lsn;
+    auto seen = before.find(id);
+    if (!caught_up && seen != before.end() && seen->second == replica.acked) continue;
     std::vector<std::string> local = members;
     local.push_back(id);
-    joining_ = Joining{id, options_.set->Set(std::move(local)), now_ms};
+    joining_ = Joining{id, options_.set->Set(std::move(local)), now_ms, 0};
     return;
   }
 }

@@ -11,8 +11,12 @@
 //   - Growth: a replica (by server id) with a flow in sync on every worker joins in the other
 //     order: the workers wait for it first; once each has taken that set, and the replica has
 //     acknowledged every position the worker had made when it did (so it holds every write
-//     acknowledged before), the set is recorded in etcd. One replica at a time; one that does
-//     not catch up within kJoinMs is let go and tried again later.
+//     acknowledged before), the set is recorded in etcd. One replica at a time, and only one
+//     that is alive (it acknowledged something since the last tick, or holds every position:
+//     a stopped replica's connection may stay open). One that lacks what a write waits for
+//     for `lag_limit_ms`, as a member may, or does not catch up within kJoinMs, is let go;
+//     it, and a member that left, is asked again kJoinMs later at the earliest, so that
+//     writes do not keep waiting for a replica that cannot keep up.
 // A new leader starts with no member (the membership records that at its win): a replica
 // joins once it has followed the new primary, so no write is acknowledged until one has.
 //
@@ -84,9 +88,13 @@ class InSyncKeeper {
     std::string id;
     uint64_t generation = 0;  // The local set that waits for it.
     int64_t since_ms = 0;
+    int64_t behind_since_ms = 0;  // Since when it lacks what a write waits for (0: it does not).
   };
   std::optional<Joining> joining_;
-  std::map<std::string, int64_t> let_go_ms_;  // Replicas that failed to join, and when.
+  // Replicas that failed to join or left the set, and when: not asked to join for kJoinMs.
+  std::map<std::string, int64_t> let_go_ms_;
+  // What each replica had acknowledged at the last tick (a candidate must move, or be whole).
+  std::map<std::string, std::vector<std::optional<uint64_t>>> last_acked_;
   uint64_t ticked_term_ = 0;
   bool record_failing_ = false;
 
