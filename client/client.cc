@@ -212,8 +212,8 @@ absl::Status Client::Run(Safety safety, const Call& call) {
     std::optional<std::string> redirect;
     bool unknown = false;  // The call may have run.
     if (route->address.empty()) {
-      std::string error;
-      {
+      std::string error = "no server address given";
+      if (!discovery_.etcd.empty()) {
         std::lock_guard lock(mu_);
         LeaderFromEtcd(&error);
       }

@@ -334,7 +334,17 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
 
   void OnRequestDone(Request* request) override {
     InFlight& op = *static_cast<InFlight*>(request);
-    if (!cancelled()) SetItem(AddResult(op.id, request->out.size()), *request, context_);
+    if (!cancelled()) {
+      pb::ItemResult* item = AddResult(op.id, request->out.size());
+      // A linearizable GET is answered only while this server may (after the read ran).
+      const absl::Status refusal =
+          linearizable_ && request->op == Op::kGet ? LinearizableRefusal() : absl::OkStatus();
+      if (refusal.ok()) {
+        SetItem(item, *request, context_);
+      } else {
+        SetItem(item, refusal);
+      }
+    }
     Release(op);
     --in_flight_;
     ReadNext();
