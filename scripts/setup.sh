@@ -14,6 +14,7 @@ packages=(
   libssl-dev openssl prometheus-cpp-dev prometheus
   python3 python3-venv ca-certificates
   libboost-dev python3-matplotlib redis-server redis-tools nghttp2-client etcd-server etcd-client
+  iproute2
   clang-format clang-tidy
 )
 # Go builds grpcurl; a machine without a Go toolchain gets Debian's.

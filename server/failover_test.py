@@ -29,6 +29,10 @@ SIGSTOP, and writers on grpcio that count every acknowledged write.
   counter ends between its acknowledged increments and those plus the unknown ones (none
   applied twice), calls that met the failover were sent again and succeeded, and the load
   generator finds the primary through etcd.
+- A partition (network namespaces: each server in its own, on a private bridge with etcd):
+  the primary's link goes down while a client in its namespace keeps writing to it; its
+  last acknowledgement arrives before the new primary's first is asked for, within its
+  lease of the cut; with the link back it rejoins as a replica and counts what it dropped.
 - A planned failover (`ringkv failover --to`): of three servers with --acks=isr under
   writers, the primary hands the leadership to a replica in the next term; no acknowledged
   write is lost, writes pause for less than a second, and the old primary and the other
@@ -548,6 +552,133 @@ class FailoverTest(unittest.TestCase):
                              f"{other}: {flows}")
         print(f"\nplanned failover: {len(writers.acked)} acknowledged writes, none lost; "
               f"writes paused {gap * 1000:.0f} ms ({out})", file=sys.stderr)
+
+    def network(self, names):
+        """A private bridge in this namespace (10.231.N.1) and a network namespace per name,
+        each joined to the bridge by a veth pair (10.231.N.2, .3, ...); all removed at the
+        end. {name: (namespace, its address, the veth end on the bridge)}, and the bridge's
+        address."""
+        tag = f"rk{os.getpid() % 10000}"
+        net = f"10.231.{os.getpid() % 250}"
+
+        def ip(*args, ns=None):
+            subprocess.run([*(["ip", "netns", "exec", ns] if ns else []), "ip", *args],
+                           check=True, capture_output=True, timeout=10)
+        bridge = f"{tag}br"
+        ip("link", "add", bridge, "type", "bridge")
+        self.addCleanup(subprocess.run, ["ip", "link", "del", bridge], capture_output=True)
+        ip("addr", "add", f"{net}.1/24", "dev", bridge)
+        ip("link", "set", bridge, "up")
+        out = {}
+        for i, name in enumerate(names):
+            ns, outside, inside = f"{tag}{name}", f"{tag}{name}h", f"{tag}{name}n"
+            ip("netns", "add", ns)
+            # After the servers in it stop (cleanups run last added, first).
+            self.addCleanup(subprocess.run, ["ip", "netns", "del", ns], capture_output=True)
+            ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+            ip("link", "set", inside, "netns", ns)
+            ip("link", "set", outside, "master", bridge, "up")
+            ip("addr", "add", f"{net}.{i + 2}/24", "dev", inside, ns=ns)
+            ip("link", "set", inside, "up", ns=ns)
+            ip("link", "set", "lo", "up", ns=ns)
+            out[name] = (ns, f"{net}.{i + 2}", outside)
+        return out, f"{net}.1"
+
+    def test_a_partitioned_primary_fences_itself(self):
+        """A primary cut off from etcd and its replica by a real partition (its veth down),
+        while a client beside it (in its namespace) keeps writing to it: it stops
+        acknowledging before the replica takes over, and rejoins once the link is back."""
+        if shutil.which("ip") is None:
+            self.skipTest("no `ip` (iproute2) to make network namespaces")
+        work = tempfile.mkdtemp(prefix="ringkv-partition-test-")
+        self.addCleanup(shutil.rmtree, work, True)
+        nets, bridge = self.network(["a", "b"])
+        etcd = Etcd(work, host=bridge)
+        etcd.start()
+        self.addCleanup(etcd.kill)
+        self.etcd = etcd
+
+        def start(name):
+            ns, host, _ = nets[name]
+            server = RingkvServer(SERVER, "--threads=2", "--insecure", f"--etcd={etcd.endpoint}",
+                                  f"--group={self.group}", f"--failover-timeout={TTL_S}s",
+                                  *SERVER_FLAGS, host=host, prefix=("ip", "netns", "exec", ns))
+            server.log = LogReader(server)
+            self.servers[server.address] = server
+            self.addCleanup(server.stop)
+            return server
+        a = start("a")
+        wait_until(lambda: (self.leader() or (0, "", ""))[2] == a.address, 10,
+                   lambda: "a was not elected")
+        b = start("b")
+        wait_until(lambda: self.following(b.address, a.address), 10,
+                   lambda: "b never followed a")
+        # A writer beside a (in its namespace, through the CLI) and one here to b only: each
+        # success with its call's start and its answer's arrival.
+        acks = {"a": [], "b": []}
+        stop = threading.Event()
+
+        def beside_a():
+            n = 0
+            while not stop.is_set():
+                n += 1
+                began = time.monotonic()
+                r = subprocess.run(["ip", "netns", "exec", nets["a"][0], CLI,
+                                    f"--addr={a.address}", "--timeout=1", "put", f"a{n}", "v"],
+                                   capture_output=True, timeout=30)
+                if r.returncode == 0:
+                    acks["a"].append((f"a{n}", began, time.monotonic()))
+
+        def to_b():
+            with grpc.insecure_channel(b.address) as channel:
+                kv = kv_pb2_grpc.KVStub(channel)
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    began = time.monotonic()
+                    try:
+                        kv.Put(kv_pb2.PutRequest(key=f"b{n}".encode(), value=b"v"), timeout=1)
+                    except grpc.RpcError:
+                        time.sleep(0.01)
+                        continue
+                    acks["b"].append((f"b{n}", began, time.monotonic()))
+        threads = [threading.Thread(target=f) for f in (beside_a, to_b)]
+        for t in threads:
+            t.start()
+        try:
+            wait_until(lambda: len(acks["a"]) >= 5, 10 * SLOW, lambda: "a acknowledged nothing")
+            subprocess.run(["ip", "link", "set", nets["a"][2], "down"], check=True)
+            cut = time.monotonic()
+            wait_until(lambda: (self.leader() or (0, "", ""))[2] == b.address, TTL_S + 5,
+                       lambda: f"b never took over: {self.group_state()}")
+            wait_until(lambda: acks["b"], 5 * SLOW, lambda: "b acknowledged nothing")
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        last_a = max(arrived for _, _, arrived in acks["a"])
+        first_b = min(began for _, began, _ in acks["b"])
+        # No overlap: a's last acknowledgement arrived before b's first was even asked for.
+        self.assertLess(last_a, first_b, f"a acknowledged at {last_a - cut:.3f} s after the "
+                        f"cut, b from {first_b - cut:.3f} s")
+        self.assertLess(last_a - cut, TTL_S + 0.5 * SLOW, "a acknowledged past its lease")
+        # The link back: a finds b and rejoins as its replica; what a acknowledged alone after
+        # the cut (nothing waited for b: --min-replicas=0) is dropped, and counted.
+        subprocess.run(["ip", "link", "set", nets["a"][2], "up"], check=True)
+        wait_until(lambda: self.following(a.address, b.address), 15,
+                   lambda: f"a never rejoined: {self.group_state()}")
+        with grpc.insecure_channel(b.address) as channel:
+            kv = kv_pb2_grpc.KVStub(channel)
+            got = kv.MultiGet(kv_pb2.MultiGetRequest(keys=[k.encode() for k, _, _ in acks["a"]]),
+                              timeout=10)
+        lost = sum(1 for r in got.results if r.code != 0)
+        flows = self.stats(a.address).replication.flows
+        self.assertGreaterEqual(sum(f.dropped_keys for f in flows), lost, str(flows))
+        print(f"\npartition: a acknowledged its last write {last_a - cut:.2f} s after the cut, "
+              f"b its first {min(t for _, _, t in acks['b']) - cut:.2f} s after; {lost} of "
+              f"a's {len(acks['a'])} acknowledged writes were its alone, dropped and counted",
+              file=sys.stderr)
 
     def test_a_write_that_may_have_run_is_not_sent_again(self):
         a = self.start(free_port(), "--min-replicas=1", "--min-replicas-timeout=300ms")

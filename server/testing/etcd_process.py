@@ -22,12 +22,13 @@ def free_port():
 
 
 class Etcd:
-    def __init__(self, work, certs=None):
+    def __init__(self, work, certs=None, host="127.0.0.1"):
         """`certs`: a directory of server/testing/certs.py's certificates: clients then reach
-        etcd over TLS only, with a client certificate of its CA (--client-cert-auth)."""
+        etcd over TLS only, with a client certificate of its CA (--client-cert-auth). `host`:
+        the address it listens on for clients."""
         self.dir = os.path.join(work, "etcd")
         self.port, self.peer = free_port(), free_port()
-        self.endpoint = f"127.0.0.1:{self.port}"
+        self.endpoint = f"{host}:{self.port}"
         self.certs = certs
         self.process = None
 

@@ -33,8 +33,10 @@ def thread_stacks(pid):
 
 
 class RingkvServer:
-    def __init__(self, binary, *args, **popen_args):
-        self.process = subprocess.Popen([binary, "--listen=127.0.0.1:0", *args],
+    def __init__(self, binary, *args, host="127.0.0.1", prefix=(), **popen_args):
+        """`host`: the address to listen on; `prefix`: a command to run it under (for example
+        `ip netns exec NAME`, which execs it: the process is the server's)."""
+        self.process = subprocess.Popen([*prefix, binary, f"--listen={host}:0", *args],
                                         stderr=subprocess.PIPE, text=True, **popen_args)
         deadline = time.time() + 20
         self.address = None
@@ -44,7 +46,7 @@ class RingkvServer:
                 break
             m = re.search(r"listening on \S+:(\d+)", line)
             if m:
-                self.address = f"127.0.0.1:{m.group(1)}"
+                self.address = f"{host}:{m.group(1)}"
         if self.address is None:
             self.process.kill()
             raise RuntimeError("ringkv-server printed no port")
