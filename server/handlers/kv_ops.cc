@@ -163,6 +163,7 @@ int64_t TtlLeft(int64_t deadline_ms, int64_t now_ms) {
 void SetItem(pb::ItemResult* item, const absl::Status& status) {
   item->set_code(static_cast<int>(status.code()));
   item->set_message(std::string(status.message()));
+  if (status.ok()) return;  // Every batch item passes here: no payload lookup for the OK ones.
   if (const auto redirect =
           status.GetPayload(absl::string_view(kRedirectTypeUrl.data(), kRedirectTypeUrl.size()))) {
     item->mutable_redirect()->ParseFromString(std::string(*redirect));
