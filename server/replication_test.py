@@ -21,6 +21,8 @@
   off, full-syncs again, and ends equal; the primary's backlog stays bounded meanwhile.
 - --min-replicas=1: a write is refused while no replica follows; each acknowledged write is
   on the replica at once; a stopped replica makes writes time out (UNAVAILABLE, yet run).
+- A linearizable read of a write that waits for its stopped replica is answered only once the
+  write is (acknowledged, or refused after --min-replicas-timeout); a plain read sees it at once.
 - The primary killed (SIGKILL) under --min-replicas=1 writers, the replica promoted with
   `ringkv replicate --stop`: no acknowledged write is missing, in five rounds.
 - `ringkv replicate --to`: a replica switches primaries and holds the new one's data; a
@@ -914,6 +916,52 @@ class ReplicationTest(unittest.TestCase):
         self.resume(replica)
         wait_until(accepted, 20, lambda: show(pkv))
         self.assertEqual(get(rkv, b"stopped").value, b"late")
+
+    def test_a_linearizable_read_waits_for_the_writes_it_may_see(self):
+        # A write that waits for its replica (stopped) has run on the primary: a plain read
+        # sees it at once, a linearizable one is answered only once the write is, so that it
+        # never returns what a failover may take back. With the replica back, both are
+        # answered; past --min-replicas-timeout the read is answered after the write's refusal.
+        # With no write waiting, a linearizable read is answered at once.
+        primary = self.start("--min-replicas=1", "--min-replicas-timeout=2s", threads=1)
+        replica = self.replica_of(primary, threads=1)
+        pkv = self.kv(primary)
+        consistency = (("ringkv-consistency", "linearizable"),)
+        put = lambda value: pkv.Put.future(kv_pb2.PutRequest(key=b"k", value=value),
+                                           timeout=CALL_TIMEOUT)
+        read = lambda: pkv.Get.future(kv_pb2.GetRequest(key=b"k"), timeout=CALL_TIMEOUT,
+                                      metadata=consistency)
+
+        def acknowledged():
+            try:
+                return put(b"v1").result().version > 0
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+        wait_until(acknowledged, 20, lambda: show(pkv))
+        self.assertEqual(read().result(timeout=CALL_TIMEOUT).value, b"v1")
+        for value, resumes in ((b"v2", True), (b"v3", False)):
+            self.pause(replica)
+            write = put(value)
+            wait_until(lambda: get(pkv, b"k").value == value, 5, lambda: "the write never ran")
+            reading = read()
+            time.sleep(0.3)
+            self.assertFalse(reading.done(), f"a linearizable read answered {value} while the "
+                             "write it saw waited for its replica")
+            if resumes:
+                self.resume(replica)
+                self.assertGreater(write.result(timeout=CALL_TIMEOUT).version, 0)
+            else:
+                with self.assertRaises(grpc.RpcError) as raised:
+                    write.result(timeout=CALL_TIMEOUT)
+                self.assertIn("0 of the 1 replicas", raised.exception.details())
+                answered = time.monotonic()
+            self.assertEqual(reading.result(timeout=CALL_TIMEOUT).value, value)
+            if not resumes:
+                self.assertLess(time.monotonic() - answered, 1 * SLOW)
+        self.resume(replica)
+        wait_until(acknowledged, 20, lambda: show(pkv))
+        self.assertEqual(read().result(timeout=1 * SLOW).value, b"v1")
 
     def test_promotion_after_kill9_loses_no_acknowledged_write(self):
         # --min-replicas=1 under four writers; the primary is killed (SIGKILL) at a random

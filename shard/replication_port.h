@@ -44,7 +44,9 @@ class ReplicationPort {
   // holds it, to Await: true if the port keeps it, to give it back in a later Turn once `replicas`
   // replicas have applied everything up to repl_seq, or with Result::kNotReplicated once it has
   // waited
-  // --min-replicas-timeout. The port clears repl_seq of what it gives back.
+  // --min-replicas-timeout. The port clears repl_seq of what it gives back. A linearizable read
+  // (Request::linearizable) is handed to Await too: true if writes wait, and the port keeps it
+  // until the ones before it are answered.
   virtual uint32_t in_sync() const { return 0; }
   virtual uint64_t position() const { return 0; }
   // A write will wait for the replicas to apply the records before `repl_seq`: the port asks

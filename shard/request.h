@@ -82,6 +82,11 @@ struct Request {
   // had, when that failed.
   uint8_t replicas = 0;
   uint8_t acked_replicas = 0;
+  // Set by the origin, GET and SCAN only: a linearizable read (the ringkv-consistency header),
+  // whose answer waits until every write its shard ran before it is answered (durable, and
+  // applied by the replicas it waited for, or failed): it never returns what a failover or a
+  // crash may yet take back.
+  bool linearizable = false;
   uint64_t hash = 0;
 
   // Both ways: the expected version in (Condition::kVersion), the key's version out (after a

@@ -159,7 +159,8 @@ void Worker::Answer(Request* request, RequestSource& source, bool hold_if_needed
   // Without a journal log_seq is never read: it sits on the request's second cache line.
   if (hold_if_needed && journal_ != nullptr && request->log_seq != 0) {
     held_.push_back(request);
-  } else if (request->repl_seq != 0 && request->result == Result::kOk &&
+  } else if (((request->repl_seq != 0 && request->result == Result::kOk) ||
+              (request->linearizable && replication_ != nullptr)) &&
              replication_->Await(*request)) [[unlikely]] {
     return;  // Given back by a later ReplicationTurn.
   } else if (request->origin == id_) {
@@ -262,6 +263,14 @@ void Worker::ExecuteJournaled(Request** batch, size_t n, int64_t now_ms) {
     }
     if (r.replicas > 0) [[unlikely]] {
       ExecuteReplicated(r, now_ms, hold);
+      continue;
+    }
+    if (r.linearizable) [[unlikely]] {
+      // Held behind the writes still held, and the records not yet durable, that it may have
+      // seen: released in order, it then waits behind them for replicas (Answer).
+      const bool waiting = !held_.empty() || journal_->appended() > journal_->durable();
+      shard_.Execute(r, now_ms);
+      if (hold && waiting) r.log_seq = journal_->appended();
       continue;
     }
     const uint64_t before = journal_->appended();

@@ -144,6 +144,7 @@ class Handler {
     const bool write =
         request.op != Op::kGet && request.op != Op::kScan && request.op != Op::kReplicate;
     request.replicas = write ? static_cast<uint8_t>(min_replicas_) : 0;
+    request.linearizable = linearizable_ && (request.op == Op::kGet || request.op == Op::kScan);
     host_.Submit(&request, lane);
   }
 

@@ -262,7 +262,11 @@ class ScanHandler : public UnaryHandler<pb::ScanRequest, pb::ScanResponse> {
   void Take(Request&) override {}
   absl::Status Result() override {
     std::vector<ShardScanPart> parts;
-    for (const Request& op : parts_) parts.push_back({op.out, op.number == 1, op.version});
+    for (const Request& op : parts_) {
+      // A linearizable scan whose shard could not settle what it read.
+      if (op.result != ringkv::Result::kOk) return StatusOf(op, context_);
+      parts.push_back({op.out, op.number == 1, op.version});
+    }
     std::vector<std::string_view> keys;
     response_.set_cursor(MergeScanPages(parts, limit_, kScanPageBytes, &keys));
     for (std::string_view key : keys) response_.add_keys(std::string(key));

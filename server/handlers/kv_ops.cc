@@ -109,6 +109,16 @@ absl::Status PrepareIncrement(const RequestLimits& limits, std::string_view key,
 }
 
 absl::Status StatusOf(const Request& r, const ServerContext& context) {
+  if (r.linearizable && (r.result == Result::kUnavailable || r.result == Result::kNotReplicated))
+      [[unlikely]] {
+    // Run, but what it read may not stay: no answer (a read may be sent again).
+    return absl::UnavailableError(absl::StrCat(
+        "the linearizable read ran, but writes it may have seen ",
+        r.result == Result::kUnavailable
+            ? absl::StrCat("were not made durable: ", context.journal_failure_message())
+            : std::string("lost their wait for replicas when this server stepped down"),
+        "; it was not answered, and may be sent again"));
+  }
   switch (r.result) {
     case Result::kOk:
       return absl::OkStatus();

@@ -162,6 +162,11 @@ void ReplSource::CountMembers() {
 }
 
 bool ReplSource::Await(Request& request) {
+  if (request.linearizable) {
+    if (waiters_.empty()) return false;
+    waiters_.push_back({&request, 0});  // Released once the writes before it are answered.
+    return true;
+  }
   if (Acknowledged(request)) {
     request.repl_seq = 0;
     return false;
@@ -175,7 +180,7 @@ void ReplSource::ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered)
   while (!waiters_.empty()) {
     Kept& w = waiters_.front();
     Request& r = *w.request;
-    if (!Acknowledged(r)) {
+    if (!r.linearizable && !Acknowledged(r)) {
       if (w.until_ms == 0) {
         // Every later one started as late as this one, or later.
         for (Kept& k : waiters_) {
@@ -202,11 +207,12 @@ std::optional<Handover> ReplSource::Reset(std::vector<Request*>* answered) {
   }
   kept_.clear();
   for (Kept& w : waiters_) {
+    // A read behind them fails too: what it read may not stay.
     w.request->result = Result::kNotReplicated;
     w.request->acked_replicas = 0;
     w.request->repl_seq = 0;
     answered->push_back(w.request);
-    ++not_replicated_;
+    if (!w.request->linearizable) ++not_replicated_;
   }
   waiters_.clear();
   want_upto_ = 0;
