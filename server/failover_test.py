@@ -613,21 +613,22 @@ class FailoverTest(unittest.TestCase):
         b = start("b")
         wait_until(lambda: self.following(b.address, a.address), 10,
                    lambda: "b never followed a")
-        # A writer beside a (in its namespace, through the CLI) and one here to b only: each
-        # success with its call's start and its answer's arrival.
+        # A writer beside a (in its namespace: put_loop.py, which times each answer as it
+        # arrives, not as a process ends) and one here to b only: each success with its
+        # call's start and its answer's arrival.
         acks = {"a": [], "b": []}
         stop = threading.Event()
+        writer = subprocess.Popen(
+            ["ip", "netns", "exec", nets["a"][0], sys.executable,
+             os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing", "put_loop.py"),
+             a.address, "a", python_stubs.generate(PROTO_DIR)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.addCleanup(writer.kill)
 
         def beside_a():
-            n = 0
-            while not stop.is_set():
-                n += 1
-                began = time.monotonic()
-                r = subprocess.run(["ip", "netns", "exec", nets["a"][0], CLI,
-                                    f"--addr={a.address}", "--timeout=1", "put", f"a{n}", "v"],
-                                   capture_output=True, timeout=30)
-                if r.returncode == 0:
-                    acks["a"].append((f"a{n}", began, time.monotonic()))
+            for line in writer.stdout:
+                key, began, arrived = line.split()
+                acks["a"].append((key, float(began), float(arrived)))
 
         def to_b():
             with grpc.insecure_channel(b.address) as channel:
@@ -655,6 +656,8 @@ class FailoverTest(unittest.TestCase):
             time.sleep(0.5)
         finally:
             stop.set()
+            writer.stdin.close()
+            writer.wait(timeout=30)
             for t in threads:
                 t.join()
         last_a = max(arrived for _, _, arrived in acks["a"])
