@@ -22,7 +22,8 @@
 - --min-replicas=1: a write is refused while no replica follows; each acknowledged write is
   on the replica at once; a stopped replica makes writes time out (UNAVAILABLE, yet run).
 - A linearizable read of a write that waits for its stopped replica is answered only once the
-  write is (acknowledged, or refused after --min-replicas-timeout); a plain read sees it at once.
+  write is acknowledged; a plain read sees it at once. Past --min-replicas-timeout both fail,
+  and so do linearizable reads until the replica has the write.
 - The primary killed (SIGKILL) under --min-replicas=1 writers, the replica promoted with
   `ringkv replicate --stop`: no acknowledged write is missing, in five rounds.
 - `ringkv replicate --to`: a replica switches primaries and holds the new one's data; a
@@ -920,9 +921,10 @@ class ReplicationTest(unittest.TestCase):
     def test_a_linearizable_read_waits_for_the_writes_it_may_see(self):
         # A write that waits for its replica (stopped) has run on the primary: a plain read
         # sees it at once, a linearizable one is answered only once the write is, so that it
-        # never returns what a failover may take back. With the replica back, both are
-        # answered; past --min-replicas-timeout the read is answered after the write's refusal.
-        # With no write waiting, a linearizable read is answered at once.
+        # never returns what a failover may take back. With the replica back in time, both are
+        # acknowledged. Past --min-replicas-timeout both fail, and a linearizable read fails
+        # too until the replica has the write; then it returns it. With no write waiting, and
+        # none that timed out, a linearizable read is answered at once.
         primary = self.start("--min-replicas=1", "--min-replicas-timeout=2s", threads=1)
         replica = self.replica_of(primary, threads=1)
         pkv = self.kv(primary)
@@ -951,17 +953,28 @@ class ReplicationTest(unittest.TestCase):
             if resumes:
                 self.resume(replica)
                 self.assertGreater(write.result(timeout=CALL_TIMEOUT).version, 0)
-            else:
+                self.assertEqual(reading.result(timeout=CALL_TIMEOUT).value, value)
+                continue
+            for call, says in ((write, "0 of the 1 replicas it needs"),
+                               (reading, "are on 0 of the 1 replicas they need")):
                 with self.assertRaises(grpc.RpcError) as raised:
-                    write.result(timeout=CALL_TIMEOUT)
-                self.assertIn("0 of the 1 replicas", raised.exception.details())
-                answered = time.monotonic()
-            self.assertEqual(reading.result(timeout=CALL_TIMEOUT).value, value)
-            if not resumes:
-                self.assertLess(time.monotonic() - answered, 1 * SLOW)
+                    call.result(timeout=CALL_TIMEOUT)
+                self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAVAILABLE)
+                self.assertIn(says, raised.exception.details())
+            # A read that comes after the timeout waits for the write's replica as well.
+            with self.assertRaises(grpc.RpcError) as raised:
+                read().result(timeout=CALL_TIMEOUT)
+            self.assertIn("so a failover could lose them", raised.exception.details())
         self.resume(replica)
-        wait_until(acknowledged, 20, lambda: show(pkv))
-        self.assertEqual(read().result(timeout=1 * SLOW).value, b"v1")
+
+        def settled():
+            try:
+                return read().result(timeout=CALL_TIMEOUT)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+        self.assertEqual(wait_until(settled, 20, lambda: show(pkv)).value, b"v3")
+        self.assertEqual(read().result(timeout=1 * SLOW).value, b"v3")
 
     def test_promotion_after_kill9_loses_no_acknowledged_write(self):
         # --min-replicas=1 under four writers; the primary is killed (SIGKILL) at a random

@@ -163,7 +163,13 @@ void Worker::Answer(Request* request, RequestSource& source, bool hold_if_needed
               (request->linearizable && replication_ != nullptr)) &&
              replication_->Await(*request)) [[unlikely]] {
     return;  // Given back by a later ReplicationTurn.
-  } else if (request->origin == id_) {
+  } else {
+    Deliver(request, source);
+  }
+}
+
+void Worker::Deliver(Request* request, RequestSource& source) {
+  if (request->origin == id_) {
     source.Complete(request);
   } else {
     Push(request->origin, request);
@@ -309,7 +315,8 @@ size_t Worker::ReplicationTurn(RequestSource& source) {
   replicated_.clear();
   const size_t work = replication_->Turn(shard_, clock_, &replicated_);
   stream_work_ = work;
-  for (Request* request : replicated_) Answer(request, source, false);
+  // Never Answer: a linearizable read given back would wait again, behind later writes.
+  for (Request* request : replicated_) Deliver(request, source);
   if (work > 0) PublishShardCounters();
   return work + replicated_.size();
 }

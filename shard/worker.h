@@ -252,6 +252,9 @@ class Worker {
   // Sends the answer to a request this shard ran: completes it (this worker's own) or queues it
   // back to its origin; or holds it while its journal record is not durable.
   void Answer(Request* request, RequestSource& source, bool hold_if_needed);
+  // Sends an answer that waits for nothing more (the replication port gave it back): completes
+  // it or queues it back to its origin.
+  void Deliver(Request* request, RequestSource& source);
   // Step 4 of the turn; returns how many answers it released.
   size_t CommitJournal(RequestSource& source);
   // Step 5 of the turn; returns how many keys it reclaimed.

@@ -116,7 +116,10 @@ absl::Status StatusOf(const Request& r, const ServerContext& context) {
         "the linearizable read ran, but writes it may have seen ",
         r.result == Result::kUnavailable
             ? absl::StrCat("were not made durable: ", context.journal_failure_message())
-            : std::string("lost their wait for replicas when this server stepped down"),
+            : absl::StrCat("are on ", r.acked_replicas, " of the ", r.replicas,
+                           " replicas they need (--min-replicas-timeout ",
+                           context.options().min_replicas_timeout_ms,
+                           " ms, or this server stepped down), so a failover could lose them"),
         "; it was not answered, and may be sent again"));
   }
   switch (r.result) {

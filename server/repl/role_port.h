@@ -92,7 +92,17 @@ class RolePort final : public ReplicationPort {
   uint32_t in_sync() const override { return following_ ? 0 : source_.in_sync(); }
   uint64_t position() const override { return source_.position(); }
   void Expect(uint64_t repl_seq) override { source_.Expect(repl_seq); }
-  bool Await(Request& request) override { return !following_ && source_.Await(request); }
+  bool Await(Request& request) override {
+    if (!following_) return source_.Await(request);
+    // A write run as the primary, whose journal let its answer go only after the demotion:
+    // no replica acknowledged it, and none will.
+    if (request.repl_seq != 0) {
+      request.result = Result::kNotReplicated;
+      request.acked_replicas = 0;
+      request.repl_seq = 0;
+    }
+    return false;
+  }
 
  private:
   ReplSource& source_;

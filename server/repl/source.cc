@@ -163,8 +163,18 @@ void ReplSource::CountMembers() {
 
 bool ReplSource::Await(Request& request) {
   if (request.linearizable) {
-    if (waiters_.empty()) return false;
-    waiters_.push_back({&request, 0});  // Released once the writes before it are answered.
+    // It waits behind the writes that wait, and for the records of those that timed out.
+    if (unsettled_lsn_ != 0) {
+      request.repl_seq = unsettled_lsn_;
+      request.replicas = unsettled_replicas_;
+      if (Acknowledged(request)) {
+        unsettled_lsn_ = 0;
+        unsettled_replicas_ = 0;
+        request.repl_seq = 0;
+      }
+    }
+    if (waiters_.empty() && request.repl_seq == 0) return false;
+    waiters_.push_back({&request, 0});
     return true;
   }
   if (Acknowledged(request)) {
@@ -180,7 +190,12 @@ void ReplSource::ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered)
   while (!waiters_.empty()) {
     Kept& w = waiters_.front();
     Request& r = *w.request;
-    if (!r.linearizable && !Acknowledged(r)) {
+    if (r.linearizable && r.repl_seq < unsettled_lsn_) {
+      // A write before it timed out: it waits for that write's records, as a new read would.
+      r.repl_seq = unsettled_lsn_;
+      r.replicas = unsettled_replicas_;
+    }
+    if (!Acknowledged(r)) {  // A read that waits only for the writes before it is.
       if (w.until_ms == 0) {
         // Every later one started as late as this one, or later.
         for (Kept& k : waiters_) {
@@ -190,7 +205,13 @@ void ReplSource::ReleaseWaiters(int64_t now_ms, std::vector<Request*>* answered)
       if (now_ms < w.until_ms) break;
       r.result = Result::kNotReplicated;
       r.acked_replicas = static_cast<uint8_t>(Acked(r.repl_seq));
-      ++not_replicated_;
+      if (!r.linearizable) {
+        // Its records stay here, and may yet reach the replicas, or be lost in a failover:
+        // linearizable reads wait for them.
+        unsettled_lsn_ = std::max(unsettled_lsn_, r.repl_seq);
+        unsettled_replicas_ = std::max(unsettled_replicas_, r.replicas);
+        ++not_replicated_;
+      }
       changed = true;
     }
     r.repl_seq = 0;
@@ -215,6 +236,8 @@ std::optional<Handover> ReplSource::Reset(std::vector<Request*>* answered) {
     if (!w.request->linearizable) ++not_replicated_;
   }
   waiters_.clear();
+  unsettled_lsn_ = 0;
+  unsettled_replicas_ = 0;
   want_upto_ = 0;
   flow_list_.clear();
   in_sync_ = 0;

@@ -46,7 +46,9 @@
 // sync from its first kTail on. A waiting write is given back once `replicas` flows have
 // acknowledged its position, or after the timeout with Result::kNotReplicated. A linearizable
 // read (Request::linearizable) that comes while writes wait is given back, as it is, once the
-// writes before it are: it never answers with a write that may not stay.
+// writes before it are; and while the records of a write that timed out lack its replicas, it
+// waits for them too, as a write would (failing as one: kNotReplicated). So it never answers
+// with a write that may not stay.
 // With an in-sync set (--acks=isr; server/repl/in_sync_set.h), kBegin and kResume carry the
 // replica's server id in `key`, and a write is given back once every member of the set has
 // acknowledged its position through a flow of its own, the set having at least `replicas`
@@ -273,7 +275,11 @@ class ReplSource final : public Journal, public ReplicationPort {
   std::vector<Flow> flow_list_;
   uint32_t in_sync_ = 0;
   std::deque<Kept> waiters_;  // Writes waiting for replicas (and reads behind them), in order.
-  uint64_t want_upto_ = 0;    // The highest position a write waits for.
+  // The last position of the writes that timed out (kNotReplicated) and the replicas they
+  // needed, until those acknowledge it (0: none): a linearizable read waits for it.
+  uint64_t unsettled_lsn_ = 0;
+  uint8_t unsettled_replicas_ = 0;
+  uint64_t want_upto_ = 0;  // The highest position a write waits for.
   uint64_t not_replicated_ = 0;
   const InSyncSet* const in_sync_set_;
   std::vector<std::string> members_;  // The in-sync set as taken ...
