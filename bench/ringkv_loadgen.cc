@@ -24,6 +24,11 @@
 // The report gives the generator's own CPU (user + system, getrusage) per operation, so that a
 // run can show the client was not the bottleneck.
 //
+// In a group (--etcd, --group) the run goes to the primary the group's leader key names, and
+// follows it: when calls fail or every connection broke, it asks the group again, and if the
+// primary moved (a failover, a switchover) it connects there and goes on. The report lists each
+// move, and how long the run made no calls meanwhile; the calls the move cut are errors.
+//
 // --hold makes no calls: it opens --connections connections, says "holding N connections" on
 // stdout once all are up, and keeps them open and idle for --duration seconds (or until
 // SIGTERM). The connection-scaling runs hold their idle connections in such a second process, so
@@ -63,7 +68,8 @@
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address");
 ABSL_FLAG(std::string, etcd, "",
           "with --group: the etcd endpoints (HOST:PORT[,...]) of a group; the run goes to the "
-          "primary its leader key names at the start (instead of --addr)");
+          "primary its leader key names (instead of --addr), and follows it when it moves: once "
+          "calls fail, the run asks again, and goes on on the new primary (the report says when)");
 ABSL_FLAG(std::string, group, "", "with --etcd: the group's name (the servers' --group)");
 ABSL_FLAG(std::string, etcd_ca, "", "with --etcd: TLS to etcd, trusting the CAs in this PEM file");
 ABSL_FLAG(std::string, etcd_cert, "", "with --etcd: the PEM client certificate etcd asks for");
@@ -118,7 +124,13 @@ struct Config {
   int64_t ttl_ms;             // Every PUT's TTL; 0: none.
   uint64_t seed;              // --seed.
   std::string authorization;  // "Bearer TOKEN" (--token-file), or empty.
+  // In a group (--etcd): a unary or batch call has kFollowDeadline, and one that fails for
+  // want of its server (UNAVAILABLE, DEADLINE_EXCEEDED) ends its slot, so that once every slot
+  // has ended the run can find the primary again (RunLoad).
+  bool follow = false;
 };
+
+constexpr auto kFollowDeadline = std::chrono::seconds(2);
 
 // The key generator's seed of call slot `s`.
 uint64_t SlotSeed(const Config& config, uint32_t s) {
@@ -222,7 +234,7 @@ class Workload {
     for (const auto& r : reply.results()) {
       const uint64_t index = r.id() - (next_id_ - config_.batch);
       if (index < stream_gets_.size() && stream_gets_[index]) CountGet(r.result().code());
-      if (r.result().code() != 0 && !IsMiss(r.result().code())) ++tally_->errors[r.result().code()];
+      if (r.result().code() != 0 && !IsMiss(r.result().code())) Fail(r.result().code());
       tally_->value_bytes += r.result().value().size();
       --awaiting_;
     }
@@ -241,7 +253,7 @@ class Workload {
   void TakeBatch(const Results& results) {
     for (const auto& r : results) {
       if (is_get_) CountGet(r.code());
-      if (r.code() != 0 && !IsMiss(r.code())) ++tally_->errors[r.code()];
+      if (r.code() != 0 && !IsMiss(r.code())) Fail(r.code());
       tally_->value_bytes += is_get_ ? r.value().size() : config_.value.size();
     }
     Record(static_cast<uint64_t>(results.size()));
@@ -253,12 +265,17 @@ class Workload {
     if (IsMiss(code)) {
       Record(1);
     } else {
-      ++tally_->errors[code];
+      Fail(code);
       Record(0);
     }
   }
   // A stream or connection that broke: one error, nothing recorded.
-  void Broken(int code) { ++tally_->errors[code]; }
+  void Broken(int code) { Fail(code); }
+  // Whether a call that ended with `code` ends its slot (Config::follow).
+  bool Ends(int code) const {
+    return config_.follow &&
+           (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
 
   // Restarts the latency clock of the call just filled: the h2 client sends its calls at the
   // end of an event-loop round, and times them from there, as redis-benchmark times a request
@@ -268,6 +285,7 @@ class Workload {
  private:
   // Without --preload, a GET may miss (and a write may be evicted or expire): not an error.
   bool IsMiss(int code) const { return code == grpc::StatusCode::NOT_FOUND && !config_.preload; }
+  void Fail(int code) { ++tally_->errors[code]; }
   void CountGet(int code) {
     ++tally_->gets;
     if (code == 0) ++tally_->get_hits;
@@ -303,7 +321,7 @@ class GrpcSlot {
 
   void Start() {
     if (work_.config().mode == Mode::kStream) {
-      context_ = NewContext();
+      context_ = NewContext(false);
       stream_ = stub_->PrepareAsyncStream(context_.get(), cq_);
       phase_ = Phase::kStreamStarting;
       stream_->StartCall(this);
@@ -325,7 +343,7 @@ class GrpcSlot {
         } else {
           work_.TakeBatch(mput_out_.results());
         }
-        if (stop) return false;
+        if (stop || (!status_.ok() && work_.Ends(status_.error_code()))) return false;
         Issue();
         return true;
       case Phase::kStreamStarting:
@@ -371,16 +389,20 @@ class GrpcSlot {
     kStreamFinishing
   };
 
-  std::unique_ptr<grpc::ClientContext> NewContext() const {
+  // `call`: a unary or batch call, which has a deadline when the run follows a group.
+  std::unique_ptr<grpc::ClientContext> NewContext(bool call) const {
     auto context = std::make_unique<grpc::ClientContext>();
     const std::string& authorization = work_.config().authorization;
     if (!authorization.empty()) context->AddMetadata("authorization", authorization);
+    if (call && work_.config().follow) {
+      context->set_deadline(std::chrono::system_clock::now() + kFollowDeadline);
+    }
     return context;
   }
 
   void Issue() {
     phase_ = Phase::kCall;
-    context_ = NewContext();
+    context_ = NewContext(true);
     is_get_ = work_.FillCall(&get_, &put_, &mget_, &mput_);
     if (work_.config().mode == Mode::kUnary) {
       if (is_get_) {
@@ -521,7 +543,8 @@ class H2Slot : public CallObserver {
     } else {
       work_.TakeBatch(mput_out_.results());
     }
-    if (stop_.load(std::memory_order_relaxed)) {
+    if (stop_.load(std::memory_order_relaxed) ||
+        (!status.ok() && work_.Ends(static_cast<int>(status.code())))) {
       done_ = true;
       return;
     }
@@ -542,7 +565,11 @@ class H2Slot : public CallObserver {
       request = is_get_ ? static_cast<const google::protobuf::MessageLite*>(&mget_) : &mput_;
       path = is_get_ ? "/ringkv.v1.KV/MultiGet" : "/ringkv.v1.KV/MultiPut";
     }
-    call_ = channel_->StartCall(path, this);
+    call_ = channel_->StartCall(
+        path, this,
+        work_.config().follow
+            ? std::chrono::duration_cast<std::chrono::nanoseconds>(kFollowDeadline).count()
+            : 0);
     if (call_ == nullptr) return Broken();
     channel_->Send(call_, *request, /*end=*/true);
     unsent_->push_back(this);
@@ -636,6 +663,9 @@ struct Plan {
   uint32_t threads = 1;
   CredentialFiles files;
   ClientCredentials credentials;
+  // With --etcd and --group: a client that finds the group's primary (and watches its leader
+  // key), asked again whenever the run's calls fail.
+  std::shared_ptr<Client> finder;
 };
 
 void SetUsage() {
@@ -733,13 +763,15 @@ Plan ParsePlanOrExit(int argc, char** argv) {
   discovery.etcd_tls = *std::move(etcd_tls);
   if (!discovery.etcd.empty()) {
     // A read goes to the primary the leader key names (waiting out an election): that server.
-    Client finder("", absl::Seconds(5), plan.credentials, std::move(discovery));
-    if (absl::Status found = finder.Stats().status(); !found.ok()) {
+    plan.finder =
+        std::make_shared<Client>("", absl::Seconds(5), plan.credentials, std::move(discovery));
+    if (absl::Status found = plan.finder->Stats().status(); !found.ok()) {
       std::fprintf(stderr, "ringkv-loadgen: no primary found: %s\n",
                    std::string(found.message()).c_str());
       std::exit(3);
     }
-    plan.addr = finder.address();
+    plan.addr = plan.finder->address();
+    plan.config.follow = true;
   }
   return plan;
 }
@@ -753,8 +785,8 @@ struct Connections {
   std::vector<std::unique_ptr<pb::KV::Stub>> stubs;
 };
 
-// False (and why, on stderr) if the server cannot be reached.
-bool Connect(const char* argv0, const Plan& plan, Connections* out) {
+// False (and why, on stderr unless `quiet`) if the server cannot be reached.
+bool Connect(const char* argv0, const Plan& plan, Connections* out, bool quiet = false) {
   if (plan.h2 && plan.credentials.tls) {
     absl::StatusOr<std::unique_ptr<ClientTls>> tls = ClientTls::Load(
         {.ca = plan.files.tls_ca, .cert = plan.files.tls_cert, .key = plan.files.tls_key});
@@ -766,8 +798,10 @@ bool Connect(const char* argv0, const Plan& plan, Connections* out) {
       absl::StatusOr<std::unique_ptr<H2Channel>> channel = H2Channel::Connect(
           plan.addr, {.tls = out->h2_tls.get(), .token = plan.credentials.token});
       if (!channel.ok()) {
-        std::fprintf(stderr, "ringkv-loadgen: %s\n",
-                     std::string(channel.status().message()).c_str());
+        if (!quiet) {
+          std::fprintf(stderr, "ringkv-loadgen: %s\n",
+                       std::string(channel.status().message()).c_str());
+        }
         return false;
       }
       out->h2_channels.push_back(std::move(*channel));
@@ -782,7 +816,10 @@ bool Connect(const char* argv0, const Plan& plan, Connections* out) {
   }
   for (auto& channel : out->channels) {
     if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5))) {
-      std::fprintf(stderr, "ringkv-loadgen: cannot reach ringkv-server at %s\n", plan.addr.c_str());
+      if (!quiet) {
+        std::fprintf(stderr, "ringkv-loadgen: cannot reach ringkv-server at %s\n",
+                     plan.addr.c_str());
+      }
       return false;
     }
   }
@@ -821,51 +858,102 @@ double CpuSeconds() {
   return s(usage.ru_utime) + s(usage.ru_stime);
 }
 
-// What a run measured: its tallies merged, how long it took, and the client's CPU.
+// What a run measured: its tallies merged, how long it took, the client's CPU, and the
+// primaries it followed (--etcd).
 struct Measured {
   Tally all;
   double seconds = 0;
   double client_cpu = 0;
+  std::vector<std::string> moves;  // "A -> B at T s, G s without calls", one per move.
 };
 
-// Runs the load on `plan.threads` threads until --duration or --ops, with a progress line.
-void RunLoad(const Plan& plan, const Connections& connections, Measured* out) {
+// With a group (plan.finder), called by the control thread once every slot has ended: the
+// group's primary now, if the server the finder reaches says it leads the group (the finder
+// follows the leader key, waiting out an election); empty if none does yet (a primary
+// restarted on its address is no longer one, though the key names it until its lease ends).
+std::string LeadingPrimary(const Plan& plan) {
+  absl::StatusOr<pb::StatsResponse> stats = plan.finder->Stats();
+  if (!stats.ok() || !stats->replication().group().leading()) return {};
+  return plan.finder->address();
+}
+
+// Runs the load on `plan.threads` threads until --duration or --ops, with a progress line. In a
+// group (--etcd), once every thread has stopped (each slot's call failed for want of its
+// server, or its connection broke: Config::follow), the run waits for a server that leads the
+// group (the one it was on, or a new primary), connects to it and goes on there, into the same
+// tallies; the calls the move cut count as errors.
+void RunLoad(const char* argv0, Plan& plan, Connections& connections, Measured* out) {
   const uint64_t max_ops = absl::GetFlag(FLAGS_ops);
   const double duration = absl::GetFlag(FLAGS_duration);
   std::atomic<bool> stop{false};
+  std::atomic<uint32_t> running{0};
   std::vector<Tally> tallies(plan.threads);
   std::vector<std::thread> workers;
-  const double cpu0 = CpuSeconds();
-  const auto t0 = Clock::now();
-  for (uint32_t t = 0; t < plan.threads; ++t) {
-    workers.emplace_back([&, t] {
-      if (plan.h2) {
-        RunH2Thread(connections.h2_channels, plan.config, t, plan.threads, plan.concurrency, stop,
-                    &tallies[t]);
-      } else {
-        RunGrpcThread(connections.stubs, plan.config, t, plan.threads, plan.concurrency, stop,
+  auto start = [&] {
+    stop.store(false, std::memory_order_relaxed);
+    running.store(plan.threads, std::memory_order_relaxed);
+    for (uint32_t t = 0; t < plan.threads; ++t) {
+      workers.emplace_back([&, t] {
+        if (plan.h2) {
+          RunH2Thread(connections.h2_channels, plan.config, t, plan.threads, plan.concurrency, stop,
                       &tallies[t]);
-      }
-    });
-  }
-  // This thread stops the run at --duration or --ops, and reports progress.
-  auto total_ops = [&] {
+        } else {
+          RunGrpcThread(connections.stubs, plan.config, t, plan.threads, plan.concurrency, stop,
+                        &tallies[t]);
+        }
+        running.fetch_sub(1, std::memory_order_release);
+      });
+    }
+  };
+  auto halt = [&] {
+    stop.store(true, std::memory_order_relaxed);
+    for (auto& w : workers) w.join();
+    workers.clear();
+  };
+  auto sum = [&](auto field) {
     uint64_t n = 0;
-    for (const Tally& tally : tallies) n += tally.progress.load(std::memory_order_relaxed);
+    for (const Tally& tally : tallies) n += (tally.*field).load(std::memory_order_relaxed);
     return n;
   };
+  const double cpu0 = CpuSeconds();
+  const auto t0 = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  start();
+  // This thread stops the run at --duration or --ops, follows the primary, and reports progress.
+  constexpr double kGiveUpS = 30;
+  double stalled_at = -1;  // When every thread had stopped, until the run goes on.
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-    if ((max_ops > 0 && total_ops() >= max_ops) || (max_ops == 0 && elapsed >= duration)) break;
-    if (absl::GetFlag(FLAGS_progress) && static_cast<int>(elapsed * 10) % 10 == 0) {
-      std::fprintf(stderr, "\r%.0f s: %llu ops", elapsed,
-                   static_cast<unsigned long long>(total_ops()));
+    const uint64_t ops = sum(&Tally::progress);
+    if ((max_ops > 0 && ops >= max_ops) || (max_ops == 0 && elapsed() >= duration)) break;
+    if (plan.finder != nullptr && running.load(std::memory_order_acquire) == 0) {
+      halt();
+      if (stalled_at < 0) stalled_at = elapsed();
+      if (elapsed() - stalled_at > kGiveUpS) {
+        out->moves.push_back(absl::StrFormat(
+            "none reachable for %.0f s from %.1f s on: the run ends", kGiveUpS, stalled_at));
+        break;
+      }
+      const std::string primary = LeadingPrimary(plan);
+      const std::string from = plan.addr;
+      if (!primary.empty()) plan.addr = primary;
+      connections = {};
+      // Not yet (no server leads, or it is not reachable yet): the next look tries again.
+      if (!primary.empty() && Connect(argv0, plan, &connections, /*quiet=*/true)) {
+        if (plan.addr != from) {
+          out->moves.push_back(absl::StrFormat("%s -> %s at %.1f s, %.2f s without calls", from,
+                                               plan.addr, stalled_at, elapsed() - stalled_at));
+        }
+        stalled_at = -1;
+        start();
+      }
+    }
+    if (absl::GetFlag(FLAGS_progress) && static_cast<int>(elapsed() * 10) % 10 == 0) {
+      std::fprintf(stderr, "\r%.0f s: %llu ops", elapsed(), static_cast<unsigned long long>(ops));
     }
   }
-  stop.store(true, std::memory_order_relaxed);
-  out->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  for (auto& w : workers) w.join();
+  out->seconds = elapsed();
+  halt();
   out->client_cpu = CpuSeconds() - cpu0;
   if (absl::GetFlag(FLAGS_progress)) std::fprintf(stderr, "\n");
   for (const Tally& tally : tallies) {
@@ -908,6 +996,7 @@ int Report(const Plan& plan, const Measured& m) {
       ms(all.latency.Percentile(99.9)), ms(all.latency.max()), client_us_per_op,
       static_cast<unsigned long long>(error_count), errors.empty() ? "" : " (", errors.c_str(),
       errors.empty() ? "" : ")");
+  for (const std::string& move : m.moves) std::printf("followed the primary: %s\n", move.c_str());
   const double hit_rate =
       all.gets == 0 ? 0 : static_cast<double>(all.get_hits) / static_cast<double>(all.gets);
   if (!config.preload && all.gets > 0) {
@@ -922,12 +1011,12 @@ int Report(const Plan& plan, const Measured& m) {
         "\"ratio\":\"%s\",\"value_size\":%u,\"keys\":%d,\"seconds\":%.3f,\"ops\":%d,"
         "\"ops_per_s\":%.1f,\"mb_per_s\":%.3f,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"p999_ms\":%.4f,"
         "\"max_ms\":%.4f,\"client_cpu_s\":%.4f,\"client_cpu_us_per_op\":%.3f,\"errors\":%d,"
-        "\"gets\":%d,\"get_hits\":%d,\"ttl_ms\":%d}\n",
+        "\"gets\":%d,\"get_hits\":%d,\"ttl_ms\":%d,\"moves\":%d}\n",
         mode, client, config.batch, plan.concurrency, plan.connections, absl::GetFlag(FLAGS_ratio),
         absl::GetFlag(FLAGS_value_size), config.keys, m.seconds, all.ops, ops_per_s, mb_per_s,
         ms(all.latency.Percentile(50)), ms(all.latency.Percentile(99)),
         ms(all.latency.Percentile(99.9)), ms(all.latency.max()), m.client_cpu, client_us_per_op,
-        error_count, all.gets, all.get_hits, config.ttl_ms);
+        error_count, all.gets, all.get_hits, config.ttl_ms, m.moves.size());
   }
   return error_count == 0 ? 0 : 1;
 }
@@ -954,7 +1043,7 @@ int Main(int argc, char** argv) {
     }
   }
   Measured measured;
-  RunLoad(plan, connections, &measured);
+  RunLoad(argv[0], plan, connections, &measured);
   return Report(plan, measured);
 }
 

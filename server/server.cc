@@ -462,24 +462,16 @@ absl::Status Server::RequestRoleChange(const std::string& to, RoleDone done) {
         " on etcd (--etcd): the group's election decides its role, so `ringkv replicate` "
         "cannot change it"));
   }
-  std::lock_guard lock(role_mu_);
-  if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
-  if (role_changing_) {
-    return absl::FailedPreconditionError("another role change is under way; try again");
-  }
-  if (role_thread_.joinable()) role_thread_.join();  // The last change's, done.
-  role_changing_ = true;
-  role_thread_ = std::thread([this, to, done = std::move(done)] {
+  return OnRoleThread("another role change is under way; try again", [this, to, done] {
     const absl::Status status = to.empty() ? Promote() : Follow(to);
     std::string primary;
     {
       std::lock_guard lock(role_mu_);
-      role_changing_ = false;
       primary = primary_;
     }
-    done(status, primary.empty() ? "primary" : "replica", primary);
+    return
+        [status, primary, done] { done(status, primary.empty() ? "primary" : "replica", primary); };
   });
-  return absl::OkStatus();
 }
 
 absl::Status Server::RequestFailover(const std::string& to, FailoverDone done) {
@@ -489,21 +481,26 @@ absl::Status Server::RequestFailover(const std::string& to, FailoverDone done) {
         "hand over; to move a primary by hand: `ringkv replicate --to=R` on it, then "
         "`ringkv replicate --stop` on R");
   }
-  std::lock_guard lock(role_mu_);
-  if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
-  if (role_changing_) {
-    return absl::FailedPreconditionError("another failover is under way; try again");
-  }
-  if (role_thread_.joinable()) role_thread_.join();  // The last one's, done.
-  role_changing_ = true;
-  role_thread_ = std::thread([this, to, done = std::move(done)] {
+  return OnRoleThread("another failover is under way; try again", [this, to, done] {
     FailoverResult result;
     const absl::Status status = HandOver(to, &result);
+    return [status, result, done] { done(status, result); };
+  });
+}
+
+absl::Status Server::OnRoleThread(const char* busy, std::function<std::function<void()>()> job) {
+  std::lock_guard lock(role_mu_);
+  if (shutting_down()) return absl::UnavailableError("ringkv-server is shutting down");
+  if (role_changing_) return absl::FailedPreconditionError(busy);
+  if (role_thread_.joinable()) role_thread_.join();  // The last one's, done.
+  role_changing_ = true;
+  role_thread_ = std::thread([this, job = std::move(job)] {
+    const std::function<void()> tell = job();
     {
       std::lock_guard lock(role_mu_);
       role_changing_ = false;
     }
-    done(status, result);
+    tell();
   });
   return absl::OkStatus();
 }

@@ -135,6 +135,10 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   void SetPrimary(const std::string& primary);
   // A client that follows `primary` into the sinks (not started).
   std::unique_ptr<repl::ReplicaClient> MakeReplicaClient(const std::string& primary);
+  // Runs `job` on role_thread_, unless a role change or failover is under way (refused with
+  // `busy`) or the server shuts down; role_changing_ is cleared once `job` returns, and then
+  // what it returned runs (it tells the caller).
+  absl::Status OnRoleThread(const char* busy, std::function<std::function<void()>()> job);
   // Role changes (RequestRoleChange), on role_thread_: stop following and serve writes, or
   // follow another primary (a primary steps down first).
   absl::Status Promote();
