@@ -32,7 +32,9 @@ SIGSTOP, and writers on grpcio that count every acknowledged write.
 - A partition (network namespaces: each server in its own, on a private bridge with etcd):
   the primary's link goes down while a client in its namespace keeps writing to it; its
   last acknowledgement arrives before the new primary's first is asked for, within its
-  lease of the cut; with the link back it rejoins as a replica and counts what it dropped.
+  lease of the cut; with the link back it rejoins as a replica. With two servers and
+  --min-replicas=0 it counts what it dropped; with three, --min-replicas=1 --acks=isr, every
+  write it acknowledged is on the new primary.
 - A planned failover (`ringkv failover --to`): of three servers with --acks=isr under
   writers, the primary hands the leadership to a replica in the next term; no acknowledged
   write is lost, writes pause for less than a second, and the old primary and the other
@@ -600,12 +602,22 @@ class FailoverTest(unittest.TestCase):
     def test_a_partitioned_primary_fences_itself(self):
         """A primary cut off from etcd and its replica by a real partition (its veth down),
         while a client beside it (in its namespace) keeps writing to it: it stops
-        acknowledging before the replica takes over, and rejoins once the link is back."""
+        acknowledging before the replica takes over, and rejoins once the link is back; what
+        it acknowledged alone (--min-replicas=0) is dropped, and counted."""
+        self.partition(["b"], ())
+
+    def test_a_partition_loses_no_acknowledged_write(self):
+        """The same partition with three servers, --min-replicas=1 --acks=isr: the majority
+        elects one of its two, and after healing every write the old primary acknowledged is
+        on the new one."""
+        self.partition(["b", "c"], ("--min-replicas=1", "--acks=isr"))
+
+    def partition(self, others, flags):
         if shutil.which("ip") is None:
             self.skipTest("no `ip` (iproute2) to make network namespaces")
         work = tempfile.mkdtemp(prefix="ringkv-partition-test-")
         self.addCleanup(shutil.rmtree, work, True)
-        nets, bridge = self.network(["a", "b"])
+        nets, bridge = self.network(["a", *others])
         etcd = Etcd(work, host=bridge)
         etcd.start()
         self.addCleanup(etcd.kill)
@@ -615,7 +627,8 @@ class FailoverTest(unittest.TestCase):
             ns, host, _ = nets[name]
             server = RingkvServer(SERVER, "--threads=2", "--insecure", f"--etcd={etcd.endpoint}",
                                   f"--group={self.group}", f"--failover-timeout={TTL_S}s",
-                                  *SERVER_FLAGS, host=host, prefix=("ip", "netns", "exec", ns))
+                                  *flags, *SERVER_FLAGS, host=host,
+                                  prefix=("ip", "netns", "exec", ns))
             server.log = LogReader(server)
             self.servers[server.address] = server
             self.addCleanup(server.stop)
@@ -623,13 +636,17 @@ class FailoverTest(unittest.TestCase):
         a = start("a")
         wait_until(lambda: (self.leader() or (0, "", ""))[2] == a.address, 10,
                    lambda: "a was not elected")
-        b = start("b")
-        wait_until(lambda: self.following(b.address, a.address), 10,
-                   lambda: "b never followed a")
+        rest = [start(name) for name in others]
+        for server in rest:
+            wait_until(lambda: self.following(server.address, a.address), 10,
+                       lambda: f"{server.address} never followed a")
+        if "--acks=isr" in flags:
+            wait_until(lambda: len(self.in_sync()) == len(rest), 10,
+                       lambda: "the in-sync set never filled")
         # A writer beside a (in its namespace: put_loop.py, which times each answer as it
-        # arrives, not as a process ends) and one here to b only: each success with its
-        # call's start and its answer's arrival.
-        acks = {"a": [], "b": []}
+        # arrives, not as a process ends) and one here to each other server: each success
+        # with its call's start and its answer's arrival.
+        acks = {"a": [], "new": []}
         stop = threading.Event()
         writer = subprocess.Popen(
             ["ip", "netns", "exec", nets["a"][0], sys.executable,
@@ -643,29 +660,32 @@ class FailoverTest(unittest.TestCase):
                 key, began, arrived = line.split()
                 acks["a"].append((key, float(began), float(arrived)))
 
-        def to_b():
-            with grpc.insecure_channel(b.address) as channel:
+        def to(server):
+            with grpc.insecure_channel(server.address) as channel:
                 kv = kv_pb2_grpc.KVStub(channel)
                 n = 0
                 while not stop.is_set():
                     n += 1
-                    began = time.monotonic()
+                    key, began = f"{server.address}-{n}", time.monotonic()
                     try:
-                        kv.Put(kv_pb2.PutRequest(key=f"b{n}".encode(), value=b"v"), timeout=1)
+                        kv.Put(kv_pb2.PutRequest(key=key.encode(), value=b"v"), timeout=1)
                     except grpc.RpcError:
                         time.sleep(0.01)
                         continue
-                    acks["b"].append((f"b{n}", began, time.monotonic()))
-        threads = [threading.Thread(target=f) for f in (beside_a, to_b)]
+                    acks["new"].append((key, began, time.monotonic()))
+        threads = [threading.Thread(target=beside_a)]
+        threads += [threading.Thread(target=to, args=(server,)) for server in rest]
         for t in threads:
             t.start()
         try:
-            wait_until(lambda: len(acks["a"]) >= 5, 10 * SLOW, lambda: "a acknowledged nothing")
+            wait_until(lambda: len(acks["a"]) >= 50, 10 * SLOW,
+                       lambda: f"a acknowledged {len(acks['a'])} writes")
             subprocess.run(["ip", "link", "set", nets["a"][2], "down"], check=True)
             cut = time.monotonic()
-            wait_until(lambda: (self.leader() or (0, "", ""))[2] == b.address, TTL_S + 5,
-                       lambda: f"b never took over: {self.group_state()}")
-            wait_until(lambda: acks["b"], 5 * SLOW, lambda: "b acknowledged nothing")
+            _, _, new = wait_until(
+                lambda: (self.leader() or (0, "", ""))[2] in [s.address for s in rest]
+                and self.leader(), TTL_S + 5, lambda: f"nobody took over: {self.group_state()}")
+            wait_until(lambda: acks["new"], 10 * SLOW, lambda: f"{new} acknowledged nothing")
             time.sleep(0.5)
         finally:
             stop.set()
@@ -674,26 +694,32 @@ class FailoverTest(unittest.TestCase):
             for t in threads:
                 t.join()
         last_a = max(arrived for _, _, arrived in acks["a"])
-        first_b = min(began for _, began, _ in acks["b"])
-        # No overlap: a's last acknowledgement arrived before b's first was even asked for.
-        self.assertLess(last_a, first_b, f"a acknowledged at {last_a - cut:.3f} s after the "
-                        f"cut, b from {first_b - cut:.3f} s")
+        first_new = min(began for _, began, _ in acks["new"])
+        # No overlap: a's last acknowledgement arrived before the new primary's first was even
+        # asked for.
+        self.assertLess(last_a, first_new, f"a acknowledged at {last_a - cut:.3f} s after the "
+                        f"cut, {new} from {first_new - cut:.3f} s")
         self.assertLess(last_a - cut, TTL_S + 0.5 * SLOW, "a acknowledged past its lease")
-        # The link back: a finds b and rejoins as its replica; what a acknowledged alone after
-        # the cut (nothing waited for b: --min-replicas=0) is dropped, and counted.
+        # The link back: a finds the new primary and rejoins as its replica. What a
+        # acknowledged is all there with --min-replicas=1; with 0, what it acknowledged alone
+        # after the cut is dropped, and counted.
         subprocess.run(["ip", "link", "set", nets["a"][2], "up"], check=True)
-        wait_until(lambda: self.following(a.address, b.address), 15,
+        wait_until(lambda: self.following(a.address, new), 15,
                    lambda: f"a never rejoined: {self.group_state()}")
-        with grpc.insecure_channel(b.address) as channel:
+        with grpc.insecure_channel(new) as channel:
             kv = kv_pb2_grpc.KVStub(channel)
             got = kv.MultiGet(kv_pb2.MultiGetRequest(keys=[k.encode() for k, _, _ in acks["a"]]),
                               timeout=10)
         lost = sum(1 for r in got.results if r.code != 0)
         flows = self.stats(a.address).replication.flows
-        self.assertGreaterEqual(sum(f.dropped_keys for f in flows), lost, str(flows))
-        print(f"\npartition: a acknowledged its last write {last_a - cut:.2f} s after the cut, "
-              f"b its first {min(t for _, _, t in acks['b']) - cut:.2f} s after; {lost} of "
-              f"a's {len(acks['a'])} acknowledged writes were its alone, dropped and counted",
+        if "--min-replicas=1" in flags:
+            self.assertEqual(lost, 0, f"{lost} of a's {len(acks['a'])} acknowledged writes lost")
+        else:
+            self.assertGreaterEqual(sum(f.dropped_keys for f in flows), lost, str(flows))
+        print(f"\npartition ({len(rest) + 1} servers {' '.join(flags)}): a acknowledged its last "
+              f"write {last_a - cut:.2f} s after the cut, the new primary its first "
+              f"{min(t for _, _, t in acks['new']) - cut:.2f} s after; {lost} of a's "
+              f"{len(acks['a'])} acknowledged writes not on the new primary",
               file=sys.stderr)
 
     def test_a_write_that_may_have_run_is_not_sent_again(self):
