@@ -910,9 +910,9 @@ void RunLoad(const char* argv0, Plan& plan, Connections& connections, Measured* 
     for (auto& w : workers) w.join();
     workers.clear();
   };
-  auto sum = [&](auto field) {
+  auto total_ops = [&] {
     uint64_t n = 0;
-    for (const Tally& tally : tallies) n += (tally.*field).load(std::memory_order_relaxed);
+    for (const Tally& tally : tallies) n += tally.progress.load(std::memory_order_relaxed);
     return n;
   };
   const double cpu0 = CpuSeconds();
@@ -924,7 +924,7 @@ void RunLoad(const char* argv0, Plan& plan, Connections& connections, Measured* 
   double stalled_at = -1;  // When every thread had stopped, until the run goes on.
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const uint64_t ops = sum(&Tally::progress);
+    const uint64_t ops = total_ops();
     if ((max_ops > 0 && ops >= max_ops) || (max_ops == 0 && elapsed() >= duration)) break;
     if (plan.finder != nullptr && running.load(std::memory_order_acquire) == 0) {
       halt();

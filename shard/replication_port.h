@@ -45,8 +45,9 @@ class ReplicationPort {
   // replicas have applied everything up to repl_seq, or with Result::kNotReplicated once it has
   // waited
   // --min-replicas-timeout. The port clears repl_seq of what it gives back. A linearizable read
-  // (Request::linearizable) is handed to Await too: true if writes wait, and the port keeps it
-  // until the ones before it are answered.
+  // (Request::linearizable) is handed to Await too: true if writes wait, or a write that timed
+  // out still lacks its replicas; the port keeps it until the writes before it are answered and
+  // those records are acknowledged (or the timeout, as a write's).
   virtual uint32_t in_sync() const { return 0; }
   virtual uint64_t position() const { return 0; }
   // A write will wait for the replicas to apply the records before `repl_seq`: the port asks
