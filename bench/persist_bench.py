@@ -22,7 +22,12 @@ Data files go to a fresh directory under bench-results/persist/ (the same disk f
 are removed after each run. Every server is stopped at the end. Prints markdown; raw results in
 bench-results/persist/results.jsonl.
 
-Usage: bench/persist_bench.py [RUNS=3] [SECONDS=20] [PARTS=put,restore] [KEYS=2000000]
+With MODES=a,b (environment; of memory, everysec, always) part put runs those modes only; with
+OLD_SERVER=PATH (a ringkv-server built from an earlier commit) it runs each mode on that one
+too, in the same rounds, as the row "ringkv-old".
+
+Usage: [MODES=memory,everysec,always] [OLD_SERVER=PATH]
+       bench/persist_bench.py [RUNS=3] [SECONDS=20] [PARTS=put,restore] [KEYS=2000000]
        (PARTS: any of put, restore, snapshot)
 (repository root, after scripts/setup.sh)
 """
@@ -44,6 +49,9 @@ KEYS = int(sys.argv[4]) if len(sys.argv) > 4 else 2_000_000
 OUT = os.path.abspath("bench-results/persist")
 LOADGEN = "build/bench/ringkv-loadgen"
 PUT_KEYS = 1_000_000
+SERVER = "build/server/ringkv-server"
+OLD_SERVER = os.environ.get("OLD_SERVER", "")
+MODES = os.environ.get("MODES", "memory,everysec,always").split(",")
 
 
 def record(name, result):
@@ -70,10 +78,10 @@ REDIS_MODES = {"memory": ["--appendonly", "no"],
                "always": ["--appendonly", "yes", "--appendfsync", "always"]}
 
 
-def ringkv_put(mode):
+def ringkv_put(mode, binary=SERVER):
     data = fresh_dir("ringkv-data")
     flags = RINGKV_MODES[mode] + ([f"--data-dir={data}"] if mode != "memory" else [])
-    proc, addr = start_ringkv(os.path.join(OUT, "ringkv.log"), flags)
+    proc, addr = start_ringkv(os.path.join(OUT, "ringkv.log"), flags, binary)
     try:
         json_path = os.path.join(OUT, "tmp.json")
         _, cpu = run_client([LOADGEN, f"--addr={addr}", f"--keys={PUT_KEYS}", "--value-size=32",
@@ -107,9 +115,12 @@ def redis_put(mode):
 
 def put():
     rows = {}
+    systems = [("ringkv", ringkv_put), ("redis", redis_put)]
+    if OLD_SERVER:
+        systems.append(("ringkv-old", lambda mode: ringkv_put(mode, OLD_SERVER)))
     for _ in range(RUNS):  # Interleaved, so drift hits every variant alike.
-        for mode in RINGKV_MODES:
-            for system, run in (("ringkv", ringkv_put), ("redis", redis_put)):
+        for mode in MODES:
+            for system, run in systems:
                 r = run(mode)
                 record(f"put-{system}-{mode}", r)
                 rows.setdefault((system, mode), []).append(r)
@@ -119,7 +130,7 @@ def put():
           "ringkv / Redis | client CPU us/op, loadgen / redis-benchmark | p99 ms, ringkv / Redis |")
     print("|---|---|---|---|---|---|---|")
     med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
-    for mode in RINGKV_MODES:
+    for mode in MODES:
         k, r = rows[("ringkv", mode)], rows[("redis", mode)]
         print(f"| {mode} | {cell([x['ops_per_s'] for x in k])} | "
               f"{cell([x['ops_per_s'] for x in r])} | "
@@ -127,10 +138,22 @@ def put():
               f"{med(k, 'server_us_per_op'):.2f} / {med(r, 'server_us_per_op'):.2f} | "
               f"{med(k, 'client_us_per_op'):.2f} / {med(r, 'client_us_per_op'):.2f} | "
               f"{med(k, 'p99_ms'):.3f} / {med(r, 'p99_ms'):.3f} |")
-    base = med(rows[("ringkv", "memory")], "ops_per_s")
-    for mode in ("everysec", "always"):
-        print(f"\nringkv --fsync={mode} / in memory, ops/s: "
-              f"{med(rows[('ringkv', mode)], 'ops_per_s') / base:.2f}")
+    if OLD_SERVER:
+        print(f"\nThe same modes on OLD_SERVER ({OLD_SERVER}):\n")
+        print("| persistence | ringkv-old ops/s | this / old | server CPU us/op, old | "
+              "p99 ms, old |")
+        print("|---|---|---|---|---|")
+        for mode in MODES:
+            k, o = rows[("ringkv", mode)], rows[("ringkv-old", mode)]
+            print(f"| {mode} | {cell([x['ops_per_s'] for x in o])} | "
+                  f"{med(k, 'ops_per_s') / med(o, 'ops_per_s'):.2f} | "
+                  f"{med(o, 'server_us_per_op'):.2f} | {med(o, 'p99_ms'):.3f} |")
+    if "memory" in MODES:
+        base = med(rows[("ringkv", "memory")], "ops_per_s")
+        for mode in ("everysec", "always"):
+            if mode in MODES:
+                print(f"\nringkv --fsync={mode} / in memory, ops/s: "
+                      f"{med(rows[('ringkv', mode)], 'ops_per_s') / base:.2f}")
 
 
 # ---- restore ------------------------------------------------------------------------------------

@@ -32,6 +32,38 @@ bool AllZero(std::string_view bytes) {
   return true;
 }
 
+// `bytes` without the zeros it ends in.
+std::string_view TrimZeros(std::string_view bytes) {
+  size_t end = bytes.size();
+  while (end > 0 && bytes[end - 1] == 0) --end;
+  return bytes.substr(0, end);
+}
+
+// Whether a whole sector of the file (kUnwrittenZeros, aligned in the file) inside `bytes` is
+// all zeros; `bytes` begins at `file_offset` in the file.
+bool HoldsAZeroSector(std::string_view bytes, uint64_t file_offset) {
+  size_t at =
+      static_cast<size_t>((kUnwrittenZeros - file_offset % kUnwrittenZeros) % kUnwrittenZeros);
+  for (; at + kUnwrittenZeros <= bytes.size(); at += kUnwrittenZeros) {
+    if (AllZero(bytes.substr(at, kUnwrittenZeros))) return true;
+  }
+  return false;
+}
+
+// Whether the header that begins `rest` (at `file_offset` in the file) lies in a sector that
+// never reached the disk: some sector it overlaps is all zeros from the header's start on.
+bool HeaderUnwritten(std::string_view rest, uint64_t file_offset) {
+  size_t from = 0;
+  while (from < kBlockHeaderBytes) {
+    const size_t to =
+        std::min(rest.size(), from + kUnwrittenZeros -
+                                  static_cast<size_t>((file_offset + from) % kUnwrittenZeros));
+    if (AllZero(rest.substr(from, to - from))) return true;
+    from = to;
+  }
+  return false;
+}
+
 }  // namespace
 
 void AppendBlock(std::string* out, uint32_t seed, std::string_view payload) {
@@ -50,6 +82,36 @@ void SealBlock(char* block, size_t payload_bytes, uint32_t seed) {
          Checksum(seed, block, std::string_view(block + kBlockHeaderBytes, payload_bytes)));
 }
 
+// Whether a good block (its length checked, its payload's checksum right) begins at any byte
+// of `bytes`.
+bool BlockReader::HoldsABlock(std::string_view bytes) const {
+  for (size_t at = 0; at + kBlockHeaderBytes <= bytes.size(); ++at) {
+    const char* header = bytes.data() + at;
+    if (LengthCheck(seed_, header) != GetU32(header + 4)) continue;
+    const uint32_t length = GetU32(header);
+    if (length > bytes.size() - at - kBlockHeaderBytes) continue;
+    if (Checksum(seed_, header, bytes.substr(at + kBlockHeaderBytes, length)) ==
+        GetU32(header + 8)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A block at offset_ that fails its check, with bytes after it other than zeros. A power loss
+// during the write of the last batch leaves that when the batch's pages reached the disk out of
+// order into space a log had zeroed ahead (persist/log_writer.h): a sector of its first block
+// never written, later ones written. That is a tear only if `unwritten` (a sector in the block's
+// header, or in its payload if the header checks out, is all zeros: never written), nothing
+// after the block's start is a good block (a later batch is written only once this one was
+// synced), and what follows fits in one block; anything else is damage.
+bool BlockReader::TornOutOfOrder(std::string_view rest, bool unwritten) const {
+  if (!unwritten) return false;
+  const std::string_view written = TrimZeros(rest);
+  if (written.size() > kBlockHeaderBytes + size_t{kMaxBlockPayload}) return false;
+  return written.empty() || !HoldsABlock(written.substr(1));
+}
+
 bool BlockReader::Next(std::string_view* payload) {
   if (end_ != End::kNone) return false;
   const size_t left = data_.size() - offset_;
@@ -57,15 +119,19 @@ bool BlockReader::Next(std::string_view* payload) {
     end_ = End::kClean;
     return false;
   }
+  const std::string_view rest = data_.substr(offset_);
   if (left < kBlockHeaderBytes) {  // A header cut short can only be the last thing written.
     end_ = End::kTorn;
+    zeros_to_end_ = AllZero(rest);
     return false;
   }
   const char* header = data_.data() + offset_;
-  const std::string_view rest = data_.substr(offset_);
   const uint32_t length = GetU32(header);
   if (LengthCheck(seed_, header) != GetU32(header + 4)) {
-    end_ = AllZero(rest) ? End::kTorn : End::kDamaged;
+    zeros_to_end_ = AllZero(rest);
+    end_ = zeros_to_end_ || TornOutOfOrder(rest, HeaderUnwritten(rest, file_offset_ + offset_))
+               ? End::kTorn
+               : End::kDamaged;
     return false;
   }
   if (length > kMaxBlockPayload) {  // No writer makes such a block: damage, not a tear.
@@ -84,8 +150,9 @@ bool BlockReader::Next(std::string_view* payload) {
     // and a bad checksum together).
     const std::string_view after = rest.substr(kBlockHeaderBytes + length);
     const size_t zeros = std::min<size_t>(length, kUnwrittenZeros);
-    end_ = AllZero(after) && zeros > 0 && AllZero(body.substr(length - zeros)) ? End::kTorn
-                                                                               : End::kDamaged;
+    const bool ends_unwritten = AllZero(after) && zeros > 0 && AllZero(body.substr(length - zeros));
+    const bool body_unwritten = HoldsAZeroSector(body, file_offset_ + offset_ + kBlockHeaderBytes);
+    end_ = ends_unwritten || TornOutOfOrder(rest, body_unwritten) ? End::kTorn : End::kDamaged;
     return false;
   }
   offset_ += kBlockHeaderBytes + length;

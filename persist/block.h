@@ -11,7 +11,12 @@
 // the first that does not. A write that a crash cut short leaves a torn last block: a header
 // cut short, a checked length that runs past the end of the file, or zeros to the end (a file
 // system may extend a file before its data lands: a header of zeros, or a payload that fails
-// its checksum and ends in at least a sector of zeros). Anything else is damage, which the
+// its checksum and ends in at least a sector of zeros). A log with --fsync=always ends in zeros
+// after a crash in any case: it writes them ahead of its records (persist/log_writer.h), so a
+// power loss while its last batch was being written can also leave a sector of that batch
+// unwritten (zeros) before one that was written: its first block fails its check, where a
+// whole sector of its header (or of its payload) is zeros, and no good block follows. That is
+// a tear too. Anything else is damage, which the
 // caller must not mistake for a clean end: a last block that is whole and fails its checksum
 // was written whole and changed since. The length's own check is what tells a flipped length
 // (damage) from a write cut short.
@@ -52,19 +57,30 @@ class BlockReader {
     kDamaged,  // A block fails its check (or claims an impossible length) with bytes after it.
   };
 
-  BlockReader(std::string_view data, uint32_t seed) : data_(data), seed_(seed) {}
+  // `file_offset`: where `data` begins in its file (the sectors a power loss leaves unwritten
+  // are aligned in the file).
+  BlockReader(std::string_view data, uint32_t seed, uint64_t file_offset = 0)
+      : data_(data), seed_(seed), file_offset_(file_offset) {}
 
   // The next good block's payload (a view into the data); false at the end (see end()).
   bool Next(std::string_view* payload);
   End end() const { return end_; }
   // Where the next block starts: after the end, the length of the longest good prefix.
   size_t offset() const { return offset_; }
+  // kTorn with nothing but zeros from the end of the last good block on: a write whose pages
+  // never landed, or the zeros a log with --fsync=always writes ahead of its records.
+  bool zeros_to_end() const { return zeros_to_end_; }
 
  private:
+  bool HoldsABlock(std::string_view bytes) const;
+  bool TornOutOfOrder(std::string_view rest, bool unwritten) const;
+
   std::string_view data_;
   uint32_t seed_;
+  uint64_t file_offset_;
   size_t offset_ = 0;
   End end_ = End::kNone;
+  bool zeros_to_end_ = false;
 };
 
 }  // namespace ringkv::persist

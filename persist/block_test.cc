@@ -88,8 +88,8 @@ TEST(Block, AFlippedBitIsNeverTakenAndIsDamageEvenInTheLastBlock) {
 }
 
 // A power loss can leave a file sized past pages that never reached the disk: its last block is
-// whole but ends in zeros. That is a tear; the same block with a byte changed before the zeros
-// and data after them is not.
+// whole but ends in zeros. That is a tear; the same block with a good block after it is not,
+// nor is one whose zeros cover no whole sector of the file.
 TEST(Block, ALastBlockEndingInUnwrittenZerosIsATear) {
   std::string file;
   AppendBlock(&file, kSeed, "kept");
@@ -100,7 +100,12 @@ TEST(Block, ALastBlockEndingInUnwrittenZerosIsATear) {
   EXPECT_EQ(r.payloads.size(), 1u);
   EXPECT_EQ(r.end, BlockReader::End::kTorn);
   EXPECT_EQ(r.offset, good);
-  file.back() = 'x';  // Not zeros at the end: damage.
+  std::string after = file;
+  AppendBlock(&after, kSeed, "after");
+  EXPECT_EQ(ReadAll(after).end, BlockReader::End::kDamaged);
+  // Zeros from inside the last sector on, and not to the end: damage.
+  std::fill(file.begin() + static_cast<long>(file.size() - 1024), file.end(), 'v');
+  std::fill(file.end() - 500, file.end() - 1, '\0');
   EXPECT_EQ(ReadAll(file).end, BlockReader::End::kDamaged);
 }
 
@@ -124,6 +129,66 @@ TEST(Block, ZerosToTheEndAreATear) {
   EXPECT_EQ(r.offset, good);
   file[good + 100] = 1;  // Not zeros to the end: damage.
   EXPECT_EQ(ReadAll(file).end, BlockReader::End::kDamaged);
+}
+
+// A log with --fsync=always writes ahead into zeros, so a power loss while its last batch was
+// being written can leave any of the batch's sectors unwritten (zeros), not just its last
+// ones. An unwritten sector in the first block's header (or, with its header whole, in its
+// payload) with no good block after it is a tear; a good block after it is damage, since a
+// later batch is only written once the one before is synced.
+TEST(Block, ABatchWhoseSectorsLandedOutOfOrderIsATear) {
+  constexpr size_t kSector = 512;
+  for (const size_t file_offset : {size_t{0}, size_t{100}}) {
+    SCOPED_TRACE(file_offset);
+    // Where a sector of the file begins, as an offset into the data.
+    auto sector_after = [&](size_t at) { return at + kSector - (file_offset + at) % kSector; };
+    auto read = [&](std::string_view data) {
+      Read r;
+      BlockReader reader(data, kSeed, file_offset);
+      for (std::string_view p; reader.Next(&p);) r.payloads.emplace_back(p);
+      r.end = reader.end();
+      r.offset = reader.offset();
+      return r;
+    };
+    std::string kept;
+    AppendBlock(&kept, kSeed, "kept");
+    const size_t good = kept.size();
+    std::string torn = kept;
+    AppendBlock(&torn, kSeed, std::string(3000, 'v'));
+    const std::string zeros(4096, '\0');
+
+    // The header's sector never reached the disk; the rest of the block did.
+    std::string head_lost = torn;
+    std::fill(head_lost.begin() + static_cast<long>(good),
+              head_lost.begin() + static_cast<long>(sector_after(good)), '\0');
+    Read r = read(head_lost + zeros);
+    EXPECT_EQ(r.payloads.size(), 1u);
+    EXPECT_EQ(r.end, BlockReader::End::kTorn);
+    EXPECT_EQ(r.offset, good);
+    std::string later;
+    AppendBlock(&later, kSeed, "later");
+    EXPECT_EQ(read(head_lost + later + zeros).end, BlockReader::End::kDamaged);
+    // Less than the header's whole sector zeros: a changed header, damage.
+    std::string header_changed = torn;
+    std::fill(header_changed.begin() + static_cast<long>(good),
+              header_changed.begin() + static_cast<long>(good + kBlockHeaderBytes), '\0');
+    EXPECT_EQ(read(header_changed + zeros).end, BlockReader::End::kDamaged);
+
+    // A sector in the middle of the payload never reached the disk; the header did.
+    std::string middle_lost = torn;
+    const size_t middle = sector_after(good + 1000);
+    std::fill(middle_lost.begin() + static_cast<long>(middle),
+              middle_lost.begin() + static_cast<long>(middle + kSector), '\0');
+    r = read(middle_lost + zeros);
+    EXPECT_EQ(r.end, BlockReader::End::kTorn);
+    EXPECT_EQ(r.offset, good);
+    EXPECT_EQ(read(middle_lost + later + zeros).end, BlockReader::End::kDamaged);
+    // Zeros short of a whole sector of the file: a changed payload, damage.
+    std::string payload_changed = torn;
+    std::fill(payload_changed.begin() + static_cast<long>(middle + 1),
+              payload_changed.begin() + static_cast<long>(middle + kSector), '\0');
+    EXPECT_EQ(read(payload_changed + zeros).end, BlockReader::End::kDamaged);
+  }
 }
 
 TEST(Block, AnImpossibleLengthIsDamage) {

@@ -53,9 +53,10 @@ struct Source {
 // How reading one file ended.
 struct Outcome {
   BlockReader::End end = BlockReader::End::kClean;
-  size_t offset = 0;       // Of the first byte not loaded.
-  bool malformed = false;  // A block that checked out held a bad record, or a snapshot's end.
-  uint64_t revision = 0;   // A snapshot's footer's.
+  bool zeros_to_end = false;  // kTorn, and only zeros follow the last good block.
+  size_t offset = 0;          // Of the first byte not loaded.
+  bool malformed = false;     // A block that checked out held a bad record, or a snapshot's end.
+  uint64_t revision = 0;      // A snapshot's footer's.
   // A replica's positions (persist/format.h): the file begins with a reset its snapshot never
   // committed, so it was left out; its last position (footer's, for a snapshot), if any, and
   // whether data records follow it (without a position: whether it holds any).
@@ -112,7 +113,7 @@ absl::StatusOr<Source> OpenSource(const std::string& dir, const std::string& nam
 template <typename Apply>
 Outcome Load(const Source& source, uint64_t snapshot_generation, Apply apply) {
   const std::string_view data = source.data().substr(source.body);
-  BlockReader reader(data, SeedOf(source.header));
+  BlockReader reader(data, SeedOf(source.header), source.body);
   const bool snapshot = source.header.kind == FileKind::kSnapshot;
   Outcome outcome;
   SnapshotFooter footer;
@@ -157,6 +158,7 @@ Outcome Load(const Source& source, uint64_t snapshot_generation, Apply apply) {
     block_start = reader.offset();
   }
   outcome.end = reader.end();
+  outcome.zeros_to_end = reader.zeros_to_end();
   outcome.offset = source.body + (outcome.malformed ? block_start : reader.offset());
   if (snapshot && !outcome.malformed && outcome.end == BlockReader::End::kClean &&
       (!footer_seen || footer.records != records || footer.data_blocks != blocks)) {
@@ -613,6 +615,15 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
                             .intact_bytes = o.offset});
     }
     if (Whole(o)) continue;
+    if (log && !o.malformed && o.end == BlockReader::End::kTorn && source.limit == 0 &&
+        o.zeros_to_end) {
+      Log(LogLevel::kInfo,
+          "%s: its records end at offset %d, followed by %d bytes of zeros, which are left out "
+          "(a log with --fsync=always writes zeros ahead of its records, and a crash leaves "
+          "them; so does a write whose pages never reached the disk)",
+          source.path, o.offset, source.file_bytes - o.offset);
+      continue;
+    }
     if (log && !o.malformed && o.end == BlockReader::End::kTorn && source.limit == 0) {
       Log(LogLevel::kWarning,
           "%s: its last block (from offset %d of %d bytes) is incomplete; the log is read up to "
@@ -745,7 +756,7 @@ absl::Status DataDir::OpenLogFiles(uint32_t workers, std::vector<LogWriter::Segm
                             .shard = i,
                             .shards = workers,
                             .created_ms = now_ms};
-    absl::StatusOr<LogWriter::Segment> segment = LogWriter::OpenSegment(path_, header, env_);
+    absl::StatusOr<LogWriter::Segment> segment = LogWriter::OpenSegment(path_, header, mode_, env_);
     if (!segment.ok()) return undo(segment.status());
     segments->push_back(std::move(*segment));
   }
@@ -938,7 +949,7 @@ absl::StatusOr<SnapshotInfo> DataDir::TakeLiveSnapshot() {
                             .shard = i,
                             .shards = n,
                             .created_ms = info.unix_ms};
-    absl::StatusOr<LogWriter::Segment> segment = LogWriter::OpenSegment(path_, header, env_);
+    absl::StatusOr<LogWriter::Segment> segment = LogWriter::OpenSegment(path_, header, mode_, env_);
     if (segment.ok()) {
       segments.push_back(std::move(*segment));
     } else {

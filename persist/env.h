@@ -1,6 +1,6 @@
 // Env: the file-system operations of the logs and the snapshot commit that a test may want to
 // fault, behind one small interface, in the manner of LevelDB's Env: the per-worker logs open,
-// append to, fdatasync and close their files through it, and DataDir reports each step of a
+// write, zero ahead, fdatasync and close their files through it, and DataDir reports each step of a
 // snapshot commit to it. DefaultEnv() is the plain POSIX behaviour; a test's Env (e.g.
 // persist/testing/fault_env.h) fails writes as a full disk would, drops what was not synced as
 // a power loss would, or kills the process at a step, so production code has no test branches.
@@ -14,7 +14,7 @@
 //
 //   int fd;
 //   if (int error = env.OpenLog(path, &fd); error != 0) return IoError("cannot create", path,
-//   error); if (int error = env.Append(fd, bytes); error != 0) ...
+//   error); if (int error = env.Write(fd, 0, bytes); error != 0) ...
 #ifndef RINGKV_PERSIST_ENV_H_
 #define RINGKV_PERSIST_ENV_H_
 
@@ -28,11 +28,15 @@ class Env {
  public:
   virtual ~Env() = default;
 
-  // Creates `path` (which must not exist) for appending; 0 and the descriptor, or the errno.
+  // Creates `path` (which must not exist) for writing; 0 and the descriptor, or the errno.
   virtual int OpenLog(const std::string& path, int* fd);
-  // Appends all of `data` (through short writes and EINTR); 0 or the errno. A failure may have
-  // written part of it.
-  virtual int Append(int fd, std::string_view data);
+  // Writes all of `data` at `offset` (through short writes and EINTR); 0 or the errno. A
+  // failure may have written part of it. A log writes at the end of its records, which may be
+  // inside the zeros Zero wrote ahead of them.
+  virtual int Write(int fd, uint64_t offset, std::string_view data);
+  // Writes `bytes` zero bytes at `offset` and waits until the disk has them (sync_file_range:
+  // the data, not the file's size, which only an fdatasync makes durable); 0 or the errno.
+  virtual int Zero(int fd, uint64_t offset, uint64_t bytes);
   // fdatasync; 0 or the errno. Never retried after a failure (persist/file.h says why).
   virtual int SyncData(int fd);
   // Cuts the file back to `size` bytes (after a write that failed part way); 0 or the errno.

@@ -1,5 +1,8 @@
 #include "persist/log_writer.h"
 
+#include <linux/magic.h>
+#include <sys/vfs.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -20,6 +23,20 @@ constexpr auto kEverySecInterval = std::chrono::seconds(1);
 // up to the last.
 constexpr std::chrono::milliseconds kFirstRetry{50};
 constexpr std::chrono::milliseconds kLastRetry{2000};
+
+enum class ZeroRoom { kYes, kNotNow, kNever };
+
+// Whether the file system of `fd` has room for a piece of zeros beyond kZeroReserve; never on a
+// tmpfs (no disk behind it: a sync costs nothing there, and zeros would cost memory).
+ZeroRoom RoomForZeros(int fd) {
+  struct statfs fs;
+  if (fstatfs(fd, &fs) != 0) return ZeroRoom::kYes;  // Zero's own failure says what is wrong.
+  if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) return ZeroRoom::kNever;
+  return static_cast<uint64_t>(fs.f_bavail) * static_cast<uint64_t>(fs.f_bsize) >=
+                 LogWriter::kZeroReserve + LogWriter::kZeroPiece
+             ? ZeroRoom::kYes
+             : ZeroRoom::kNotNow;
+}
 
 }  // namespace
 
@@ -48,14 +65,16 @@ LogWriter::LogWriter(Segment segment, SyncMode mode, std::function<void()> on_pr
       on_progress_(std::move(on_progress)),
       env_(env),
       group_(group),
-      current_(std::move(segment)) {
+      current_(std::move(segment)),
+      zero_ahead_(mode == SyncMode::kAlways) {
   generation_ = current_.generation;
   file_bytes_.store(current_.bytes);
   synced_bytes_.store(current_.synced);
 }
 
 absl::StatusOr<LogWriter::Segment> LogWriter::OpenSegment(const std::string& dir,
-                                                          const FileHeader& header, Env& env) {
+                                                          const FileHeader& header, SyncMode mode,
+                                                          Env& env) {
   Segment segment;
   segment.path = absl::StrCat(dir, "/", LogName(header.generation, header.shard));
   segment.generation = header.generation;
@@ -64,7 +83,16 @@ absl::StatusOr<LogWriter::Segment> LogWriter::OpenSegment(const std::string& dir
   }
   std::string first;
   AppendBlock(&first, 0, EncodeHeader(header));
-  int error = env.Append(segment.fd, first);
+  int error = env.Write(segment.fd, 0, first);
+  // With always, the first zeros too (this is not a worker's thread), so that the first
+  // batches need not wait for them. Without them the log zeros later, or not at all.
+  if (error == 0 && mode == SyncMode::kAlways && RoomForZeros(segment.fd) == ZeroRoom::kYes) {
+    if (env.Zero(segment.fd, first.size(), kZeroLow) == 0) {
+      segment.zeroed = first.size() + kZeroLow;
+    } else {
+      error = env.Truncate(segment.fd, first.size());
+    }
+  }
   if (error == 0) error = env.SyncData(segment.fd);
   if (error != 0) {
     env.CloseLog(segment.fd);
@@ -83,7 +111,7 @@ absl::StatusOr<std::unique_ptr<LogWriter>> LogWriter::Create(const std::string& 
                                                              std::function<void()> on_progress,
                                                              LogGroup* group, Env* env) {
   if (env == nullptr) env = DefaultEnv();
-  absl::StatusOr<Segment> segment = OpenSegment(dir, header, *env);
+  absl::StatusOr<Segment> segment = OpenSegment(dir, header, mode, *env);
   if (!segment.ok()) return segment.status();
   if (absl::Status s = SyncDirectory(dir); !s.ok()) {
     env->CloseLog(segment->fd);
@@ -252,14 +280,15 @@ std::string LogWriter::error() const {
 int LogWriter::WriteLocked(std::string_view bytes) {
   if (bytes.empty()) return 0;
   const uint64_t before = file_bytes_.load(std::memory_order_relaxed);
-  const int error = env_.Append(current_.fd, bytes);
+  const int error = env_.Write(current_.fd, before, bytes);
   if (error == 0) {
     file_bytes_.store(before + bytes.size(), std::memory_order_relaxed);
     return 0;
   }
   // A failed write may have written part of `bytes`: cut it off, so that the file ends with
-  // a whole block and a retry appends where this write began.
+  // a whole block and a retry writes where this write began. Zeros after it go too.
   if (int cut = env_.Truncate(current_.fd, before); cut != 0) return cut;
+  current_.zeroed = 0;
   return error;
 }
 
@@ -395,6 +424,10 @@ bool LogWriter::Sync() {
   }
   bool ok = true;
   for (Segment& old : retired) {
+    if (int error = ok ? TrimZeros(old, old.bytes) : 0; error != 0) {
+      Fail("cannot cut the zeros off the log", old.path, error);
+      ok = false;
+    }
     if (int error = ok ? env_.SyncData(old.fd) : 0; error != 0) {
       Fail("cannot fdatasync the log", old.path, error);
       ok = false;
@@ -414,7 +447,80 @@ bool LogWriter::Sync() {
   return true;
 }
 
+int LogWriter::TrimZeros(Segment& segment, uint64_t records) {
+  if (segment.zeroed <= records) return 0;
+  segment.zeroed = 0;
+  return env_.Truncate(segment.fd, records);
+}
+
+bool LogWriter::Called() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ready_ || stop_;
+}
+
+void LogWriter::ZeroAhead() {
+  int fd = -1;
+  std::string path;
+  int error = 0;
+  bool zeroed = false;
+  for (;;) {
+    uint64_t start;
+    bool low;
+    {
+      // Only this thread writes or switches segments (always), so the records end where they
+      // do until the next batch, which this thread writes too.
+      std::lock_guard<std::mutex> io(io_mu_);
+      if (!zero_ahead_ || current_.fd < 0) break;
+      const uint64_t records = file_bytes_.load(std::memory_order_relaxed);
+      start = std::max(current_.zeroed, records);
+      if (start - records >= kZeroAhead) break;
+      low = start - records < kZeroLow;
+      fd = current_.fd;
+      path = current_.path;
+    }
+    if (!low && Called()) break;
+    if (const ZeroRoom room = RoomForZeros(fd); room != ZeroRoom::kYes) {
+      if (room == ZeroRoom::kNever) zero_ahead_ = false;
+      break;
+    }
+    error = env_.Zero(fd, start, kZeroPiece);
+    if (error != 0) break;
+    {
+      std::lock_guard<std::mutex> io(io_mu_);
+      current_.zeroed = start + kZeroPiece;
+    }
+    zeroed = true;
+    if (low && Called()) break;  // Enough for the batch that waits.
+  }
+  if (error != 0) {
+    // Whatever part of the zeros was written goes again; a failed cut fails the log, as a
+    // failed write's does.
+    int cut;
+    {
+      std::lock_guard<std::mutex> io(io_mu_);
+      zero_ahead_ = false;
+      current_.zeroed = 0;
+      cut = env_.Truncate(current_.fd, file_bytes_.load(std::memory_order_relaxed));
+    }
+    if (cut != 0) {
+      Fail("cannot cut the zeros off the log", path, cut);
+      return;
+    }
+    Log(LogLevel::kWarning,
+        "cannot write zeros ahead of the log %s: %s; from now on its fdatasyncs also commit "
+        "the file's growth, as without them (slower)",
+        path, std::strerror(error));
+  }
+  // The zeros' size committed now, not by the next batch's fdatasync. Only zeros are unsynced
+  // here (every batch is synced before its answers go), but a failed fdatasync fails the log
+  // whatever it held.
+  if (zeroed && !self_failed()) {
+    if (int sync = env_.SyncData(fd); sync != 0) Fail("cannot fdatasync the log", path, sync);
+  }
+}
+
 void LogWriter::Run() {
+  if (mode_ == SyncMode::kAlways && !self_stalled()) ZeroAhead();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (self_stalled()) {
@@ -458,6 +564,7 @@ void LogWriter::Run() {
                                           synced_bytes_.load(std::memory_order_relaxed);
     }
     if (mode_ == SyncMode::kEverySec && !self_failed() && !self_stalled() && unsynced) Sync();
+    if (mode_ == SyncMode::kAlways && !self_failed() && !self_stalled()) ZeroAhead();
     lock.lock();
     if (stop && !ready_ && !self_stalled()) return;
   }
@@ -502,6 +609,13 @@ absl::Status LogWriter::Close() {
   if (pending_.next != nullptr && self_failed()) env_.CloseLog(pending_.next->fd);
   pending_.Clear();
   if (!self_failed() && Sync()) durable_.store(appended_, std::memory_order_release);
+  // A clean stop leaves no zeros after the records (a crash leaves them: persist/block.h).
+  // The syncer has stopped: this thread alone uses the segments.
+  if (!self_failed() && current_.fd >= 0 && current_.zeroed > file_bytes_.load()) {
+    int error = TrimZeros(current_, file_bytes_.load());
+    if (error == 0) error = env_.SyncData(current_.fd);
+    if (error != 0) Fail("cannot cut the zeros off the log", current_.path, error);
+  }
   std::lock_guard<std::mutex> io(io_mu_);
   for (const Segment& old : retired_) env_.CloseLog(old.fd);  // Left by a failure.
   retired_.clear();

@@ -38,6 +38,18 @@
 // synced once more and closed by the syncer before the new one's next sync (with no, closed at
 // once: nothing syncs it).
 //
+// Zeros ahead (always): the syncer keeps kZeroAhead bytes of zeros written past the records
+// (Env::Zero) and synced, so that a group commit's fdatasync writes records into blocks the
+// file already has and need not also commit the file's new size: ext4 commits its journal for
+// that, which made an appending fdatasync 220-430 us here against 90-110 us for an overwrite
+// (BENCHMARKS.md). A new segment gets its first kZeroLow of zeros when it is made (off the
+// worker's and the syncer's path); then the syncer zeros a piece at a time when no batch waits,
+// and one piece before the next batch only once fewer than kZeroLow bytes are left. A crash leaves
+// the zeros after the last record, which a restore reads as the end of the log (persist/block.h); a
+// segment is cut back to its records when it is retired or closed. A failure to write zeros (a full
+// disk) ends them for that log, which then appends as the other modes do. They never take the last
+// kZeroReserve of the file system's free space, and a tmpfs gets none.
+//
 // Files: every open, write, fdatasync and close of a log's files goes through its Env
 // (persist/env.h), where tests inject a full disk or a power loss.
 //
@@ -87,6 +99,13 @@ class LogWriter final : public Journal {
   // everysec and no: a turn writes once this much is waiting, or the oldest record is this old.
   static constexpr size_t kCoalesceBytes = size_t{64} << 10;
   static constexpr std::chrono::microseconds kCoalesceTime{1000};
+  // always: the zeros kept ahead of the records, written kZeroPiece at a time; below kZeroLow
+  // a piece goes before the next batch.
+  static constexpr uint64_t kZeroAhead = uint64_t{32} << 20;
+  static constexpr uint64_t kZeroPiece = uint64_t{1} << 20;
+  static constexpr uint64_t kZeroLow = uint64_t{4} << 20;
+  // Zeros never take the last this much of the file system's free space.
+  static constexpr uint64_t kZeroReserve = uint64_t{256} << 20;
 
   // One file of a log: created, its header written and synced (the directory is not).
   struct Segment {
@@ -96,6 +115,7 @@ class LogWriter final : public Journal {
     uint32_t seed = 0;
     uint64_t bytes = 0;   // Written.
     uint64_t synced = 0;  // Covered by an fdatasync.
+    uint64_t zeroed = 0;  // The end of the zeros written past the records (0: none).
   };
 
   // Creates DIR/LogName(header) (which must not exist yet), writes its header, and syncs it and
@@ -117,8 +137,10 @@ class LogWriter final : public Journal {
                                                   std::function<void()> on_progress,
                                                   LogGroup* group, Env& env);
 
+  // Creates DIR/LogName(header), writes its header (and, with always, kZeroLow of zeros after
+  // it) and syncs it; the directory is not synced.
   static absl::StatusOr<Segment> OpenSegment(const std::string& dir, const FileHeader& header,
-                                             Env& env);
+                                             SyncMode mode, Env& env);
   // Any thread: `next` is the file the records after the next Cut() go to. One at a time: the
   // log takes it at Cut(), before which it may not be called again.
   void PrepareCut(Segment next);
@@ -213,9 +235,17 @@ class LogWriter final : public Journal {
   // Syncer thread, `lock` (on mu_) held: retries, with backoff, until the log is written again
   // or fails, or a stop begins.
   void RetryUntilWritten(std::unique_lock<std::mutex>& lock);
-  // Syncs and closes the retired segments, then syncs the current one. Syncer thread (or
-  // Close, once the syncer has stopped).
+  // Syncs and closes the retired segments (cut back to their records first), then syncs the
+  // current one. Syncer thread (or Close, once the syncer has stopped).
   bool Sync();
+  // always, syncer thread: writes zeros past the records, up to kZeroAhead of them, while no
+  // batch waits (or one piece if fewer than kZeroLow are left), then syncs them.
+  void ZeroAhead();
+  // Whether a batch or a stop waits for the syncer.
+  bool Called() const;
+  // Cuts `segment`'s file back to its records if zeros follow them; 0 or the errno. io_mu_
+  // held, or the segment retired.
+  int TrimZeros(Segment& segment, uint64_t records);
   void Fail(std::string_view step, const std::string& path, int error);
   // The handoff's batch is done with (written or given up): empties it and lets the worker
   // hand over the next one, waking its loop.
@@ -269,6 +299,7 @@ class LogWriter final : public Journal {
   std::atomic<uint64_t> file_bytes_{0};
   std::atomic<uint64_t> synced_bytes_{0};
   std::atomic<uint64_t> syncs_{0};
+  bool zero_ahead_;  // Syncer thread: ZeroAhead writes zeros (always, until a write of them fails).
 
   std::thread syncer_;
 };

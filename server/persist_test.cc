@@ -604,8 +604,9 @@ TEST_F(PersistTest, DamageRefusesTheStartUnlessLoadIntact) {
     std::ifstream in(log, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
-  ASSERT_GT(bytes.size(), 1000u);
-  bytes[bytes.size() / 2] ^= 0x10;  // A block in the middle, with good blocks after it.
+  const size_t records = bytes.find_last_not_of('\0') + 1;  // Zeros follow (--fsync=always).
+  ASSERT_GT(records, 1000u);
+  bytes[records / 2] ^= 0x10;  // A block in the middle, with good blocks after it.
   { std::ofstream(log, std::ios::binary | std::ios::trunc) << bytes; }
 
   ServerProcess refused({"--listen=127.0.0.1:0", "--data-dir=" + dir_});
@@ -808,6 +809,7 @@ TEST_F(PersistRefusalTest, ADamagedLogHeaderOrAMissingSnapshotFileIsRefused) {
 
 // With --fsync=always each write is one block; a byte changed in the last, with the file's
 // length intact, is damage (a crash cannot change a block it wrote whole), not a torn write.
+// The zeros --fsync=always writes ahead of the records follow it.
 TEST_F(PersistRefusalTest, AChangedByteInTheLastBlockIsDamageNotATear) {
   Start({"--threads=1", "--fsync=always"});
   for (int i = 0; i < 20; ++i) {
@@ -816,7 +818,9 @@ TEST_F(PersistRefusalTest, AChangedByteInTheLastBlockIsDamageNotATear) {
   ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);
   const std::string log = FileNamed(dir_, "log-");
   std::string bytes = ReadBytes(log);
-  bytes[bytes.size() - 10] ^= 0x01;  // In the last value.
+  const size_t records = bytes.find_last_not_of('\0') + 1;  // The last value's last byte.
+  ASSERT_LT(records, bytes.size()) << "no zeros after the records";
+  bytes[records - 10] ^= 0x01;  // In the last value.
   WriteBytes(log, bytes);
   ExpectRefused({log + " is damaged at offset"});
   Start({"--load-intact", "--threads=1"});

@@ -21,6 +21,7 @@
 #ifndef RINGKV_PERSIST_TESTING_FAULT_ENV_H_
 #define RINGKV_PERSIST_TESTING_FAULT_ENV_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -41,7 +42,8 @@ class FaultEnv final : public Env {
       : faults_(std::move(faults)), fail_log_after_bytes_(faults_.fail_log_after_bytes) {}
 
   int OpenLog(const std::string& path, int* fd) override;
-  int Append(int fd, std::string_view data) override;
+  int Write(int fd, uint64_t offset, std::string_view data) override;
+  int Zero(int fd, uint64_t offset, uint64_t bytes) override;
   int SyncData(int fd) override;
   int Truncate(int fd, uint64_t size) override;
   void CloseLog(int fd) override;
@@ -56,15 +58,19 @@ class FaultEnv final : public Env {
  private:
   struct File {
     std::string path;
-    uint64_t written = 0;
+    uint64_t written = 0;  // The end of the records written.
     uint64_t synced = 0;
+    uint64_t zeroed = 0;  // The end of the zeros written (0: none).
+    uint64_t zeroed_synced = 0;
+    // What a power loss leaves: the records synced, then zeros to the last synced size.
+    uint64_t kept() const { return std::max(synced, zeroed_synced); }
   };
 
   const Faults faults_;
-  std::mutex mu_;                           // Never released once PowerLoss holds it.
-  uint64_t fail_log_after_bytes_;           // Guarded by mu_.
-  std::map<int, File> open_;                // By descriptor.
-  std::map<std::string, uint64_t> closed_;  // Closed files' synced length, by path.
+  std::mutex mu_;                       // Never released once PowerLoss holds it.
+  uint64_t fail_log_after_bytes_;       // Guarded by mu_.
+  std::map<int, File> open_;            // By descriptor.
+  std::map<std::string, File> closed_;  // Closed files, by path.
 };
 
 }  // namespace ringkv::persist
