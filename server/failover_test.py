@@ -69,7 +69,7 @@ import python_stubs  # noqa: E402
 import register_clients  # noqa: E402
 import venv_main  # noqa: E402
 from etcd_process import Etcd, free_port  # noqa: E402
-from ringkv_server import LogReader, RingkvServer  # noqa: E402
+from ringkv_server import LogReader, RingkvServer, sigstop  # noqa: E402
 
 SERVER, PROTO_DIR, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None,) * 3
 SERVER_FLAGS = sys.argv[4:]
@@ -320,7 +320,7 @@ class FailoverTest(unittest.TestCase):
         self.addCleanup(writers.stop)
         # c stops acknowledging: it leaves the set after half of --min-replicas-timeout, and
         # writes are acknowledged again with b alone.
-        os.kill(c.process.pid, signal.SIGSTOP)
+        sigstop(c.process.pid)
         wait_until(lambda: self.in_sync() == {b.address}, 5,
                    lambda: f"c never left the in-sync set: {self.group_state()}")
         left = time.monotonic()
@@ -372,7 +372,7 @@ class FailoverTest(unittest.TestCase):
         writers = start_writers([a.address, b.address], count=1, pinned=[a.address])
         self.addCleanup(writers.stop)
         wait_until(lambda: len(writers.acked) > 100, 10, lambda: "no writes acknowledged")
-        os.kill(a.process.pid, signal.SIGSTOP)
+        sigstop(a.process.pid)
         wait_until(lambda: (self.leader() or (0, "", ""))[2] == b.address, TTL_S + 3,
                    lambda: f"{b.address} never took over: {self.leader()}")
         term = self.leader()[0]
@@ -733,7 +733,7 @@ class FailoverTest(unittest.TestCase):
         self.assertEqual(self.cli(*route, "incr", "c")[:2], (0, "1"))
         # With its replica stopped, a runs the increment but cannot acknowledge it: sending it
         # again would run it again.
-        os.kill(b.process.pid, signal.SIGSTOP)
+        sigstop(b.process.pid)
         try:
             rc, _, err, _ = self.cli(*route, "incr", "c")
         finally:
@@ -744,7 +744,7 @@ class FailoverTest(unittest.TestCase):
         wait_until(lambda: self.cli(f"--addr={b.address}", "get", "c")[1] == "2", 10,
                    lambda: "the replica never got the increment")
         # A read whose call met no answer is sent again (to the next address); a write is not.
-        os.kill(a.process.pid, signal.SIGSTOP)
+        sigstop(a.process.pid)
         try:
             read = self.cli(*route, "--timeout=1", "get", "c")
             write = self.cli(*route, "--timeout=1", "incr", "c")
@@ -772,7 +772,7 @@ class FailoverTest(unittest.TestCase):
             # The write waits for b's acknowledgement while a's lease runs out (etcd gone);
             # then b acknowledges: a ran the write before its deadline, but must not say so
             # after it.
-            os.kill(b.process.pid, signal.SIGSTOP)
+            sigstop(b.process.pid)
             held = kv.Put.future(kv_pb2.PutRequest(key=b"held", value=b"2"), timeout=30)
             time.sleep(0.2)
             self.assertFalse(held.done(), held.done() and (held.exception() or held.result()))

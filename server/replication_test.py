@@ -70,7 +70,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
 import python_stubs  # noqa: E402
-from ringkv_server import LogReader, RingkvServer  # noqa: E402
+from ringkv_server import LogReader, RingkvServer, sigstop  # noqa: E402
 import venv_main  # noqa: E402
 from certs import make_certificates  # noqa: E402
 
@@ -338,8 +338,9 @@ class ReplicationTest(unittest.TestCase):
         server.process.wait(timeout=10)
 
     def pause(self, server):
-        """SIGSTOP; a cleanup sends SIGCONT, so that the stop at the end finds it running."""
-        os.kill(server.process.pid, signal.SIGSTOP)
+        """SIGSTOP (once every thread has stopped); a cleanup sends SIGCONT, so that the stop at
+        the end finds it running."""
+        sigstop(server.process.pid)
         self.addCleanup(self.resume, server)
 
     def resume(self, server):

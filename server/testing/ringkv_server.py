@@ -6,6 +6,7 @@
     log = LogReader(server)                        # drains its stderr from then on
     log.wait_for(r"metrics on http://\S+:(\d+)")   # the first line matching, or AssertionError
     server.stop()                                  # SIGTERM; asserts exit status 0
+    sigstop(server.process.pid)                    # SIGSTOP, once every thread has stopped
 """
 import os
 import re
@@ -30,6 +31,27 @@ def thread_stacks(pid):
     except subprocess.TimeoutExpired:
         return "(gdb took over 60 s)"
     return "\n".join(line for line in out.splitlines() if line.startswith(("#", "Thread")))
+
+
+def sigstop(pid, timeout=5.0):
+    """SIGSTOP to `pid`, returning once every thread of it has stopped. kill() returns once the
+    signal is queued; until the thread that takes it runs, the others go on (a stopped replica
+    could still receive, apply and acknowledge a write sent after the kill)."""
+    os.kill(pid, signal.SIGSTOP)
+    task = f"/proc/{pid}/task"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            states = [open(f"{task}/{t}/stat").read().rsplit(")", 1)[1].split()[0]
+                      for t in os.listdir(task)]
+        except FileNotFoundError:  # A thread ended while we looked: look again.
+            states = None
+        if states is not None and all(state in "Tt" for state in states):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} did not stop within {timeout} s of SIGSTOP; "
+                                 f"its threads' states: {states}")
+        time.sleep(0.001)
 
 
 class RingkvServer:
