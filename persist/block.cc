@@ -39,29 +39,38 @@ std::string_view TrimZeros(std::string_view bytes) {
   return bytes.substr(0, end);
 }
 
-// Whether a whole sector of the file (kUnwrittenZeros, aligned in the file) inside `bytes` is
-// all zeros; `bytes` begins at `file_offset` in the file.
-bool HoldsAZeroSector(std::string_view bytes, uint64_t file_offset) {
-  size_t at =
-      static_cast<size_t>((kUnwrittenZeros - file_offset % kUnwrittenZeros) % kUnwrittenZeros);
-  for (; at + kUnwrittenZeros <= bytes.size(); at += kUnwrittenZeros) {
-    if (AllZero(bytes.substr(at, kUnwrittenZeros))) return true;
+// The least of a block's payload, in its last sector, that a lost sector must have held for its
+// zeros to count as evidence (a payload may end in a few zero bytes of its own).
+constexpr size_t kLeastLostTail = 16;
+
+// Where the file's next sector begins after `file_offset`, as a distance from it (1 to a sector).
+size_t ToNextSector(uint64_t file_offset) {
+  return kUnwrittenZeros - static_cast<size_t>(file_offset % kUnwrittenZeros);
+}
+
+// Whether `payload` (at `file_offset` in the file, after a header that checks out) shows a sector
+// that never reached the disk: split at the file's sector boundaries, a whole sector of it is
+// zeros, or its last part (at least kLeastLostTail bytes, in a sector of its own) is. Its first
+// part shares the header's sector, which did reach the disk.
+bool PayloadUnwritten(std::string_view payload, uint64_t file_offset) {
+  size_t at = ToNextSector(file_offset);
+  if (at == kUnwrittenZeros) at = 0;  // The payload begins a sector.
+  for (; at < payload.size(); at += kUnwrittenZeros) {
+    const std::string_view part = payload.substr(at, kUnwrittenZeros);
+    if ((part.size() == kUnwrittenZeros || part.size() >= kLeastLostTail) && AllZero(part)) {
+      return true;
+    }
   }
   return false;
 }
 
-// Whether the header that begins `rest` (at `file_offset` in the file) lies in a sector that
-// never reached the disk: some sector it overlaps is all zeros from the header's start on.
+// Whether the header that begins `rest` (at `file_offset` in the file) shows a sector that never
+// reached the disk: the header's whole 12 bytes and the rest of its sector are zeros, or it
+// runs into the next sector and that sector is zeros (as far as `rest` goes).
 bool HeaderUnwritten(std::string_view rest, uint64_t file_offset) {
-  size_t from = 0;
-  while (from < kBlockHeaderBytes) {
-    const size_t to =
-        std::min(rest.size(), from + kUnwrittenZeros -
-                                  static_cast<size_t>((file_offset + from) % kUnwrittenZeros));
-    if (AllZero(rest.substr(from, to - from))) return true;
-    from = to;
-  }
-  return false;
+  const size_t next = ToNextSector(file_offset);
+  if (next >= kBlockHeaderBytes && AllZero(rest.substr(0, next))) return true;
+  return next < kBlockHeaderBytes && AllZero(rest.substr(next, kUnwrittenZeros));
 }
 
 }  // namespace
@@ -82,10 +91,10 @@ void SealBlock(char* block, size_t payload_bytes, uint32_t seed) {
          Checksum(seed, block, std::string_view(block + kBlockHeaderBytes, payload_bytes)));
 }
 
-// Whether a good block (its length checked, its payload's checksum right) begins at any byte
-// of `bytes`.
-bool BlockReader::HoldsABlock(std::string_view bytes) const {
-  for (size_t at = 0; at + kBlockHeaderBytes <= bytes.size(); ++at) {
+// Whether a good block (its length checked, its payload's checksum right) begins at any of the
+// first `starts` bytes of `bytes` (its payload may run past them).
+bool BlockReader::HoldsABlock(std::string_view bytes, size_t starts) const {
+  for (size_t at = 0; at < starts && at + kBlockHeaderBytes <= bytes.size(); ++at) {
     const char* header = bytes.data() + at;
     if (LengthCheck(seed_, header) != GetU32(header + 4)) continue;
     const uint32_t length = GetU32(header);
@@ -99,17 +108,25 @@ bool BlockReader::HoldsABlock(std::string_view bytes) const {
 }
 
 // A block at offset_ that fails its check, with bytes after it other than zeros. A power loss
-// during the write of the last batch leaves that when the batch's pages reached the disk out of
-// order into space a log had zeroed ahead (persist/log_writer.h): a sector of its first block
-// never written, later ones written. That is a tear only if `unwritten` (a sector in the block's
-// header, or in its payload if the header checks out, is all zeros: never written), nothing
-// after the block's start is a good block (a later batch is written only once this one was
-// synced), and what follows fits in one block; anything else is damage.
+// during the write of a log's last batch into the zeros it wrote ahead (persist/log_writer.h)
+// leaves that when the batch's sectors reached the disk out of order: a sector of its first
+// block never written, later ones written. It is a tear only if
+//   - `unwritten`: a sector of the block's header, or of its payload if the header checks out,
+//     is zeros (HeaderUnwritten, PayloadUnwritten);
+//   - the file ends in at least a sector of zeros: the zeros written ahead, which a clean close
+//     or a segment's retirement cuts off, so the rule never applies to a log closed whole;
+//   - no good block begins anywhere after the block's start: a later batch is written only once
+//     this one was synced (a batch of several blocks, over 4 MiB, with a later block whole is
+//     refused as damage: --load-intact reads up to it);
+//   - what follows fits in one block.
+// Anything else is damage.
 bool BlockReader::TornOutOfOrder(std::string_view rest, bool unwritten) const {
   if (!unwritten) return false;
   const std::string_view written = TrimZeros(rest);
+  if (rest.size() - written.size() < kUnwrittenZeros) return false;
   if (written.size() > kBlockHeaderBytes + size_t{kMaxBlockPayload}) return false;
-  return written.empty() || !HoldsABlock(written.substr(1));
+  // A good block after ours starts before the zeros; its own last bytes may be zeros.
+  return written.size() <= 1 || !HoldsABlock(rest.substr(1), written.size() - 1);
 }
 
 bool BlockReader::Next(std::string_view* payload) {
@@ -151,7 +168,7 @@ bool BlockReader::Next(std::string_view* payload) {
     const std::string_view after = rest.substr(kBlockHeaderBytes + length);
     const size_t zeros = std::min<size_t>(length, kUnwrittenZeros);
     const bool ends_unwritten = AllZero(after) && zeros > 0 && AllZero(body.substr(length - zeros));
-    const bool body_unwritten = HoldsAZeroSector(body, file_offset_ + offset_ + kBlockHeaderBytes);
+    const bool body_unwritten = PayloadUnwritten(body, file_offset_ + offset_ + kBlockHeaderBytes);
     end_ = ends_unwritten || TornOutOfOrder(rest, body_unwritten) ? End::kTorn : End::kDamaged;
     return false;
   }

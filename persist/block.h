@@ -14,12 +14,12 @@
 // its checksum and ends in at least a sector of zeros). A log with --fsync=always ends in zeros
 // after a crash in any case: it writes them ahead of its records (persist/log_writer.h), so a
 // power loss while its last batch was being written can also leave a sector of that batch
-// unwritten (zeros) before one that was written: its first block fails its check, where a
-// whole sector of its header (or of its payload) is zeros, and no good block follows. That is
-// a tear too. Anything else is damage, which the
-// caller must not mistake for a clean end: a last block that is whole and fails its checksum
-// was written whole and changed since. The length's own check is what tells a flipped length
-// (damage) from a write cut short.
+// unwritten (zeros) before one that was written: its first block fails its check, a sector of
+// its header (or of its payload) is zeros, no good block follows, and the file still ends in
+// the zeros written ahead. That is a tear too (BlockReader::TornOutOfOrder has the rule). Anything
+// else is damage, which the caller must not mistake for a clean end: a last block that is whole and
+// fails its checksum was written whole and changed since. The length's own check is what tells a
+// flipped length (damage) from a write cut short.
 //
 //   std::string file;
 //   AppendBlock(&file, seed, "one");
@@ -72,7 +72,7 @@ class BlockReader {
   bool zeros_to_end() const { return zeros_to_end_; }
 
  private:
-  bool HoldsABlock(std::string_view bytes) const;
+  bool HoldsABlock(std::string_view bytes, size_t starts) const;
   bool TornOutOfOrder(std::string_view rest, bool unwritten) const;
 
   std::string_view data_;

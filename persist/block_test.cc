@@ -134,8 +134,9 @@ TEST(Block, ZerosToTheEndAreATear) {
 // A log with --fsync=always writes ahead into zeros, so a power loss while its last batch was
 // being written can leave any of the batch's sectors unwritten (zeros), not just its last
 // ones. An unwritten sector in the first block's header (or, with its header whole, in its
-// payload) with no good block after it is a tear; a good block after it is damage, since a
-// later batch is only written once the one before is synced.
+// payload) with no good block after it, in a file that still ends in zeros, is a tear; a good
+// block after it is damage, since a later batch is only written once the one before is
+// synced, and so is any of it in a file with no zeros at its end (closed whole).
 TEST(Block, ABatchWhoseSectorsLandedOutOfOrderIsATear) {
   constexpr size_t kSector = 512;
   for (const size_t file_offset : {size_t{0}, size_t{100}}) {
@@ -168,6 +169,12 @@ TEST(Block, ABatchWhoseSectorsLandedOutOfOrderIsATear) {
     std::string later;
     AppendBlock(&later, kSeed, "later");
     EXPECT_EQ(read(head_lost + later + zeros).end, BlockReader::End::kDamaged);
+    // A later block that ends in zero bytes of its own is still found.
+    std::string later_zeros;
+    AppendBlock(&later_zeros, kSeed, std::string("later\0\0", 7));
+    EXPECT_EQ(read(head_lost + later_zeros + zeros).end, BlockReader::End::kDamaged);
+    // No zeros at the end of the file: not a log that wrote ahead, or one closed whole.
+    EXPECT_EQ(read(head_lost).end, BlockReader::End::kDamaged);
     // Less than the header's whole sector zeros: a changed header, damage.
     std::string header_changed = torn;
     std::fill(header_changed.begin() + static_cast<long>(good),
@@ -183,11 +190,21 @@ TEST(Block, ABatchWhoseSectorsLandedOutOfOrderIsATear) {
     EXPECT_EQ(r.end, BlockReader::End::kTorn);
     EXPECT_EQ(r.offset, good);
     EXPECT_EQ(read(middle_lost + later + zeros).end, BlockReader::End::kDamaged);
+    EXPECT_EQ(read(middle_lost).end, BlockReader::End::kDamaged);
     // Zeros short of a whole sector of the file: a changed payload, damage.
     std::string payload_changed = torn;
     std::fill(payload_changed.begin() + static_cast<long>(middle + 1),
               payload_changed.begin() + static_cast<long>(middle + kSector), '\0');
     EXPECT_EQ(read(payload_changed + zeros).end, BlockReader::End::kDamaged);
+
+    // The block's last sector never reached the disk: the part of it the block ends in is zeros.
+    std::string tail_lost = torn;
+    const size_t last_sector = sector_after(torn.size() - kSector);
+    ASSERT_GE(torn.size() - last_sector, 16u);
+    std::fill(tail_lost.begin() + static_cast<long>(last_sector), tail_lost.end(), '\0');
+    r = read(tail_lost + zeros);
+    EXPECT_EQ(r.end, BlockReader::End::kTorn);
+    EXPECT_EQ(r.offset, good);
   }
 }
 

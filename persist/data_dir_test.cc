@@ -510,6 +510,8 @@ TEST_F(DataDirTest, ALogTheManifestDoesNotListIsRemovedIfEmptyAndRefusedIfNot) {
   }
   WriteStrayLog(dir_, 7, kFormatVersion, {});
   const std::string stray = dir_ + "/" + LogName(7, 0);
+  // As a crash leaves it with --fsync=always: zeros written ahead after its header.
+  std::ofstream(stray, std::ios::binary | std::ios::app) << std::string(1 << 20, '\0');
   std::vector<std::unique_ptr<Shard>> shards;
   ASSERT_TRUE(Restore(dir_, 1, false, &shards).ok());
   EXPECT_EQ(StateOf(shards), (State{{"listed", {"v", 1}}}));

@@ -26,17 +26,20 @@ constexpr std::chrono::milliseconds kLastRetry{2000};
 
 enum class ZeroRoom { kYes, kNotNow, kNever };
 
-// Whether the file system of `fd` has room for a piece of zeros beyond kZeroReserve; never on a
+// Whether the file system of `fd` has room for `bytes` of zeros beyond kZeroReserve; never on a
 // tmpfs (no disk behind it: a sync costs nothing there, and zeros would cost memory).
-ZeroRoom RoomForZeros(int fd) {
+ZeroRoom RoomForZeros(int fd, uint64_t bytes) {
   struct statfs fs;
   if (fstatfs(fd, &fs) != 0) return ZeroRoom::kYes;  // Zero's own failure says what is wrong.
   if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) return ZeroRoom::kNever;
   return static_cast<uint64_t>(fs.f_bavail) * static_cast<uint64_t>(fs.f_bsize) >=
-                 LogWriter::kZeroReserve + LogWriter::kZeroPiece
+                 LogWriter::kZeroReserve + bytes
              ? ZeroRoom::kYes
              : ZeroRoom::kNotNow;
 }
+
+// A failed write of zeros that says nothing about the disk's health: it is full.
+bool OutOfSpace(int error) { return error == ENOSPC || error == EDQUOT; }
 
 }  // namespace
 
@@ -86,10 +89,14 @@ absl::StatusOr<LogWriter::Segment> LogWriter::OpenSegment(const std::string& dir
   int error = env.Write(segment.fd, 0, first);
   // With always, the first zeros too (this is not a worker's thread), so that the first
   // batches need not wait for them. Without them the log zeros later, or not at all.
-  if (error == 0 && mode == SyncMode::kAlways && RoomForZeros(segment.fd) == ZeroRoom::kYes) {
-    if (env.Zero(segment.fd, first.size(), kZeroLow) == 0) {
+  // Any other failure than a full disk is the disk's (sync_file_range may have taken the
+  // writeback error an fdatasync would report), and fails the segment.
+  if (error == 0 && mode == SyncMode::kAlways &&
+      RoomForZeros(segment.fd, kZeroLow) == ZeroRoom::kYes) {
+    error = env.Zero(segment.fd, first.size(), kZeroLow);
+    if (error == 0) {
       segment.zeroed = first.size() + kZeroLow;
-    } else {
+    } else if (OutOfSpace(error)) {
       error = env.Truncate(segment.fd, first.size());
     }
   }
@@ -479,7 +486,7 @@ void LogWriter::ZeroAhead() {
       path = current_.path;
     }
     if (!low && Called()) break;
-    if (const ZeroRoom room = RoomForZeros(fd); room != ZeroRoom::kYes) {
+    if (const ZeroRoom room = RoomForZeros(fd, kZeroPiece); room != ZeroRoom::kYes) {
       if (room == ZeroRoom::kNever) zero_ahead_ = false;
       break;
     }
@@ -491,6 +498,12 @@ void LogWriter::ZeroAhead() {
     }
     zeroed = true;
     if (low && Called()) break;  // Enough for the batch that waits.
+  }
+  if (error != 0 && !OutOfSpace(error)) {
+    // Not a full disk: the disk's own failure, which sync_file_range may have taken from the
+    // next fdatasync (persist/file.h: a failed sync is never trusted again).
+    Fail("cannot write zeros ahead of the log", path, error);
+    return;
   }
   if (error != 0) {
     // Whatever part of the zeros was written goes again; a failed cut fails the log, as a
@@ -620,7 +633,10 @@ absl::Status LogWriter::Close() {
   for (const Segment& old : retired_) env_.CloseLog(old.fd);  // Left by a failure.
   retired_.clear();
   if (current_.fd >= 0) env_.CloseLog(current_.fd);
-  if (next_ != nullptr) env_.CloseLog(next_->fd);  // Prepared for a cut the worker never made.
+  if (next_ != nullptr) {  // Prepared for a cut the worker never made: no records, no zeros.
+    if (!self_failed()) (void)TrimZeros(*next_, next_->bytes);
+    env_.CloseLog(next_->fd);
+  }
   if (self_failed()) return absl::UnavailableError(error());
   return absl::OkStatus();
 }

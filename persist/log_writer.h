@@ -46,9 +46,10 @@
 // worker's and the syncer's path); then the syncer zeros a piece at a time when no batch waits,
 // and one piece before the next batch only once fewer than kZeroLow bytes are left. A crash leaves
 // the zeros after the last record, which a restore reads as the end of the log (persist/block.h); a
-// segment is cut back to its records when it is retired or closed. A failure to write zeros (a full
-// disk) ends them for that log, which then appends as the other modes do. They never take the last
-// kZeroReserve of the file system's free space, and a tmpfs gets none.
+// segment is cut back to its records when it is retired or closed. A full disk while the syncer
+// zeros ends the zeros for that log, which then appends as the other modes do; any other failure
+// to write them fails the log, as a failed write does. Zeros are written only while the file
+// system has kZeroReserve free beyond them, and a tmpfs gets none.
 //
 // Files: every open, write, fdatasync and close of a log's files goes through its Env
 // (persist/env.h), where tests inject a full disk or a power loss.

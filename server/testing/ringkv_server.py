@@ -5,8 +5,9 @@
     server.address                                 # "127.0.0.1:PORT"
     log = LogReader(server)                        # drains its stderr from then on
     log.wait_for(r"metrics on http://\S+:(\d+)")   # the first line matching, or AssertionError
-    server.stop()                                  # SIGTERM; asserts exit status 0
     sigstop(server.process.pid)                    # SIGSTOP, once every thread has stopped
+    os.kill(server.process.pid, signal.SIGCONT)    # and on again
+    server.stop()                                  # SIGTERM; asserts exit status 0
 """
 import os
 import re
@@ -46,7 +47,8 @@ def sigstop(pid, timeout=5.0):
                       for t in os.listdir(task)]
         except FileNotFoundError:  # A thread ended while we looked: look again.
             states = None
-        if states is not None and all(state in "Tt" for state in states):
+        # T: stopped; Z and X: a thread that is ending, which runs no more.
+        if states is not None and all(state in "TtZX" for state in states):
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"process {pid} did not stop within {timeout} s of SIGSTOP; "
