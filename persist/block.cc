@@ -42,6 +42,8 @@ std::string_view TrimZeros(std::string_view bytes) {
 // The least of a block's payload, in its last sector, that a lost sector must have held for its
 // zeros to count as evidence (a payload may end in a few zero bytes of its own).
 constexpr size_t kLeastLostTail = 16;
+// A page: where the kernel may stop a write when the process is killed.
+constexpr size_t kPageBytes = 4096;
 
 // Where the file's next sector begins after `file_offset`, as a distance from it (1 to a sector).
 size_t ToNextSector(uint64_t file_offset) {
@@ -51,8 +53,15 @@ size_t ToNextSector(uint64_t file_offset) {
 // Whether `payload` (at `file_offset` in the file, after a header that checks out) shows a sector
 // that never reached the disk: split at the file's sector boundaries, a whole sector of it is
 // zeros, or its last part (at least kLeastLostTail bytes, in a sector of its own) is. Its first
-// part shares the header's sector, which did reach the disk.
+// part shares the header's sector, which did reach the disk. Or a write cut short by a kill:
+// the kernel stops a write between pages, so from a page boundary of the file on, the payload
+// is zeros (any number of them).
 bool PayloadUnwritten(std::string_view payload, uint64_t file_offset) {
+  const size_t to_page = kPageBytes - static_cast<size_t>(file_offset % kPageBytes);
+  if (to_page < payload.size()) {
+    const size_t last_page = to_page + (payload.size() - 1 - to_page) / kPageBytes * kPageBytes;
+    if (AllZero(payload.substr(last_page))) return true;
+  }
   size_t at = ToNextSector(file_offset);
   if (at == kUnwrittenZeros) at = 0;  // The payload begins a sector.
   for (; at < payload.size(); at += kUnwrittenZeros) {

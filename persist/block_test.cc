@@ -205,6 +205,18 @@ TEST(Block, ABatchWhoseSectorsLandedOutOfOrderIsATear) {
     r = read(tail_lost + zeros);
     EXPECT_EQ(r.end, BlockReader::End::kTorn);
     EXPECT_EQ(r.offset, good);
+
+    // A kill stopped the write at a page boundary of the file: zeros from there on, however
+    // few of the block's bytes lie past it.
+    std::string big = kept;
+    const size_t page = 4096 - (file_offset + good + kBlockHeaderBytes) % 4096;
+    AppendBlock(&big, kSeed, std::string(page + 5, 'v'));  // 5 bytes past the boundary.
+    std::string cut = big;
+    std::fill(cut.end() - 5, cut.end(), '\0');
+    EXPECT_EQ(read(cut + zeros).end, BlockReader::End::kTorn);
+    std::string short_of_page = big;  // Zeros from 4 bytes past the boundary: damage.
+    std::fill(short_of_page.end() - 1, short_of_page.end(), '\0');
+    EXPECT_EQ(read(short_of_page + zeros).end, BlockReader::End::kDamaged);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <thread>
@@ -333,7 +334,9 @@ class RestorePlan {
     return snapshot_names_.empty() &&
            std::all_of(log_names_.begin(), log_names_.end(), [&](const auto& entry) {
              absl::StatusOr<Source> source = OpenSource(dir_, entry.second);
-             return source.ok() && (source->headerless() || source->header.format == 1);
+             // A log made for the first run, killed before the first MANIFEST: nothing in it.
+             return source.ok() &&
+                    (source->headerless() || source->header.format == 1 || source->empty());
            });
   }
 
@@ -607,6 +610,8 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
   for (std::thread& thread : threads) thread.join();
 
   read_logs_.clear();
+  // Logs a crash left with the zeros written ahead of their records: where the records end.
+  std::vector<std::pair<std::string, size_t>> zero_tails;
   uint64_t revision = 0;  // The highest version any shard gave, deleted keys' included.
   for (size_t f = 0; f < order.size(); ++f) {
     const Source& source = *order[f];
@@ -622,6 +627,7 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
     if (Whole(o)) continue;
     if (log && !o.malformed && o.end == BlockReader::End::kTorn && source.limit == 0 &&
         o.zeros_to_end) {
+      zero_tails.emplace_back(source.path, o.offset);
       Log(LogLevel::kInfo,
           "%s: its records end at offset %d, followed by %d bytes of zeros, which are left out "
           "(a log with --fsync=always writes zeros ahead of its records, and a crash leaves "
@@ -655,6 +661,15 @@ absl::Status DataDir::Restore(const std::vector<Shard*>& shards, const Router& r
   if (plan.repair()) return Repair(shards, now_ms);
   for (const std::string& leftover : plan.leftovers()) {
     if (unlink(leftover.c_str()) != 0) return IoError("cannot remove", leftover, errno);
+  }
+  // The zeros go now (nothing reads those files again in this run; the MANIFEST lists them
+  // with their records' end): else each crash would leave its 33 MiB a worker until the next
+  // snapshot. Not needed for correctness, so a failure is only a warning, and a crash before
+  // the cut is durable just leaves the zeros again.
+  for (const auto& [path, records] : zero_tails) {
+    if (truncate(path.c_str(), static_cast<off_t>(records)) != 0) {
+      Log(LogLevel::kWarning, "cannot cut the zeros off %s: %s", path, std::strerror(errno));
+    }
   }
   return RemoveStale(plan.snapshot_generation(), plan.snapshot_generation());
 }

@@ -818,8 +818,8 @@ TEST_F(PersistRefusalTest, AChangedByteInTheLastBlockIsDamageNotATear) {
   ASSERT_EQ(server_->Stop(SIGKILL, 10), 137);
   const std::string log = FileNamed(dir_, "log-");
   std::string bytes = ReadBytes(log);
-  const size_t records = bytes.find_last_not_of('\0') + 1;  // The last value's last byte.
-  ASSERT_LT(records, bytes.size()) << "no zeros after the records";
+  // The last value's last byte (zeros may follow: none on a tmpfs or a nearly full disk).
+  const size_t records = bytes.find_last_not_of('\0') + 1;
   bytes[records - 10] ^= 0x01;  // In the last value.
   WriteBytes(log, bytes);
   ExpectRefused({log + " is damaged at offset"});
