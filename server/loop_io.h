@@ -30,11 +30,6 @@ class LoopIo {
   virtual size_t Poll() = 0;
   // Loop thread, after each engine turn: sends what the turn produced.
   virtual void EndTurn() {}
-  // Loop thread, before EndTurn: what the turn produced must not be sent (the server's fence
-  // closed under a write's answer: server/repl/fence.h); closes the connections that have
-  // something to send. The h2 transport does; grpc++ queues its answers as they are made, so
-  // there the check before a write runs is the only one.
-  virtual void Abandon() {}
   // Loop thread: waits up to `timeout` for I/O or a Wake and handles what came; false if the
   // wait timed out with nothing to do.
   virtual bool Wait(std::chrono::nanoseconds timeout) = 0;

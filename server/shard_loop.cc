@@ -56,7 +56,8 @@ void ShardLoop::Complete(Request* request) {
   --in_flight_;
   if (request->result == Result::kOk && request->op != Op::kGet && request->op != Op::kScan &&
       request->op != Op::kReplicate) {
-    acked_write_ = true;
+    Handler* handler = static_cast<Handler*>(request->tag);
+    if (acked_writes_.empty() || acked_writes_.back() != handler) acked_writes_.push_back(handler);
   }
   static_cast<Handler*>(request->tag)->OnRequestDone(request);
 }
@@ -151,9 +152,15 @@ void ShardLoop::Run() {
     }
     const size_t work = io_->Poll() + RunEngine();
     // A write acknowledged this turn while the fence closed (server/repl/fence.h): its answer
-    // must not leave. Its connections are dropped instead: the client cannot tell whether it
-    // was applied, which is the truth.
-    if (std::exchange(acked_write_, false) && context_.fenced()) io_->Abandon();
+    // must not leave, so its call's connection is dropped. Only those: a replica's flow, or a
+    // failover call waiting for its answer, goes on (a planned failover holds the fence while
+    // its target applies the last records).
+    if (!acked_writes_.empty()) {
+      if (context_.fenced()) {
+        for (Handler* handler : acked_writes_) handler->DropConnection();
+      }
+      acked_writes_.clear();
+    }
     io_->EndTurn();
     const bool io_finished = io_->Finished();
     if (io_finished && in_flight_ == 0 && (worker_ == nullptr || worker_->Drained())) {

@@ -82,7 +82,7 @@ class Connection final : public CallConnection {
   // The server stops: calls left end with UNAVAILABLE, GOAWAY (with `why` as its debug data),
   // a last flush, then Close.
   void Terminate(std::string_view why = {});
-  void Close();
+  void Close() override;
   bool closed() const { return fd_ < 0; }
   // Whether the client's connection preface is in (its TLS handshake done, its first SETTINGS
   // received), and when it must be by (--handshake-timeout; the steady clock's ns).

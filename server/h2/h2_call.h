@@ -62,6 +62,8 @@ class CallConnection {
   virtual RoleCache& role_cache() = 0;
   // The client's IP address (CallSink::PeerHost).
   virtual std::string peer_host() const = 0;
+  // Closes the connection now: what it has not sent never leaves (CallSink::Drop).
+  virtual void Close() = 0;
 
  protected:
   ~CallConnection() = default;
@@ -106,6 +108,9 @@ class H2Call final : public CallSink {
   void Finish(const absl::Status& status, const google::protobuf::MessageLite* response) override;
   std::string PeerHost() const override {
     return connection_ != nullptr ? connection_->peer_host() : std::string();
+  }
+  void Drop() override {
+    if (connection_ != nullptr) connection_->Close();
   }
 
   // For the loop's ready list and retirement.

@@ -544,12 +544,6 @@ void H2LoopIo::EndTurn() {
   retired_connections_.clear();
 }
 
-void H2LoopIo::Abandon() {
-  std::vector<Connection*> dirty;
-  dirty.swap(dirty_);
-  for (Connection* connection : dirty) connection->Close();
-}
-
 void H2LoopIo::OnDraining() {
   for (Connection* connection : connections_) connection->SendShutdownNotice();
 }

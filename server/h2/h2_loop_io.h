@@ -76,7 +76,6 @@ class H2LoopIo final : public LoopIo, public H2Io {
   void Start() override;
   size_t Poll() override;
   void EndTurn() override;
-  void Abandon() override;
   bool Wait(std::chrono::nanoseconds timeout) override;
   void Wake() override;
   void OnDraining() override;

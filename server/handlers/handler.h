@@ -93,6 +93,12 @@ class CallSink {
   // The client's IP address ("127.0.0.1", "::1"), or empty if unknown. Not cheap: for the rare
   // call that needs it (a replica's Flow, to list where the replica is).
   virtual std::string PeerHost() const = 0;
+  // Before the end of the turn: nothing this call has made may leave (an answer to a write the
+  // server's fence closed under: server/repl/fence.h), so its connection is dropped and the
+  // client cannot tell whether the write was applied, which is the truth. The h2 transport
+  // closes the connection; grpc++ sends an answer as it is made, so there the check before a
+  // write runs is the only one and this does nothing.
+  virtual void Drop() {}
 
  protected:
   ~CallSink() = default;
@@ -136,6 +142,8 @@ class Handler {
   // Whether the call's reads must be linearizable (the ringkv-consistency header); set before
   // OnStart.
   void set_linearizable(bool on) { linearizable_ = on; }
+  // CallSink::Drop, for the loop.
+  void DropConnection() { sink_.Drop(); }
 
  protected:
   // Hands a Request to the engine; OnRequestDone gets it back in a later engine turn.

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 # How long a stop may take: a sanitizer build is several times slower, and CI runs two tests
 # at once on two cores.
@@ -43,7 +44,7 @@ def sigstop(pid, timeout=5.0):
     deadline = time.monotonic() + timeout
     while True:
         try:
-            states = [open(f"{task}/{t}/stat").read().rsplit(")", 1)[1].split()[0]
+            states = [Path(f"{task}/{t}/stat").read_text().rsplit(")", 1)[1].split()[0]
                       for t in os.listdir(task)]
         except FileNotFoundError:  # A thread ended while we looked: look again.
             states = None
