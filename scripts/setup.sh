@@ -10,7 +10,7 @@ packages=(
   build-essential meson ninja-build pkg-config
   libdpdk-dev libjemalloc-dev libwyhash-dev libabsl-dev libgtest-dev libgmock-dev
   libconcurrentqueue-dev libreaderwriterqueue-dev
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libnghttp2-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libnghttp2-dev liburing-dev
   libssl-dev openssl prometheus-cpp-dev prometheus
   python3 python3-venv ca-certificates
   libboost-dev python3-matplotlib redis-server redis-tools nghttp2-client etcd-server etcd-client

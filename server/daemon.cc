@@ -41,6 +41,12 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
 ABSL_FLAG(std::string, transport, "h2",
           "h2: gRPC over HTTP/2 on nghttp2, served inside each worker's own event loop; grpc: "
           "grpc++'s server (the reference implementation)");
+ABSL_FLAG(std::string, io, "epoll",
+          "how the h2 transport's workers read and write their sockets: epoll (readiness, a "
+          "recv or send per socket) or uring (io_uring completions: a turn's sends and "
+          "receives in one system call; plaintext connections only, TLS ones stay on epoll). "
+          "Where io_uring is unavailable (an old kernel, kernel.io_uring_disabled, a seccomp "
+          "profile), uring falls back to epoll and says so at start");
 ABSL_FLAG(uint32_t, max_connections, 10000,
           "client connections open at once; past it a new one makes the longest idle "
           "connection go, or, if none has been idle for 1s, is refused at once with a GOAWAY "
@@ -272,7 +278,8 @@ void SetUsage() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
       "the ringkv daemon: a sharded in-memory key-value store served over gRPC.\n"
-      "  ringkv-server [--listen=127.0.0.1:50051] [--transport=h2|grpc] [--threads=N] "
+      "  ringkv-server [--listen=127.0.0.1:50051] [--transport=h2|grpc] [--io=epoll|uring] "
+      "[--threads=N] "
       "[--ring=spsc|mpsc] [--engine=ring|lock]\n"
       "Flags may be written with - or _ (--max-key-bytes). Stops cleanly on SIGTERM/SIGINT; "
       "SIGHUP re-reads --auth-token-file and --metrics-token-file.\n"
@@ -304,6 +311,17 @@ void ParseNetworkFlags(const char* argv0, ServerOptions* options) {
     options->transport = TransportKind::kGrpc;
   } else {
     ExitUsageError(argv0, "--transport must be h2 or grpc, got '" + transport + "'");
+  }
+  const std::string io = absl::GetFlag(FLAGS_io);
+  if (io == "epoll") {
+    options->io = IoKind::kEpoll;
+  } else if (io == "uring") {
+    options->io = IoKind::kUring;
+  } else {
+    ExitUsageError(argv0, "--io must be epoll or uring, got '" + io + "'");
+  }
+  if (options->transport == TransportKind::kGrpc && options->io == IoKind::kUring) {
+    ExitUsageError(argv0, "--io=uring needs --transport=h2 (grpc++ polls its sockets itself)");
   }
   options->max_connections = absl::GetFlag(FLAGS_max_connections);
   if (options->max_connections == 0) ExitUsageError(argv0, "--max-connections must be >= 1");

@@ -277,6 +277,60 @@ class ServerCase(unittest.TestCase):
         return socket.create_connection(("127.0.0.1", self.port), timeout=5)
 
 
+@unittest.skipUnless("--io=uring" in SERVER_FLAGS, "the --io=uring run's")
+class IoUringTest(unittest.TestCase):
+    """--io=uring says what it does at start, and falls back to epoll where io_uring is
+    refused (the rest of this file's tests run on it in this run)."""
+
+    def serve(self, *args):
+        """A server with `args` that answers a PUT and a GET: its start-up log."""
+        server = RingkvServer(SERVER, "--threads=2", *args)
+        try:
+            key = f"io-{random.random()}"
+            cli = [CLI, f"--addr={server.address}", "--timeout=5"]
+            r = subprocess.run([*cli, "put", key, "yes"], capture_output=True, timeout=10)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            r = subprocess.run([*cli, "get", key], capture_output=True, timeout=10)
+            self.assertEqual(r.stdout, b"yes", r.stderr)
+        finally:
+            server.stop()
+        return "".join(server.startup)
+
+    def test_the_sockets_go_through_io_uring(self):
+        self.assertIn("--io=uring: the workers' sockets go through io_uring",
+                      self.serve(*SERVER_FLAGS))
+
+    def test_where_io_uring_is_refused_the_sockets_go_on_epoll(self):
+        # kernel.io_uring_disabled=2 (Linux 6.6): io_uring_setup fails with EPERM for every
+        # process, as under a seccomp profile. Set for the server's start only.
+        sysctl = "/proc/sys/kernel/io_uring_disabled"
+        if not os.path.exists(sysctl) or not os.access(sysctl, os.W_OK):
+            self.skipTest(f"{sysctl} is missing or not writable here")
+        with open(sysctl) as f:
+            was = f.read().strip()
+        with open(sysctl, "w") as f:
+            f.write("2")
+        try:
+            server = RingkvServer(SERVER, "--threads=2", "--io=uring")
+        finally:
+            with open(sysctl, "w") as f:
+                f.write(was)
+        startup = "".join(server.startup)
+        server.stop()
+        self.assertIn("--io=uring: io_uring is unavailable here (io_uring_setup: Operation not "
+                      "permitted); the sockets go on epoll", startup)
+        self.assertNotIn("go through io_uring", startup)
+
+    def test_a_bad_io_flag_is_a_usage_error(self):
+        for args, message in ((["--io=kqueue"], "--io must be epoll or uring, got 'kqueue'"),
+                              (["--io=uring", "--transport=grpc"],
+                               "--io=uring needs --transport=h2")):
+            r = subprocess.run([SERVER, "--listen=127.0.0.1:0", *args], capture_output=True,
+                               text=True, timeout=10)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(message, r.stderr)
+
+
 @unittest.skipIf(GRPCPP, "what the h2 transport answers")
 class ProtocolTest(ServerCase):
     def call(self, path="/ringkv.v1.KV/Put", body=grpc_message(put_request(b"k", b"v")), **kw):

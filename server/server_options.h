@@ -22,11 +22,15 @@
 namespace ringkv {
 
 enum class TransportKind { kH2, kGrpc };
+// How the h2 transport's workers do their socket I/O: epoll readiness and a recv or send per
+// socket, or io_uring completions (server/h2/uring.h).
+enum class IoKind { kEpoll, kUring };
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";
   uint32_t threads = 1;
   TransportKind transport = TransportKind::kH2;
+  IoKind io = IoKind::kEpoll;
   bool lock_engine = false;  // --engine=lock: the lock baseline instead of rings.
   RingKind ring = RingKind::kRteSpsc;
   size_t ring_capacity = 1 << 14;

@@ -57,6 +57,7 @@ Connection::~Connection() {
     close(fd_);
     io_.gate().ReleaseConnectionSlot();
   }
+  if (held_fd_ >= 0) close(held_fd_);
   SSL_free(ssl_);
   nghttp2_session_del(session_);
 }
@@ -114,6 +115,17 @@ ssize_t Connection::Transmit(const char* data, size_t length) {
   return ToSocketResult(written);
 }
 
+bool Connection::Feed(const char* data, size_t length) {
+  const ssize_t used =
+      nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(data), length);
+  if (used < 0) {  // Not HTTP/2 at all, a flood, or out of memory: nothing to answer.
+    Log(LogLevel::kDebug, "closing a connection: %s", nghttp2_strerror(static_cast<int>(used)));
+    Close();
+    return false;
+  }
+  return true;
+}
+
 void Connection::OnReadable() {
   if (closed()) return;
   active_ = true;  // For the idle sweep: no clock here.
@@ -122,13 +134,7 @@ void Connection::OnReadable() {
   for (int i = 0; i < kReadsPerEvent && !read_paused_; ++i) {
     const ssize_t n = Receive(buffer, H2Io::kReadBufferBytes);
     if (n > 0) {
-      const ssize_t used = nghttp2_session_mem_recv(
-          session_, reinterpret_cast<const uint8_t*>(buffer), static_cast<size_t>(n));
-      if (used < 0) {  // Not HTTP/2 at all, a flood, or out of memory: nothing to answer.
-        Log(LogLevel::kDebug, "closing a connection: %s", nghttp2_strerror(static_cast<int>(used)));
-        Close();
-        return;
-      }
+      if (!Feed(buffer, static_cast<size_t>(n))) return;
       // A short read emptied the socket; a TLS read stops at a record's end (16 KiB at most).
       if (ssl_ == nullptr && static_cast<size_t>(n) < H2Io::kReadBufferBytes) break;
       continue;
@@ -148,9 +154,81 @@ void Connection::OnWritable() {
   MarkDirty();
 }
 
+void Connection::UseCompletions() {
+  completions_ = true;
+  UpdateInterest();  // The first receive.
+}
+
+void Connection::OnReceived(int result, const char* data, bool more) {
+  if (!more) {
+    --ops_;
+    receiving_ = false;
+    cancelling_ = false;
+  }
+  if (closed()) return;
+  if (result > 0) {
+    active_ = true;  // For the idle sweep: no clock here.
+    if (!Feed(data, static_cast<size_t>(result))) return;
+    MarkDirty();  // nghttp2 may have frames to send: SETTINGS and PING acks, WINDOW_UPDATE.
+  } else if (result == 0 || (result != -ENOBUFS && result != -EINTR && result != -EAGAIN &&
+                             result != -ECANCELED)) {
+    Close();  // The peer has gone.
+    return;
+  }
+  // Ended for want of a free provided buffer (they are back by the next submission), or
+  // cancelled for a pause: again once reading goes on.
+  UpdateInterest();
+}
+
+void Connection::OnSent(int result) {
+  --ops_;
+  if (closed()) return;
+  if (result < 0 && result != -EINTR && result != -EAGAIN) {
+    Close();  // The peer has gone.
+    return;
+  }
+  if (result > 0) sending_off_ += static_cast<size_t>(result);
+  if (sending_off_ < sending_.size()) {
+    SendRest();
+    return;
+  }
+  sending_.clear();
+  sending_off_ = 0;
+  if (sending_.capacity() > 4 * kOutputChunk) sending_.shrink_to_fit();
+  MarkDirty();  // What gathered meanwhile, and what nghttp2 held back for room.
+}
+
+void Connection::SendRest() {
+  ++ops_;
+  io_.Send(this, std::string_view(sending_).substr(sending_off_));
+}
+
+void Connection::FlushToRing() {
+  if (Unsent() < kOutputChunk && nghttp2_session_want_write(session_)) {
+    const int rv = nghttp2_session_send(session_);
+    if (rv != 0) {
+      Log(LogLevel::kDebug, "closing a connection: %s", nghttp2_strerror(rv));
+      Close();
+      return;
+    }
+  }
+  if (sending_.empty() && !out_.empty()) {  // One send out at a time, of all that gathered.
+    sending_.swap(out_);
+    sending_off_ = 0;
+    SendRest();
+  }
+  if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_) &&
+      Unsent() == 0) {
+    Close();  // Both sides are done: after a GOAWAY, or a protocol error nghttp2 answered.
+    return;
+  }
+  UpdateInterest();
+}
+
 void Connection::Flush() {
   dirty_ = false;
   if (closed() || handshaking_) return;  // The handshake sends what it needs itself.
+  if (completions_) return FlushToRing();
   for (int round = 0; round < kFlushRounds; ++round) {
     if (Unsent() < kOutputChunk && nghttp2_session_want_write(session_)) {
       const int rv = nghttp2_session_send(session_);
@@ -188,6 +266,18 @@ void Connection::UpdateInterest() {
   } else if (read_paused_ && Unsent() < kResumeReadBytes) {
     read_paused_ = false;
   }
+  if (completions_) {
+    if (closed()) return;
+    if (!read_paused_ && !receiving_) {
+      receiving_ = true;
+      ++ops_;
+      io_.Receive(this);
+    } else if (read_paused_ && receiving_ && !cancelling_) {
+      cancelling_ = true;
+      io_.CancelReceive(this);
+    }
+    return;
+  }
   const uint32_t want = (read_paused_ ? 0u : uint32_t{EPOLLIN}) |
                         (Unsent() > 0 || tls_wants_write_ ? uint32_t{EPOLLOUT} : 0u);
   if (want != interest_) {
@@ -215,7 +305,15 @@ void Connection::Terminate(std::string_view why) {
   nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
                         nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
                         reinterpret_cast<const uint8_t*>(why.data()), why.size());
-  Flush();  // One try: a client that does not read does not hold up the stop.
+  if (completions_) {
+    // One try, now: what a send already out holds goes first, so nothing is sent beside it.
+    if (nghttp2_session_want_write(session_) && nghttp2_session_send(session_) == 0 &&
+        sending_.empty() && !out_.empty()) {
+      [[maybe_unused]] ssize_t n = send(fd_, out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+  } else {
+    Flush();  // One try: a client that does not read does not hold up the stop.
+  }
   if (!closed()) {
     if (ssl_ != nullptr && !handshaking_) {
       ERR_clear_error();
@@ -228,7 +326,16 @@ void Connection::Terminate(std::string_view why) {
 
 void Connection::Close() {
   if (closed()) return;
-  close(fd_);  // Also takes it out of the epoll set.
+  if (ops_ > 0) {
+    // The ring's receive and send of this socket end at once, those already submitted and
+    // those still queued (the ring finds a queued one's socket by its number at submission):
+    // the number stays this socket's, open, until the connection is deleted, so that no
+    // socket accepted meanwhile can take it.
+    shutdown(fd_, SHUT_RDWR);
+    held_fd_ = fd_;
+  } else {
+    close(fd_);  // Also takes it out of the epoll set.
+  }
   fd_ = -1;
   SSL_free(ssl_);
   ssl_ = nullptr;

@@ -31,9 +31,16 @@
 // A connection is idle while it has no call open (a Watch stream is one) and has received
 // nothing since; a client's PINGs count as something.
 //
+// --io=uring (server/h2/uring.h), plaintext connections: the socket's bytes come and go through
+// the loop's ring instead. One multishot receive is out while reading goes on (cancelled when
+// it pauses: what it still brings is read), and one send, of all the frames gathered until
+// then; frames gathered meanwhile wait in a second buffer for the send after it. A TLS connection
+// stays on readiness (OpenSSL reads and writes its socket itself).
+//
 // Lifetime: made on accept; Close() (a fatal error, the peer gone, or both sides done) cancels
 // its calls, closes the socket and retires the object, which the loop deletes at the end of the
-// turn. Calls outlive their connection if their handler still has Requests out.
+// turn, or, under --io=uring, once the ring has given back the receive and send it had out.
+// Calls outlive their connection if their handler still has Requests out.
 //
 // Threads: its loop's thread only.
 #ifndef RINGKV_SERVER_H2_CONNECTION_H_
@@ -71,9 +78,17 @@ class Connection final : public CallConnection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Events from the loop.
+  // Events from the loop: readiness (epoll) ...
   void OnReadable();
   void OnWritable();
+  // ... or, under --io=uring, completions: switched to before any I/O, once.
+  void UseCompletions();
+  // A receive's result (bytes, 0: the client closed, or -errno), for bytes where they are, and
+  // whether the receive goes on (multishot).
+  void OnReceived(int result, const char* data, bool more);
+  void OnSent(int result);  // Bytes sent, or -errno.
+  // Operations the ring has of this connection's (it is deleted only once there are none).
+  uint32_t ops() const { return ops_; }
   // End of turn: nghttp2's frames to the output buffer, the buffer to the socket.
   void Flush();
   // The server started draining: GOAWAY with the highest stream id, so clients send new calls
@@ -134,8 +149,13 @@ class Connection final : public CallConnection {
   friend class H2LoopIo;
 
   H2Call* CallOf(int32_t stream_id);
-  size_t Unsent() const { return out_.size() - out_sent_; }
+  size_t Unsent() const { return out_.size() - out_sent_ + sending_.size() - sending_off_; }
   void UpdateInterest();
+  // Hands received bytes to nghttp2; false if that closed the connection.
+  bool Feed(const char* data, size_t length);
+  // Flush under --io=uring: the frames go to a send of the ring's.
+  void FlushToRing();
+  void SendRest();
   // Advances the TLS handshake; true once it is done. Closes the connection if it failed.
   bool Handshake();
   // The socket's bytes, through TLS if any: > 0 bytes, 0 the client closed its side, -1 with
@@ -161,6 +181,14 @@ class Connection final : public CallConnection {
   uint32_t interest_;  // Events epoll reports for the socket.
   bool read_paused_ = false;
   bool dirty_ = false;  // In the loop's flush list.
+  // --io=uring.
+  bool completions_ = false;
+  bool receiving_ = false;   // A receive is out ...
+  bool cancelling_ = false;  // ... and asked to end.
+  uint32_t ops_ = 0;         // Receives and sends out.
+  int held_fd_ = -1;         // Closed with ops out: the socket, shut down, until deletion.
+  std::string sending_;      // What the send out holds; sending_[sending_off_..] not yet sent.
+  size_t sending_off_ = 0;
   RoleCache role_cache_;
 };
 

@@ -13,6 +13,14 @@
 //              with one send; then calls and connections that ended are deleted.
 // Wait() blocks in epoll_wait (until the next deadline at most); Wake() writes the eventfd.
 //
+// --io=uring (server/h2/uring.h): the loop's plaintext connections receive and send through
+// its ring instead, and the epoll set keeps the listener and TLS connections only; the ring
+// watches the epoll set (a multishot poll of its descriptor) and reads the eventfd. EndTurn
+// queues the turn's sends; the next Poll submits them with the receives queued since and
+// collects the completions in one io_uring_enter (none while nothing is queued or due), or a
+// Wait submits them and waits in one. A closed connection is deleted once the ring has given
+// back what it had out.
+//
 // Running out of file descriptors: accept4 fails with EMFILE while connections wait in the
 // kernel's queue, which epoll keeps reporting. The loop then closes a descriptor it keeps spare
 // for this, accepts the waiting connection, tells it why in a GOAWAY and closes it, and opens
@@ -54,6 +62,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -61,13 +70,15 @@
 #include "absl/container/flat_hash_set.h"
 #include "server/h2/connection_gate.h"
 #include "server/h2/h2_io.h"
+#include "server/h2/uring.h"
 #include "server/loop_io.h"
 
 namespace ringkv {
 
 class H2LoopIo final : public LoopIo, public H2Io {
  public:
-  H2LoopIo(ConnectionGate& gate, ShardLoop& loop);
+  // `uring`: --io=uring's ring for this loop; null for epoll only.
+  H2LoopIo(ConnectionGate& gate, ShardLoop& loop, std::unique_ptr<Uring> uring = nullptr);
   ~H2LoopIo() override;
   H2LoopIo(const H2LoopIo&) = delete;
   H2LoopIo& operator=(const H2LoopIo&) = delete;
@@ -89,6 +100,9 @@ class H2LoopIo final : public LoopIo, public H2Io {
   char* read_buffer() override { return read_buffer_.get(); }
   void MarkDirty(Connection* connection) override;
   void Watch(Connection* connection, uint32_t events) override;
+  void Receive(Connection* connection) override;
+  void CancelReceive(Connection* connection) override;
+  void Send(Connection* connection, std::string_view bytes) override;
   void MakeReady(H2Call* call) override;
   void Retire(H2Call* call) override;
   void Retire(Connection* connection) override;
@@ -99,6 +113,10 @@ class H2LoopIo final : public LoopIo, public H2Io {
 
  private:
   size_t HandleEvents(int timeout_ms);
+  // --io=uring: the completions there are, then the epoll set's events if it has any.
+  size_t Reap();
+  void Complete(const io_uring_cqe& cqe);
+  void ReadWake();
   void Accept();
   // Refuses an accepted connection: a GOAWAY that says why, then close.
   void Refuse(int fd, std::string_view why);
@@ -138,6 +156,7 @@ class H2LoopIo final : public LoopIo, public H2Io {
   nghttp2_session_callbacks* callbacks_ = nullptr;
   nghttp2_option* option_ = nullptr;
   std::unique_ptr<char[]> read_buffer_;
+  std::unique_ptr<Uring> uring_;  // --io=uring; null: epoll only.
 
   // Loop thread only.
   absl::flat_hash_set<Connection*> connections_;  // Open ones.
@@ -145,6 +164,10 @@ class H2LoopIo final : public LoopIo, public H2Io {
   std::vector<H2Call*> ready_;
   std::vector<H2Call*> retired_calls_;
   std::vector<Connection*> retired_connections_;
+  std::vector<Connection*> draining_;  // Closed, with operations still in the ring.
+  uint64_t wake_count_ = 0;            // The ring's read of the eventfd.
+  bool epoll_ready_ = false;           // The ring saw the epoll set ready: epoll_wait it.
+  bool ring_armed_ = false;            // Start gave the ring its poll and its read.
   absl::btree_set<std::pair<int64_t, H2Call*>> deadlines_;
   // Connections by the time their preface is due, in accept order (so in time order). Entries
   // outlive their connections: one counts only while its connection is open, ungreeted and

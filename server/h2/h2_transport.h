@@ -64,6 +64,7 @@ class H2Transport : public Transport {
   ConnectionGate gate_;
   // Control thread only: the LoopIos made (owned by their loops), for Stop to wake.
   std::vector<H2LoopIo*> ios_;
+  bool uring_ = false;  // --io=uring, and io_uring works here.
 };
 
 }  // namespace ringkv

@@ -65,10 +65,12 @@ class RingkvServer:
                                         stderr=subprocess.PIPE, text=True, **popen_args)
         deadline = time.time() + 20
         self.address = None
+        self.startup = []  # Its log up to the "listening on" line.
         while time.time() < deadline and self.address is None:
             line = self.process.stderr.readline()
             if not line and self.process.poll() is not None:
                 break
+            self.startup.append(line)
             m = re.search(r"listening on \S+:(\d+)", line)
             if m:
                 self.address = f"{host}:{m.group(1)}"
