@@ -15,7 +15,8 @@ unary, 32-byte values over KEYS keys, as bench/compare_redis.py). One server (th
 worker, h2 transport) serves both.
 
 Usage: bench/profile_calls.py [SECONDS=8] [WINDOW=5] [TOP=15] [SERVER=build/server/ringkv-server]
-(repository root, after scripts/setup.sh; perf with the syscalls tracepoints, as root)
+(repository root, after scripts/setup.sh; perf with the syscalls tracepoints, as root).
+SERVER_FLAGS="--io=uring" (the environment) adds flags to the server's.
 """
 import json
 import os
@@ -30,6 +31,7 @@ SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 8
 WINDOW = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 TOP = int(sys.argv[3]) if len(sys.argv) > 3 else 15
 SERVER = sys.argv[4] if len(sys.argv) > 4 else "build/server/ringkv-server"
+SERVER_FLAGS = os.environ.get("SERVER_FLAGS", "").split()
 LOADGEN = "build/bench/ringkv-loadgen"
 CLI = "build/client/ringkv"
 OUT = os.path.abspath("bench-results/profile")
@@ -110,8 +112,8 @@ def top_functions(pid):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    print(f"{machine()}; {time.strftime('%Y-%m-%d')}; server {SERVER}")
-    proc, addr = start_ringkv(os.path.join(OUT, "ringkv.log"), [], SERVER)
+    print(f"{machine()}; {time.strftime('%Y-%m-%d')}; server {SERVER} {' '.join(SERVER_FLAGS)}")
+    proc, addr = start_ringkv(os.path.join(OUT, "ringkv.log"), SERVER_FLAGS, SERVER)
     try:
         subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
                         "--ops=1", "--concurrency=1", "--progress=false"],

@@ -174,8 +174,8 @@ void H2LoopIo::Start() {
 
 size_t H2LoopIo::Poll() {
   size_t work = 0;
-  // Under --io=uring the last turn's sends go in first, and what completed comes back: a stop
-  // (its GOAWAY a send of its own, once nothing is out) must not overtake them.
+  // Under --io=uring what completed comes back first: a stop sends its GOAWAY itself once no
+  // send is out, after the last turn's.
   size_t events = uring_ != nullptr ? Reap() : 0;
   if (!stopped_ && gate_.stopping()) {
     StopAll();
@@ -251,8 +251,6 @@ size_t H2LoopIo::HandleEvents(int timeout_ms) {
 }
 
 size_t H2LoopIo::Reap() {
-  // The last turn's sends and receives go in with the same entry that brings completions.
-  uring_->Submit();
   size_t work = uring_->Reap([this](const io_uring_cqe& cqe) { Complete(cqe); });
   if (epoll_ready_) {
     // The ring's poll fires once per wake-up: look until the set has nothing more.
@@ -662,6 +660,7 @@ void H2LoopIo::EndTurn() {
       delete connection;
       return true;
     });
+    uring_->Submit();  // The turn's sends, and the receives queued since the last entry.
   }
 }
 

@@ -16,10 +16,10 @@
 // --io=uring (server/h2/uring.h): the loop's plaintext connections receive and send through
 // its ring instead, and the epoll set keeps the listener and TLS connections only; the ring
 // watches the epoll set (a multishot poll of its descriptor) and reads the eventfd. EndTurn
-// queues the turn's sends; the next Poll submits them with the receives queued since and
-// collects the completions in one io_uring_enter (none while nothing is queued or due), or a
-// Wait submits them and waits in one. A closed connection is deleted once the ring has given
-// back what it had out.
+// submits the turn's sends with the receives queued since in one io_uring_enter, which also
+// posts the completions due; Poll reaps them (no system call while none are due), and Wait
+// submits what is queued and waits in one. A closed connection is deleted once the ring has
+// given back what it had out.
 //
 // Running out of file descriptors: accept4 fails with EMFILE while connections wait in the
 // kernel's queue, which epoll keeps reporting. The loop then closes a descriptor it keeps spare
