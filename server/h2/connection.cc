@@ -203,20 +203,19 @@ void Connection::SendRest() {
   io_.Send(this, std::string_view(sending_).substr(sending_off_));
 }
 
-void Connection::FlushToRing() {
+bool Connection::GatherFrames() {
   if (Unsent() < kOutputChunk && nghttp2_session_want_write(session_)) {
     const int rv = nghttp2_session_send(session_);
     if (rv != 0) {
       Log(LogLevel::kDebug, "closing a connection: %s", nghttp2_strerror(rv));
       Close();
-      return;
+      return false;
     }
   }
-  if (sending_.empty() && !out_.empty()) {  // One send out at a time, of all that gathered.
-    sending_.swap(out_);
-    sending_off_ = 0;
-    SendRest();
-  }
+  return true;
+}
+
+void Connection::EndFlush() {
   if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_) &&
       Unsent() == 0) {
     Close();  // Both sides are done: after a GOAWAY, or a protocol error nghttp2 answered.
@@ -225,19 +224,22 @@ void Connection::FlushToRing() {
   UpdateInterest();
 }
 
+void Connection::FlushToRing() {
+  if (!GatherFrames()) return;
+  if (sending_.empty() && !out_.empty()) {  // One send out at a time, of all that gathered.
+    sending_.swap(out_);
+    sending_off_ = 0;
+    SendRest();
+  }
+  EndFlush();
+}
+
 void Connection::Flush() {
   dirty_ = false;
   if (closed() || handshaking_) return;  // The handshake sends what it needs itself.
   if (completions_) return FlushToRing();
   for (int round = 0; round < kFlushRounds; ++round) {
-    if (Unsent() < kOutputChunk && nghttp2_session_want_write(session_)) {
-      const int rv = nghttp2_session_send(session_);
-      if (rv != 0) {
-        Log(LogLevel::kDebug, "closing a connection: %s", nghttp2_strerror(rv));
-        Close();
-        return;
-      }
-    }
+    if (!GatherFrames()) return;
     if (Unsent() == 0) break;
     const ssize_t n = Transmit(out_.data() + out_sent_, Unsent());
     if (n < 0) {
@@ -252,12 +254,7 @@ void Connection::Flush() {
       if (out_.capacity() > 4 * kOutputChunk) out_.shrink_to_fit();
     }
   }
-  if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_) &&
-      Unsent() == 0) {
-    Close();  // Both sides are done: after a GOAWAY, or a protocol error nghttp2 answered.
-    return;
-  }
-  UpdateInterest();
+  EndFlush();
 }
 
 void Connection::UpdateInterest() {

@@ -153,6 +153,11 @@ class Connection final : public CallConnection {
   void UpdateInterest();
   // Hands received bytes to nghttp2; false if that closed the connection.
   bool Feed(const char* data, size_t length);
+  // nghttp2's frames to out_ while less than kOutputChunk waits; false if that closed the
+  // connection.
+  bool GatherFrames();
+  // A flush's end: closes the connection if both sides are done, else updates its interest.
+  void EndFlush();
   // Flush under --io=uring: the frames go to a send of the ring's.
   void FlushToRing();
   void SendRest();
