@@ -109,8 +109,10 @@ class H2Call final : public CallSink {
   std::string PeerHost() const override {
     return connection_ != nullptr ? connection_->peer_host() : std::string();
   }
+  // Once its stream is closed the call sends nothing more, and its connection may be gone
+  // (a stream closes without the call hearing of its connection's end).
   void Drop() override {
-    if (connection_ != nullptr) connection_->Close();
+    if (connection_ != nullptr && !stream_closed_) connection_->Close();
   }
 
   // For the loop's ready list and retirement.

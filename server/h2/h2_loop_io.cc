@@ -147,6 +147,7 @@ H2LoopIo::H2LoopIo(ConnectionGate& gate, ShardLoop& loop, std::unique_ptr<Uring>
 
 H2LoopIo::~H2LoopIo() {
   uring_.reset();  // Nothing in the kernel refers to a connection's buffers after this.
+  dirty_.clear();  // EndTurn below must not flush a connection deleted here.
   for (Connection* connection : connections_) delete connection;
   EndTurn();  // Deletes what is retired.
   for (Connection* connection : draining_) delete connection;
