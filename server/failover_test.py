@@ -42,9 +42,13 @@ SIGSTOP, and writers on grpcio that count every acknowledged write.
 - A write that may have run is not sent again: a primary whose replica is stopped runs an
   increment it cannot acknowledge; the CLI given several addresses reports that it may have
   been applied, and the counter moved once.
+- An answer held back by its client past the fence: a client that grants no flow-control
+  window gets the headers of a write's OK answer but not its trailers; once etcd is gone and
+  the primary's fence has closed, the server closes that connection rather than send them.
 - An answer held past the fence: a write waits for its replica (stopped) while etcd is killed;
   once the primary's fence has closed, the replica runs again and acknowledges: the primary
-  drops the connection instead of acknowledging the write. Writes are then refused, saying
+  answers UNAVAILABLE, saying it lost the leadership first, instead of acknowledging the write
+  (a unary Put, and a Stream's PUT, which ends the Stream). Writes are then refused, saying
   why, and reads are served, but not linearizable ones (the ringkv-consistency header), which
   a replica refuses too and the new primary serves.
 
@@ -64,6 +68,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
 import group_writers  # noqa: E402
+import h2_client  # noqa: E402
 import linearizability  # noqa: E402
 import python_stubs  # noqa: E402
 import register_clients  # noqa: E402
@@ -788,6 +793,9 @@ class FailoverTest(unittest.TestCase):
             # after it.
             sigstop(b.process.pid)
             held = kv.Put.future(kv_pb2.PutRequest(key=b"held", value=b"2"), timeout=30)
+            # ... and so does one in a Stream.
+            put = kv_pb2.StreamOp(id=1, type=kv_pb2.OP_TYPE_PUT, key=b"held-streamed", value=b"2")
+            streamed = kv.Stream(iter([kv_pb2.StreamRequest(ops=[put])]), timeout=30)
             time.sleep(0.2)
             self.assertFalse(held.done(), held.done() and (held.exception() or held.result()))
             self.etcd.kill()
@@ -796,8 +804,17 @@ class FailoverTest(unittest.TestCase):
             os.kill(b.process.pid, signal.SIGCONT)
             with self.assertRaises(grpc.RpcError) as refused:
                 held.result()
-            self.assertIn(refused.exception.code(),
-                          (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL))
+            # Its answer was made after the fence closed: not an acknowledgement.
+            self.assertEqual(refused.exception.code(), grpc.StatusCode.UNAVAILABLE,
+                             refused.exception.details())
+            self.assertIn("lost the group's leadership before it could acknowledge it",
+                          refused.exception.details())
+            with self.assertRaises(grpc.RpcError) as ended:
+                list(streamed)
+            self.assertEqual(ended.exception.code(), grpc.StatusCode.UNAVAILABLE,
+                             ended.exception.details())
+            self.assertIn("the call's writes ran here, but this server lost the group's "
+                          "leadership", ended.exception.details())
             # Writes are refused, saying why; reads go on.
             with self.assertRaises(grpc.RpcError) as later:
                 kv.Put(kv_pb2.PutRequest(key=b"after", value=b"3"), timeout=10)
@@ -834,6 +851,39 @@ class FailoverTest(unittest.TestCase):
                        metadata=(("ringkv-consistency", "strong"),))
             self.assertEqual(bad.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
             self.assertIn("linearizable or serializable", bad.exception.details())
+
+    def test_an_answer_held_back_by_the_client_does_not_leave_after_the_fence(self):
+        if "--transport=grpc" in SERVER_FLAGS:
+            self.skipTest("grpc++ sends an answer as it is made")
+        a = self.start(free_port())
+        wait_until(lambda: (self.leader() or (0, "", ""))[2] == a.address, 10,
+                   lambda: "the server was not elected")
+        # A client that grants no flow-control window: the write runs and is answered OK, but
+        # the answer's message, and the trailers behind it, wait in the server.
+        call = h2_client.Call(a.address, "/ringkv.v1.KV/Put", window=0,
+                              body=h2_client.grpc_message(h2_client.put_request(b"held", b"1")))
+        self.addCleanup(call.close)
+        self.assertIsNone(call.wait(1), call.trailers)
+        self.assertEqual(call.headers.get(":status"), "200", "the write was never answered")
+        self.assertEqual(call.data, b"")
+        with grpc.insecure_channel(a.address) as channel:
+            got = kv_pb2_grpc.KVStub(channel).Get(kv_pb2.GetRequest(key=b"held"), timeout=10)
+        self.assertEqual(got.value, b"1")
+        # etcd goes: a's fence closes at its deadline, with the answer still unsent.
+        self.etcd.kill()
+        wait_until(lambda: self.stats(a.address).replication.group.fence_left_ms == 0,
+                   TTL_S + 2, lambda: "a's fence never closed")
+        try:  # Now the client would take it ...
+            call.conn.increment_flow_control_window(1 << 20, stream_id=call.stream)
+            call.flush()
+        except OSError:
+            pass  # ... but the server has closed the connection.
+        status = call.wait(3)
+        self.assertIsNone(status, f"an acknowledgement left after the fence closed: "
+                                  f"grpc-status {status}, message {call.data!r}")
+        wait_until(lambda: any("holding answers that acknowledge writes" in line
+                               for line in a.log.lines), 5,
+                   lambda: "a never said it closed the connection: " + "".join(a.log.lines[-8:]))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,13 @@ class LoopIo {
   virtual size_t Poll() = 0;
   // Loop thread, after each engine turn: sends what the turn produced.
   virtual void EndTurn() {}
+  // Loop thread, before EndTurn: whether answers that acknowledge writes (CallSink::
+  // Acknowledges) may still wait to reach the kernel, and closing their connections, which
+  // ShardLoop does once the server's fence has closed (server/repl/fence.h), so that no
+  // acknowledgement leaves after it. A transport that sends answers as they are made (grpc++)
+  // holds none.
+  virtual bool HoldsAcks() const { return false; }
+  virtual void DropAcks() {}
   // Loop thread: waits up to `timeout` for I/O or a Wake and handles what came; false if the
   // wait timed out with nothing to do.
   virtual bool Wait(std::chrono::nanoseconds timeout) = 0;

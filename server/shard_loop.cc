@@ -54,11 +54,6 @@ size_t ShardLoop::Poll(Request** out, size_t max) {
 
 void ShardLoop::Complete(Request* request) {
   --in_flight_;
-  if (request->result == Result::kOk && request->op != Op::kGet && request->op != Op::kScan &&
-      request->op != Op::kReplicate) {
-    Handler* handler = static_cast<Handler*>(request->tag);
-    if (acked_writes_.empty() || acked_writes_.back() != handler) acked_writes_.push_back(handler);
-  }
   static_cast<Handler*>(request->tag)->OnRequestDone(request);
 }
 
@@ -151,16 +146,12 @@ void ShardLoop::Run() {
       NoticeDraining();
     }
     const size_t work = io_->Poll() + RunEngine();
-    // A write acknowledged this turn while the fence closed (server/repl/fence.h): its answer
-    // must not leave, so its call's connection is dropped. Only those: a replica's flow, or a
-    // failover call waiting for its answer, goes on (a planned failover holds the fence while
-    // its target applies the last records).
-    if (!acked_writes_.empty()) {
-      if (context_.fenced()) {
-        for (Handler* handler : acked_writes_) handler->DropConnection();
-      }
-      acked_writes_.clear();
-    }
+    // Answers acknowledging writes were made while the fence was open (Handler::
+    // MayAcknowledge), but some have not left: once it has closed (server/repl/fence.h), their
+    // connections are dropped. Only those: a replica's flow, or a failover call waiting for its
+    // answer, goes on (a planned failover holds the fence while its target applies the last
+    // records).
+    if (io_->HoldsAcks() && context_.fenced()) io_->DropAcks();
     io_->EndTurn();
     const bool io_finished = io_->Finished();
     if (io_finished && in_flight_ == 0 && (worker_ == nullptr || worker_->Drained())) {

@@ -164,10 +164,6 @@ class ShardLoop final : public RequestSource, public HandlerHost {
   uint64_t in_flight_ = 0;              // Submitted, not yet completed.
   uint32_t lock_turns_ = 0;             // Engine turns, lock engine only.
   bool counted_finished_ = false;
-  // The handlers whose writes this turn completed with OK, for the fence check at its end
-  // (a handler's call lives until the turn ends: the transports retire calls in EndTurn).
-  std::vector<Handler*> acked_writes_;
-
   // Shared. parked_: stored seq_cst by this loop before its last engine turn, read after a
   // seq_cst fence by senders (the store-buffer pattern: one side must see the other's write).
   // wake_pending_: set by the sender that rings, cleared by this loop once the LoopIo took the

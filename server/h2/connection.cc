@@ -71,6 +71,19 @@ H2Call* Connection::CallOf(int32_t stream_id) {
   return last_call_;
 }
 
+void Connection::HoldAck() {
+  ++acks_unframed_;
+  if (!ack_listed) {
+    ack_listed = true;
+    io_.ListAckHolder(this);
+  }
+}
+
+void Connection::AckFramed() {
+  --acks_unframed_;
+  acks_end_ = sent_ + Unsent();
+}
+
 void Connection::MarkDirty() {
   if (dirty_ || closed()) return;
   dirty_ = true;
@@ -187,7 +200,10 @@ void Connection::OnSent(int result) {
     Close();  // The peer has gone.
     return;
   }
-  if (result > 0) sending_off_ += static_cast<size_t>(result);
+  if (result > 0) {
+    sending_off_ += static_cast<size_t>(result);
+    sent_ += static_cast<uint64_t>(result);
+  }
   if (sending_off_ < sending_.size()) {
     SendRest();
     return;
@@ -248,6 +264,7 @@ void Connection::Flush() {
       return;
     }
     out_sent_ += static_cast<size_t>(n);
+    sent_ += static_cast<uint64_t>(n);
     if (out_sent_ == out_.size()) {
       out_.clear();
       out_sent_ = 0;
@@ -287,6 +304,7 @@ bool Connection::AppendData(const uint8_t* frame_header, H2Call& call, size_t le
   if (Unsent() >= kOutputChunk) return false;
   out_.append(reinterpret_cast<const char*>(frame_header), 9);
   out_.append(call.TakeResponse(length));
+  if (call.TakeFramedAck()) AckFramed();
   return true;
 }
 
@@ -413,6 +431,9 @@ int Connection::OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t erro
     c->calls_.erase(call);
     c->last_stream_id_ = 0;  // The call may be deleted from here on.
     c->last_call_ = nullptr;
+    // Every frame of the stream is in the output by now (nghttp2 closes a stream only after
+    // the send callback took its last frame).
+    if (call->TakeAckAtClose()) c->AckFramed();
     call->OnStreamClose(error_code);
   }
   return 0;

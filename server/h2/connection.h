@@ -37,6 +37,13 @@
 // then; frames gathered meanwhile wait in a second buffer for the send after it. A TLS connection
 // stays on readiness (OpenSSL reads and writes its socket itself).
 //
+// Answers that acknowledge writes (CallSink::Acknowledges) are followed until their bytes are
+// in the kernel: counted from the call's HoldAck until nghttp2 has framed them (H2Call), then
+// until the socket has taken the output through their last byte. Meanwhile the connection
+// HoldsAck(), and the loop lists it (H2Io::ListAckHolder), so that a fence that closes before
+// they leave drops it (H2LoopIo::DropAcks): flow control, a full socket or a send the ring has
+// out cannot carry an acknowledgement past the fence.
+//
 // Lifetime: made on accept; Close() (a fatal error, the peer gone, or both sides done) cancels
 // its calls, closes the socket and retires the object, which the loop deletes at the end of the
 // turn, or, under --io=uring, once the ring has given back the receive and send it had out.
@@ -97,7 +104,7 @@ class Connection final : public CallConnection {
   // The server stops: calls left end with UNAVAILABLE, GOAWAY (with `why` as its debug data),
   // a last flush, then Close.
   void Terminate(std::string_view why = {});
-  void Close() override;
+  void Close();
   bool closed() const { return fd_ < 0; }
   // Whether the client's connection preface is in (its TLS handshake done, its first SETTINGS
   // received), and when it must be by (--handshake-timeout; the steady clock's ns).
@@ -127,6 +134,12 @@ class Connection final : public CallConnection {
   // call moves from its own buffer (the no-copy path of nghttp2's data provider).
   bool AppendData(const uint8_t* frame_header, H2Call& call, size_t length);
   void Forget(H2Call* call) { calls_.erase(call); }
+  void HoldAck() override;
+
+  // Whether an answer that acknowledges writes has not reached the kernel yet (see above).
+  bool HoldsAck() const { return !closed() && (acks_unframed_ > 0 || sent_ < acks_end_); }
+  // In the loop's list of connections that may hold one (H2LoopIo).
+  bool ack_listed = false;
 
  private:
   // nghttp2 callbacks; user_data is the Connection.
@@ -149,6 +162,8 @@ class Connection final : public CallConnection {
   friend class H2LoopIo;
 
   H2Call* CallOf(int32_t stream_id);
+  // An answer held by a call is framed: it leaves with the output gathered so far.
+  void AckFramed();
   size_t Unsent() const { return out_.size() - out_sent_ + sending_.size() - sending_off_; }
   void UpdateInterest();
   // Hands received bytes to nghttp2; false if that closed the connection.
@@ -183,7 +198,10 @@ class Connection final : public CallConnection {
   H2Call* last_call_ = nullptr;
   std::string out_;  // Frames for the socket; out_[out_sent_..] not sent.
   size_t out_sent_ = 0;
-  uint32_t interest_;  // Events epoll reports for the socket.
+  uint64_t sent_ = 0;           // Bytes the socket has taken, ever.
+  uint32_t acks_unframed_ = 0;  // Calls holding an answer not framed yet (H2Call::HoldAck).
+  uint64_t acks_end_ = 0;       // sent_ once the framed answers are all in the kernel.
+  uint32_t interest_;           // Events epoll reports for the socket.
   bool read_paused_ = false;
   bool dirty_ = false;  // In the loop's flush list.
   // --io=uring.

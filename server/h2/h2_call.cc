@@ -1,7 +1,9 @@
 #include "server/h2/h2_call.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -325,6 +327,7 @@ void H2Call::AppendMessage(const google::protobuf::MessageLite& message) {
   if (out_taken_ == out_.size() || (out_taken_ >= kCompactBytes && out_taken_ * 2 >= out_.size())) {
     // nghttp2 keeps no pointer into what it has taken (Connection::AppendData copies it).
     out_.erase(0, out_taken_);
+    out_base_ += out_taken_;
     out_taken_ = 0;
   }
   const size_t size = message.ByteSizeLong();
@@ -359,8 +362,10 @@ void H2Call::ResumeResponse() {
 }
 
 void H2Call::Write(const google::protobuf::MessageLite& message) {
+  const bool acknowledges = std::exchange(ack_next_, false);
   if (!Alive() || cancelled_) return;  // The handler has been told; nothing reaches the client.
   AppendMessage(message);
+  if (acknowledges) HoldAck(out_base_ + out_.size());
   write_pending_ = true;
   ResumeResponse();
   if (Unsent() < kWriteDoneBytes) io_.MakeReady(this);
@@ -368,6 +373,7 @@ void H2Call::Write(const google::protobuf::MessageLite& message) {
 }
 
 void H2Call::Finish(const absl::Status& status, const google::protobuf::MessageLite* response) {
+  const bool acknowledges = std::exchange(ack_next_, false);
   handler_done_ = true;
   read_wanted_ = false;
   write_pending_ = false;
@@ -375,6 +381,8 @@ void H2Call::Finish(const absl::Status& status, const google::protobuf::MessageL
   if (!cancelled_ && Alive() && !final_status_.has_value()) {
     ClearDeadline();
     if (status.ok() && response != nullptr) AppendMessage(*response);
+    // The trailers' grpc-status 0 is what acknowledges: held until the stream closes.
+    if (acknowledges && status.ok()) HoldAck(kUntilClose);
     if (!response_started_ && Unsent() == 0) {
       SendTrailersOnly(status);
     } else {
@@ -500,8 +508,16 @@ void H2Call::OnStreamClose(uint32_t /*error_code*/) {
   MaybeRetire();
 }
 
+void H2Call::HoldAck(uint64_t until) {
+  ack_until_ = until;
+  if (ack_held_) return;
+  ack_held_ = true;
+  connection_->HoldAck();
+}
+
 void H2Call::OnConnectionGone() {
   connection_ = nullptr;
+  ack_held_ = false;  // The connection sends nothing more.
   ClearDeadline();
   stream_closed_ = true;
   Cancel();

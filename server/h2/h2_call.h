@@ -41,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "net/grpc_wire.h"
@@ -62,8 +63,9 @@ class CallConnection {
   virtual RoleCache& role_cache() = 0;
   // The client's IP address (CallSink::PeerHost).
   virtual std::string peer_host() const = 0;
-  // Closes the connection now: what it has not sent never leaves (CallSink::Drop).
-  virtual void Close() = 0;
+  // A call holds an answer that acknowledges writes, until it is framed: AckFramed (from the
+  // connection's side) or the stream's close.
+  virtual void HoldAck() = 0;
 
  protected:
   ~CallConnection() = default;
@@ -109,11 +111,18 @@ class H2Call final : public CallSink {
   std::string PeerHost() const override {
     return connection_ != nullptr ? connection_->peer_host() : std::string();
   }
-  // Once its stream is closed the call sends nothing more, and its connection may be gone
-  // (a stream closes without the call hearing of its connection's end).
-  void Drop() override {
-    if (connection_ != nullptr && !stream_closed_) connection_->Close();
+  void Acknowledges() override { ack_next_ = true; }
+
+  // For the connection's count of answers that acknowledge writes and are not framed yet
+  // (Connection::HoldsAck): true once, when the held answer has been taken by nghttp2 (after a
+  // DATA frame: its bytes through the acknowledging message), ...
+  bool TakeFramedAck() {
+    if (!ack_held_ || out_base_ + out_taken_ < ack_until_) return false;
+    ack_held_ = false;
+    return true;
   }
+  // ... or when the stream closes (its trailers are framed, or the client reset it).
+  bool TakeAckAtClose() { return std::exchange(ack_held_, false); }
 
   // For the loop's ready list and retirement.
   bool queued = false;
@@ -162,6 +171,10 @@ class H2Call final : public CallSink {
   void SubmitTrailers();
   void Cancel();
   void ClearDeadline();
+  // The answer just handed over acknowledges writes (CallSink::Acknowledges), through response
+  // byte `until` (out_base_'s count; kUntilClose: the trailers).
+  void HoldAck(uint64_t until);
+  static constexpr uint64_t kUntilClose = UINT64_MAX;
   // Retires the call if both the stream and the handler are done.
   void MaybeRetire();
   bool Alive() const { return !stream_closed_ && !ended_; }
@@ -187,6 +200,10 @@ class H2Call final : public CallSink {
   // Response side. out_[out_taken_..] is framed response not yet taken by nghttp2.
   std::string out_;
   size_t out_taken_ = 0;
+  uint64_t out_base_ = 0;  // Bytes erased from out_'s front, all taken.
+  bool ack_next_ = false;  // Acknowledges() came: the next Write or Finish acknowledges.
+  bool ack_held_ = false;  // Counted in the connection's answers not framed (HoldAck).
+  uint64_t ack_until_ = 0;
   bool response_started_ = false;  // Headers submitted with the data provider.
   bool data_deferred_ = false;     // The data provider said DEFERRED; resume it on new data.
   bool write_pending_ = false;     // The handler's Write is outstanding.

@@ -50,6 +50,9 @@ class H2Io {
   virtual void Retire(Connection* connection) = 0;
   virtual void AddDeadline(H2Call* call, int64_t at_ns) = 0;
   virtual void RemoveDeadline(H2Call* call, int64_t at_ns) = 0;
+  // `connection` holds an answer that acknowledges writes (Connection::HoldsAck): the loop
+  // checks it at the end of each turn until it no longer does.
+  virtual void ListAckHolder(Connection* connection) = 0;
   virtual void CallMade() = 0;
   virtual void CallGone() = 0;
 

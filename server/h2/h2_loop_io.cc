@@ -146,8 +146,9 @@ H2LoopIo::H2LoopIo(ConnectionGate& gate, ShardLoop& loop, std::unique_ptr<Uring>
 }
 
 H2LoopIo::~H2LoopIo() {
-  uring_.reset();  // Nothing in the kernel refers to a connection's buffers after this.
-  dirty_.clear();  // EndTurn below must not flush a connection deleted here.
+  uring_.reset();        // Nothing in the kernel refers to a connection's buffers after this.
+  dirty_.clear();        // EndTurn below must not flush a connection deleted here ...
+  ack_holders_.clear();  // ... nor look at one.
   for (Connection* connection : connections_) delete connection;
   EndTurn();  // Deletes what is retired.
   for (Connection* connection : draining_) delete connection;
@@ -642,6 +643,13 @@ void H2LoopIo::EndTurn() {
     dirty.swap(dirty_);
     for (Connection* connection : dirty) connection->Flush();
   }
+  if (!ack_holders_.empty()) {
+    std::erase_if(ack_holders_, [](Connection* connection) {
+      if (connection->HoldsAck()) return false;
+      connection->ack_listed = false;
+      return true;
+    });
+  }
   if (!retired_calls_.empty()) {
     std::erase_if(ready_, [](H2Call* call) { return call->retired; });
     for (H2Call* call : retired_calls_) delete call;
@@ -665,6 +673,21 @@ void H2LoopIo::EndTurn() {
   }
 }
 
+void H2LoopIo::DropAcks() {
+  size_t dropped = 0;
+  for (Connection* connection : ack_holders_) {
+    if (!connection->HoldsAck()) continue;
+    connection->Close();
+    ++dropped;
+  }
+  if (dropped > 0) {
+    Log(LogLevel::kWarning,
+        "closed %zu connection(s) holding answers that acknowledge writes, not yet sent when "
+        "this server's fence closed: their clients cannot tell whether those writes stay",
+        dropped);
+  }
+}
+
 void H2LoopIo::OnDraining() {
   for (Connection* connection : connections_) connection->SendShutdownNotice();
 }
@@ -680,6 +703,8 @@ void H2LoopIo::StopAll() {
   }
   evictable_.clear();
   gate_.PublishIdlest(index_, ConnectionGate::kNoIdle);
+  // The last flushes below come before the turn's check (ShardLoop::Run).
+  if (HoldsAcks() && loop_.context().fenced()) DropAcks();
   for (Connection* connection :
        std::vector<Connection*>(connections_.begin(), connections_.end())) {
     connection->Terminate();

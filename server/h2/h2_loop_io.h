@@ -9,6 +9,8 @@
 //              then the calls made ready since (a message for a waiting Read, a write done),
 //              and the deadlines that passed;
 //   <engine turn: handlers answer through their H2Call>
+//   <ShardLoop: once the fence has closed, DropAcks() closes the connections whose answers
+//              acknowledging writes are not in the kernel yet (Connection::HoldsAck)>
 //   EndTurn(): each connection with something to send hands nghttp2's frames to its socket
 //              with one send; then calls and connections that ended are deleted.
 // Wait() blocks in epoll_wait (until the next deadline at most); Wake() writes the eventfd.
@@ -91,6 +93,8 @@ class H2LoopIo final : public LoopIo, public H2Io {
   void Wake() override;
   void OnDraining() override;
   bool Finished() const override;
+  bool HoldsAcks() const override { return !ack_holders_.empty(); }
+  void DropAcks() override;
 
   // H2Io, for connections and calls (server/h2/h2_io.h), loop thread.
   ShardLoop& loop() override { return loop_; }
@@ -108,6 +112,7 @@ class H2LoopIo final : public LoopIo, public H2Io {
   void Retire(Connection* connection) override;
   void AddDeadline(H2Call* call, int64_t at_ns) override { deadlines_.insert({at_ns, call}); }
   void RemoveDeadline(H2Call* call, int64_t at_ns) override { deadlines_.erase({at_ns, call}); }
+  void ListAckHolder(Connection* connection) override { ack_holders_.push_back(connection); }
   void CallMade() override { ++live_calls_; }
   void CallGone() override { --live_calls_; }
 
@@ -161,6 +166,9 @@ class H2LoopIo final : public LoopIo, public H2Io {
   // Loop thread only.
   absl::flat_hash_set<Connection*> connections_;  // Open ones.
   std::vector<Connection*> dirty_;
+  // Connections that may hold an answer acknowledging writes (Connection::HoldsAck); EndTurn
+  // takes out those that no longer do, before it deletes any connection.
+  std::vector<Connection*> ack_holders_;
   std::vector<H2Call*> ready_;
   std::vector<H2Call*> retired_calls_;
   std::vector<Connection*> retired_connections_;

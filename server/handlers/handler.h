@@ -80,6 +80,15 @@ inline absl::StatusOr<bool> ParseConsistency(std::string_view value) {
                                                  std::string(value), "'"));
 }
 
+// The answer to writes that ran on a primary which lost the group's leadership before it could
+// acknowledge them (its fence closed: server/repl/fence.h): `one` write, or several of a call.
+inline absl::Status LostLeadership(bool one) {
+  return absl::UnavailableError(absl::StrCat(
+      one ? "the write" : "the call's writes",
+      " ran here, but this server lost the group's leadership before it could acknowledge ",
+      one ? "it: it" : "them: they", " may or may not stay (the new primary's data decides)"));
+}
+
 // The transport's side of one call. Loop thread only.
 class CallSink {
  public:
@@ -93,12 +102,13 @@ class CallSink {
   // The client's IP address ("127.0.0.1", "::1"), or empty if unknown. Not cheap: for the rare
   // call that needs it (a replica's Flow, to list where the replica is).
   virtual std::string PeerHost() const = 0;
-  // Before the end of the turn: nothing this call has made may leave (an answer to a write the
-  // server's fence closed under: server/repl/fence.h), so its connection is dropped and the
-  // client cannot tell whether the write was applied, which is the truth. The h2 transport
-  // closes the connection; grpc++ sends an answer as it is made, so there the check before a
-  // write runs is the only one and this does nothing.
-  virtual void Drop() {}
+  // The next Write or Finish acknowledges writes (Handler::MayAcknowledge): the transport keeps
+  // it from leaving once the server's fence (server/repl/fence.h) has closed, until its bytes are
+  // in the kernel. The h2 transport drops the connection of an answer that the closed fence
+  // catches unsent (H2LoopIo::DropAcks), so that its client cannot tell whether its writes
+  // stay, which is the truth. grpc++ sends an answer as it is made, so there the checks when a
+  // write runs and when its answer is made are the only ones and this does nothing.
+  virtual void Acknowledges() {}
 
  protected:
   ~CallSink() = default;
@@ -142,8 +152,6 @@ class Handler {
   // Whether the call's reads must be linearizable (the ringkv-consistency header); set before
   // OnStart.
   void set_linearizable(bool on) { linearizable_ = on; }
-  // CallSink::Drop, for the loop.
-  void DropConnection() { sink_.Drop(); }
 
  protected:
   // Hands a Request to the engine; OnRequestDone gets it back in a later engine turn.
@@ -162,6 +170,22 @@ class Handler {
   Role caller_ = Role::kAdmin;
   uint32_t min_replicas_;  // --min-replicas, or the call's header if more.
   bool linearizable_ = false;
+
+  // Whether `r`, back from the engine, acknowledges a write: an answer that carries it must not
+  // leave once the server's fence has closed (server/repl/fence.h).
+  static bool Acknowledges(const Request& r) {
+    return r.result == Result::kOk && r.op != Op::kGet && r.op != Op::kScan &&
+           r.op != Op::kReplicate;
+  }
+  // Just before an answer that acknowledges writes is handed to the sink: false if the fence
+  // has closed, so that it must not be (the caller answers LostLeadership() instead, whose
+  // client cannot tell whether they stay); otherwise true, and the sink holds the answer back
+  // should the fence close before it leaves (CallSink::Acknowledges).
+  bool MayAcknowledge() {
+    if (context_.fenced()) return false;
+    sink_.Acknowledges();
+    return true;
+  }
   // A linearizable read's answer, made now: OK if this server may give it (a primary whose
   // fence is open: no other primary can have acknowledged a write since the read ran), the
   // refusal otherwise (a replica's names its primary).

@@ -5,6 +5,7 @@
 // turns their outcome into an answer. No socket, thread or Server.
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "grpc/health/v1/health.pb.h"
@@ -50,8 +51,10 @@ class TestContext final : public ServerContext {
     return absl::UnimplementedError("no replication here");
   }
   const std::string& server_id() const override { return server_id_; }
+  bool fenced() const override { return fence_closed; }
 
   bool draining = false;
+  bool fence_closed = false;
   int calls = 0;
 
  private:
@@ -91,6 +94,8 @@ class TestHost final : public HandlerHost {
     }
     batch.insert(batch.end(), external_.begin(), external_.end());  // Nothing to run there.
     external_.clear();
+    // Run with the fence open; their answers are made after it closed.
+    if (close_fence_after_run) context_.fence_closed = true;
     for (Request* r : batch) static_cast<Handler*>(r->tag)->OnRequestDone(r);
     std::vector<Handler*> flush;
     flush.swap(flush_);
@@ -99,6 +104,7 @@ class TestHost final : public HandlerHost {
 
   TestContext context_;
   bool refuse_writes = false;
+  bool close_fence_after_run = false;
   int submitted = 0;
   std::vector<Handler*> watchers;
 
@@ -114,12 +120,15 @@ class RecordingSink final : public CallSink {
   void Read() override { ++reads; }
   void Write(const google::protobuf::MessageLite& message) override {
     writes.push_back(message.SerializeAsString());
+    acknowledging_writes += std::exchange(acknowledges_next_, false) ? 1 : 0;
   }
   void Finish(const absl::Status& s, const google::protobuf::MessageLite* response) override {
     ++finishes;
     status = s;
     if (response != nullptr) answer = response->SerializeAsString();
+    acknowledging_finish = std::exchange(acknowledges_next_, false);
   }
+  void Acknowledges() override { acknowledges_next_ = true; }
   std::string PeerHost() const override { return ""; }
 
   int reads = 0;
@@ -127,6 +136,12 @@ class RecordingSink final : public CallSink {
   std::vector<std::string> writes;
   absl::Status status;
   std::string answer;
+  // Answers the handler said acknowledge writes (CallSink::Acknowledges came just before).
+  int acknowledging_writes = 0;
+  bool acknowledging_finish = false;
+
+ private:
+  bool acknowledges_next_ = false;
 };
 
 // One unary call of `id` with `request`, run to its end; the sink holds its answer.
@@ -182,6 +197,93 @@ TEST(HandlersTest, APutIsReadBackWithItsVersionAndAMissingKeyIsNotFound) {
   Call missing(host, MethodId::kGet, Get("nope"));
   EXPECT_EQ(missing.sink().status.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(missing.sink().finishes, 1);
+}
+
+pb::MultiPutRequest MultiPut(const std::vector<std::string>& keys) {
+  pb::MultiPutRequest put;
+  for (const std::string& key : keys) {
+    pb::KeyValue* item = put.add_items();
+    item->set_key(key);
+    item->set_value("v");
+  }
+  return put;
+}
+
+// The fence (server/repl/fence.h): an answer acknowledging writes is marked as such for the
+// transport, and one made after the fence closed says the writes may or may not stay.
+TEST(HandlersTest, OnlyAnswersThatAcknowledgeWritesAreMarkedForTheFence) {
+  TestHost host;
+  Call put(host, MethodId::kPut, Put("k", "v"));
+  ASSERT_TRUE(put.sink().status.ok()) << put.sink().status;
+  EXPECT_TRUE(put.sink().acknowledging_finish);
+  Call multi_put(host, MethodId::kMultiPut, MultiPut({"a", "b"}));
+  ASSERT_TRUE(multi_put.sink().status.ok()) << multi_put.sink().status;
+  EXPECT_TRUE(multi_put.sink().acknowledging_finish);
+  Call get(host, MethodId::kGet, Get("k"));
+  ASSERT_TRUE(get.sink().status.ok()) << get.sink().status;
+  EXPECT_FALSE(get.sink().acknowledging_finish);
+  pb::PutRequest absent_only = Put("k", "v2");
+  absent_only.mutable_condition()->set_absent(true);
+  Call refused(host, MethodId::kPut, absent_only);
+  EXPECT_EQ(refused.sink().status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(refused.sink().acknowledging_finish);
+}
+
+TEST(HandlersTest, AWriteAnsweredAfterTheFenceClosedIsNotAcknowledged) {
+  TestHost host;
+  host.close_fence_after_run = true;
+  Call put(host, MethodId::kPut, Put("k", "v"));
+  EXPECT_EQ(put.sink().status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(put.sink().status.message(),
+            "the write ran here, but this server lost the group's leadership before it could "
+            "acknowledge it: it may or may not stay (the new primary's data decides)");
+  EXPECT_FALSE(put.sink().acknowledging_finish);
+  Call multi_put(host, MethodId::kMultiPut, MultiPut({"a", "b"}));
+  EXPECT_EQ(multi_put.sink().status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(multi_put.sink().status.message().find("the call's writes ran here"), std::string::npos)
+      << multi_put.sink().status;
+  // It ran: a read finds it.
+  Call get(host, MethodId::kGet, Get("k"));
+  ASSERT_TRUE(get.sink().status.ok()) << get.sink().status;
+  EXPECT_EQ(get.Answer<pb::GetResponse>().value(), "v");
+}
+
+// A Stream with one PUT in one message, run for a turn: its sink.
+void StreamOnePut(TestHost& host, RecordingSink& sink) {
+  std::unique_ptr<Handler> handler = MethodOf(MethodId::kStream).make(host, sink);
+  handler->OnStart();
+  pb::StreamRequest request;
+  pb::StreamOp* op = request.add_ops();
+  op->set_id(1);
+  op->set_type(pb::OP_TYPE_PUT);
+  op->set_key("s");
+  op->set_value("v");
+  ASSERT_TRUE(handler->incoming()->ParseFromString(request.SerializeAsString()));
+  handler->OnMessage();
+  host.Turn();
+  if (sink.finishes == 0) {  // The client closes its side; the handler finishes.
+    if (!sink.writes.empty()) handler->OnWriteDone(true);
+    handler->OnHalfClose();
+  }
+  EXPECT_EQ(sink.finishes, 1);
+}
+
+TEST(HandlersTest, AStreamReplyAcknowledgingWritesAfterTheFenceClosedEndsTheStream) {
+  TestHost host;
+  RecordingSink open;
+  StreamOnePut(host, open);
+  EXPECT_TRUE(open.status.ok()) << open.status;
+  ASSERT_EQ(open.writes.size(), 1u);
+  EXPECT_EQ(open.acknowledging_writes, 1);
+
+  host.close_fence_after_run = true;
+  RecordingSink closed;
+  StreamOnePut(host, closed);
+  EXPECT_TRUE(closed.writes.empty());
+  EXPECT_EQ(closed.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(closed.status.message().find("the call's writes ran here, but this server lost"),
+            std::string::npos)
+      << closed.status;
 }
 
 TEST(HandlersTest, AKeyPastTheLimitIsRefusedByNameAndNeverReachesTheShard) {

@@ -48,6 +48,7 @@ class UnaryHandler : public Handler {
   }
 
   void OnRequestDone(Request* request) final {
+    acknowledges_ = acknowledges_ || Acknowledges(*request);
     if (!cancelled_) Take(*request);
     if (--outstanding_ != 0) return;
     if (cancelled_) return Reply(Cancelled());
@@ -73,8 +74,13 @@ class UnaryHandler : public Handler {
   void CountExternal() { ++outstanding_; }
   // Ends the call; only with no Request out.
   void Reply(const absl::Status& status) {
+    if (status.ok() && acknowledges_ && !MayAcknowledge()) {
+      return sink_.Finish(LostLeadership(ops() == 1), nullptr);
+    }
     sink_.Finish(status, status.ok() ? &response_ : nullptr);
   }
+  // The writes a reply acknowledges at most (single-key methods: 1).
+  virtual size_t ops() const { return 1; }
 
   RequestPb request_;
   ResponsePb response_;
@@ -82,6 +88,7 @@ class UnaryHandler : public Handler {
  private:
   size_t outstanding_ = 0;
   bool cancelled_ = false;
+  bool acknowledges_ = false;  // A write came back OK: the reply acknowledges it.
 };
 
 // The single-key methods: one Request, prepared from the call's fields (or the call answered
@@ -181,6 +188,7 @@ class BatchHandler : public UnaryHandler<RequestPb, ResponsePb> {
     SetItem(this->response_.mutable_results(static_cast<int>(&request - ops_.data())), request,
             this->context_);
   }
+  size_t ops() const override { return ops_.size(); }
 
   // Sizes the results and prepares every item with `prepare(i, request)`: an item it refuses
   // is answered at once, the others are submitted.
@@ -345,6 +353,7 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
           linearizable_ && request->op == Op::kGet ? LinearizableRefusal() : absl::OkStatus();
       if (refusal.ok()) {
         SetItem(item, *request, context_);
+        if (Acknowledges(*request)) MarkAcknowledging();
       } else {
         SetItem(item, refusal);
       }

@@ -143,11 +143,7 @@ absl::Status StatusOf(const Request& r, const ServerContext& context) {
           " bytes --max-memory gives each shard, with no key --eviction may evict (reads and "
           "deletes still work)"));
     case Result::kUnavailable:  // Run, not acknowledged.
-      if (context.fenced()) {
-        return absl::UnavailableError(
-            "the write ran here, but this server lost the group's leadership before it could "
-            "acknowledge it: it may or may not stay (the new primary's data decides)");
-      }
+      if (context.fenced()) return LostLeadership(true);
       return absl::UnavailableError(context.journal_failure_message());
     case Result::kRefused:
       return context.write_refusal();

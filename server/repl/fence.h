@@ -7,9 +7,11 @@
 // acknowledge writes at overlapping times, as long as clocks on both sides run at nearly the
 // same rate. Outside a group the fence stays open.
 //
-// Writes check it twice (server/repl/source.h, server/shard_loop.h): before they run, and
-// again before their answers leave the server, so that a primary paused between the two
-// (SIGSTOP, a long stall) does not send an acknowledgement after its deadline.
+// Writes check it when they run (server/repl/source.h), when their answers are made
+// (Handler::MayAcknowledge) and, on the h2 transport, until those answers are in the kernel
+// (server/shard_loop.cc, LoopIo::DropAcks), so that a primary paused or held back between the
+// two (SIGSTOP, a long stall, a client's flow control) does not send an acknowledgement after
+// its deadline.
 //
 // The clock is CLOCK_BOOTTIME: it goes on through a suspend, when etcd's does too.
 //

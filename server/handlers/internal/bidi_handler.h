@@ -5,6 +5,9 @@
 // bounded); replies go out one Write at a time; the call finishes once the client has closed
 // its side (or the call is gone), the subclass has nothing in the engine, and every reply is
 // written. After a cancel, replies are dropped and the call finishes as soon as it is idle.
+// A reply that acknowledges writes (MarkAcknowledging) is written only while the server's fence
+// is open (Handler::MayAcknowledge); once it has closed, the call ends the same way, with
+// UNAVAILABLE saying that its writes may or may not stay.
 //
 // Loop thread only, like every Handler.
 //
@@ -15,6 +18,7 @@
 #ifndef RINGKV_SERVER_HANDLERS_INTERNAL_BIDI_HANDLER_H_
 #define RINGKV_SERVER_HANDLERS_INTERNAL_BIDI_HANDLER_H_
 
+#include <cstdint>
 #include <deque>
 
 #include "absl/status/status.h"
@@ -33,6 +37,7 @@ class BidiHandler : public Handler {
 
   void OnMessage() final {
     reading_ = false;
+    if (cancelled_) return;  // Ended by End(), with its Read out: nothing more is taken.
     TakeMessage();
     ReadNext();
     Progress();
@@ -40,6 +45,7 @@ class BidiHandler : public Handler {
 
   void OnHalfClose() final {
     reading_ = false;
+    if (cancelled_) return;
     reads_done_ = true;
     Progress();
   }
@@ -47,20 +53,13 @@ class BidiHandler : public Handler {
   void OnWriteDone(bool ok) final {
     writing_ = false;
     replies_.pop_front();
+    ++front_seq_;
     if (!ok) return OnCancel();  // The client is gone.
     ReadNext();
     Progress();
   }
 
-  void OnCancel() final {
-    if (cancelled_) return;
-    cancelled_ = true;
-    reading_ = false;
-    writing_ = false;
-    reads_done_ = true;
-    replies_.clear();
-    Progress();
-  }
+  void OnCancel() final { End(absl::CancelledError("call cancelled")); }
 
  protected:
   // incoming() holds a request message: act on it, queueing replies in replies_.
@@ -79,17 +78,22 @@ class BidiHandler : public Handler {
     sink_.Read();
   }
 
-  // Writes the front reply, or finishes when everything is done.
+  // Writes the front reply, or finishes when everything is done. A reply that acknowledges
+  // writes once the fence has closed ends the call instead (Handler::MayAcknowledge).
   void Progress() {
     if (finished_ || writing_) return;
     if (!replies_.empty()) {
+      if (front_seq_ < acknowledging_end_ && !MayAcknowledge()) return End(LostLeadership(false));
       writing_ = true;
       sink_.Write(replies_.front());
     } else if (reads_done_ && !reading_ && !Busy()) {
       finished_ = true;
-      sink_.Finish(cancelled_ ? absl::CancelledError("call cancelled") : absl::OkStatus(), nullptr);
+      sink_.Finish(cancelled_ ? end_status_ : absl::OkStatus(), nullptr);
     }
   }
+
+  // The back reply acknowledges writes.
+  void MarkAcknowledging() { acknowledging_end_ = front_seq_ + replies_.size(); }
 
   // The reply that results go to: the back one, unless it is the one being written or has
   // passed `limit` bytes, then a new one. `bytes` is about what the caller adds to it.
@@ -104,6 +108,19 @@ class BidiHandler : public Handler {
 
   bool cancelled() const { return cancelled_; }
 
+  // Drops the replies and reads no more; the call finishes with `status` once it is idle.
+  void End(const absl::Status& status) {
+    if (cancelled_) return;
+    cancelled_ = true;
+    end_status_ = status;
+    reading_ = false;
+    writing_ = false;
+    reads_done_ = true;
+    front_seq_ += replies_.size();
+    replies_.clear();
+    Progress();
+  }
+
   std::deque<ResponsePb> replies_;  // The front one is being written while writing_.
 
  private:
@@ -113,6 +130,11 @@ class BidiHandler : public Handler {
   bool writing_ = false;
   bool cancelled_ = false;
   bool finished_ = false;
+  absl::Status end_status_;  // The call's status once cancelled_.
+  // Replies by number since the call began: the front one is front_seq_, and those before
+  // acknowledging_end_ acknowledge writes.
+  uint64_t front_seq_ = 0;
+  uint64_t acknowledging_end_ = 0;
 };
 
 }  // namespace ringkv::internal

@@ -1,0 +1,96 @@
+"""A gRPC client over the `h2` library (PyPI), for the tests that need HTTP/2 as it is on the
+wire: free-form headers and bodies, a flow-control window of their choosing, and the response
+as the server sent it. Run under the tools venv (venv_main), which has `h2`."""
+import socket
+import struct
+import time
+
+
+def grpc_message(payload, compressed=False, length=None):
+    return struct.pack(">BI", 1 if compressed else 0,
+                       len(payload) if length is None else length) + payload
+
+
+def field(number, data):  # A length-delimited protobuf field (lengths < 128 here).
+    return bytes([number << 3 | 2, len(data)]) + data
+
+
+def put_request(key, value):
+    return field(1, key) + field(2, value)
+
+
+class Call:
+    """One gRPC call over the `h2` library on a connection of its own: free-form headers and
+    body, and the response's headers, messages and trailers as the server sent them."""
+
+    def __init__(self, address, path, body=b"", headers=(), method="POST",
+                 content_type="application/grpc", end=True, window=None):
+        import h2.config
+        import h2.connection
+        import h2.settings
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.conn.initiate_connection()
+        if window is not None:
+            self.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+        self.stream = self.conn.get_next_available_stream_id()
+        request = [(":method", method), (":scheme", "http"), (":path", path),
+                   (":authority", address), ("te", "trailers")]
+        if content_type is not None:
+            request.append(("content-type", content_type))
+        self.conn.send_headers(self.stream, request + list(headers),
+                               end_stream=end and not body)
+        if body:
+            self.conn.send_data(self.stream, body, end_stream=end)
+        self.flush()
+        self.headers, self.trailers, self.data, self.reset = {}, {}, b"", None
+        self.ended = False
+
+    def flush(self):
+        self.sock.sendall(self.conn.data_to_send())
+
+    def send(self, body, end=False):
+        self.conn.send_data(self.stream, body, end_stream=end)
+        self.flush()
+
+    def cancel(self):
+        self.conn.reset_stream(self.stream)
+        self.flush()
+
+    def wait(self, seconds=5.0):
+        """Reads until the stream ends or is reset; returns grpc-status (int) or None."""
+        import h2.events
+        self.sock.settimeout(seconds)
+        deadline = time.time() + seconds
+        while not self.ended and time.time() < deadline:
+            try:
+                chunk = self.sock.recv(65536)
+            except (socket.timeout, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            for event in self.conn.receive_data(chunk):
+                if isinstance(event, h2.events.ResponseReceived):
+                    self.headers.update(dict(event.headers))
+                elif isinstance(event, h2.events.TrailersReceived):
+                    self.trailers.update(dict(event.headers))
+                elif isinstance(event, h2.events.DataReceived):
+                    self.data += event.data
+                    self.conn.acknowledge_received_data(event.flow_controlled_length,
+                                                        event.stream_id)
+                elif isinstance(event, h2.events.StreamReset):
+                    self.reset = event.error_code
+                    self.ended = True
+                elif isinstance(event, h2.events.StreamEnded):
+                    self.ended = True
+            self.flush()
+        status = self.trailers.get("grpc-status", self.headers.get("grpc-status"))
+        return None if status is None else int(status)
+
+    def message(self):
+        return self.trailers.get("grpc-message", self.headers.get("grpc-message", ""))
+
+    def close(self):
+        self.sock.close()
