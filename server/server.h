@@ -107,6 +107,7 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   bool read_only() const override { return read_only_.load(std::memory_order_acquire); }
   absl::Status read_only_refusal() const override;
   bool fenced() const override { return fence_.closed(); }
+  bool may_fence() const override { return !options().etcd.empty(); }
   absl::Status write_refusal() const override;
   absl::Status RequestRoleChange(const std::string& to, RoleDone done) override;
   absl::Status RequestFailover(const std::string& to, FailoverDone done) override;

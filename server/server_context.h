@@ -80,6 +80,9 @@ class ServerContext {
   // In a group on etcd: whether this server's fence is closed, so that it may not acknowledge
   // writes now (server/repl/fence.h). False outside a group.
   virtual bool fenced() const { return false; }
+  // Whether the fence can ever close: in a group. Outside one, an answer that acknowledges
+  // writes needs no following (Handler::MayAcknowledge).
+  virtual bool may_fence() const { return false; }
   // `ringkv replicate`: follow the primary `to` (HOST:PORT), or, if empty, stop following and
   // serve writes (a promotion). An error at once if refused (`done` never runs); else `done`
   // runs on another thread once the change is made, with its status, the role then

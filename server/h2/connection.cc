@@ -84,6 +84,15 @@ void Connection::AckFramed() {
   acks_end_ = sent_ + Unsent();
 }
 
+bool Connection::FencedOut() {
+  if (!HoldsAck() || !io_.loop().context().fenced()) return false;
+  Log(LogLevel::kWarning,
+      "closed a connection holding answers that acknowledge writes, not yet sent when this "
+      "server's fence closed: its client cannot tell whether those writes stay");
+  Close();
+  return true;
+}
+
 void Connection::MarkDirty() {
   if (dirty_ || closed()) return;
   dirty_ = true;
@@ -253,6 +262,7 @@ void Connection::FlushToRing() {
 void Connection::Flush() {
   dirty_ = false;
   if (closed() || handshaking_) return;  // The handshake sends what it needs itself.
+  if (FencedOut()) return;
   if (completions_) return FlushToRing();
   for (int round = 0; round < kFlushRounds; ++round) {
     if (!GatherFrames()) return;
@@ -315,7 +325,7 @@ void Connection::SendShutdownNotice() {
 }
 
 void Connection::Terminate(std::string_view why) {
-  if (closed()) return;
+  if (closed() || FencedOut()) return;
   for (H2Call* call : std::vector<H2Call*>(calls_.begin(), calls_.end())) call->Stop();
   nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
                         nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,

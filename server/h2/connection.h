@@ -41,8 +41,9 @@
 // in the kernel: counted from the call's HoldAck until nghttp2 has framed them (H2Call), then
 // until the socket has taken the output through their last byte. Meanwhile the connection
 // HoldsAck(), and the loop lists it (H2Io::ListAckHolder), so that a fence that closes before
-// they leave drops it (H2LoopIo::DropAcks): flow control, a full socket or a send the ring has
-// out cannot carry an acknowledgement past the fence.
+// they leave drops it (H2LoopIo::DropAcks, and FencedOut before every send): flow control or a
+// full socket cannot carry an acknowledgement past the fence. Bytes in the kernel (a send the
+// ring has out included: the kernel finishes it by itself) are out of reach.
 //
 // Lifetime: made on accept; Close() (a fatal error, the peer gone, or both sides done) cancels
 // its calls, closes the socket and retires the object, which the loop deletes at the end of the
@@ -138,6 +139,10 @@ class Connection final : public CallConnection {
 
   // Whether an answer that acknowledges writes has not reached the kernel yet (see above).
   bool HoldsAck() const { return !closed() && (acks_unframed_ > 0 || sent_ < acks_end_); }
+  // Closes the connection if it HoldsAck() once the fence has closed; true if it did. Every
+  // send checks it first (Flush, Terminate), so that nothing the turn's check let through can
+  // leave after a pause between the two.
+  bool FencedOut();
   // In the loop's list of connections that may hold one (H2LoopIo).
   bool ack_listed = false;
 

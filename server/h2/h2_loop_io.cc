@@ -703,8 +703,6 @@ void H2LoopIo::StopAll() {
   }
   evictable_.clear();
   gate_.PublishIdlest(index_, ConnectionGate::kNoIdle);
-  // The last flushes below come before the turn's check (ShardLoop::Run).
-  if (HoldsAcks() && loop_.context().fenced()) DropAcks();
   for (Connection* connection :
        std::vector<Connection*>(connections_.begin(), connections_.end())) {
     connection->Terminate();

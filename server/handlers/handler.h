@@ -106,8 +106,10 @@ class CallSink {
   // it from leaving once the server's fence (server/repl/fence.h) has closed, until its bytes are
   // in the kernel. The h2 transport drops the connection of an answer that the closed fence
   // catches unsent (H2LoopIo::DropAcks), so that its client cannot tell whether its writes
-  // stay, which is the truth. grpc++ sends an answer as it is made, so there the checks when a
-  // write runs and when its answer is made are the only ones and this does nothing.
+  // stay, which is the truth. What is in the kernel (a socket's buffer, a send io_uring has out)
+  // is out of reach. grpc++ takes an answer into buffers of its own as it is made (where the
+  // client's flow control may hold it past the fence), so there the checks when a write runs
+  // and when its answer is made are the only ones and this does nothing.
   virtual void Acknowledges() {}
 
  protected:
@@ -120,7 +122,8 @@ class Handler {
       : host_(host),
         context_(host.context()),
         sink_(sink),
-        min_replicas_(context_.options().min_replicas) {}
+        min_replicas_(context_.options().min_replicas),
+        may_fence_(context_.may_fence()) {}
   virtual ~Handler() = default;
   Handler(const Handler&) = delete;
   Handler& operator=(const Handler&) = delete;
@@ -170,6 +173,7 @@ class Handler {
   Role caller_ = Role::kAdmin;
   uint32_t min_replicas_;  // --min-replicas, or the call's header if more.
   bool linearizable_ = false;
+  const bool may_fence_;  // ServerContext::may_fence.
 
   // Whether `r`, back from the engine, acknowledges a write: an answer that carries it must not
   // leave once the server's fence has closed (server/repl/fence.h).
@@ -182,6 +186,7 @@ class Handler {
   // client cannot tell whether they stay); otherwise true, and the sink holds the answer back
   // should the fence close before it leaves (CallSink::Acknowledges).
   bool MayAcknowledge() {
+    if (!may_fence_) return true;  // Outside a group: the fence never closes.
     if (context_.fenced()) return false;
     sink_.Acknowledges();
     return true;

@@ -52,6 +52,7 @@ class TestContext final : public ServerContext {
   }
   const std::string& server_id() const override { return server_id_; }
   bool fenced() const override { return fence_closed; }
+  bool may_fence() const override { return true; }
 
   bool draining = false;
   bool fence_closed = false;
