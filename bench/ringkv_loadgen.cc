@@ -103,6 +103,13 @@ ABSL_FLAG(bool, tls, false, "connect with TLS, trusting the system's CAs");
 ABSL_FLAG(std::string, tls_ca, "", "connect with TLS, trusting the CAs in this PEM file");
 ABSL_FLAG(std::string, tls_cert, "", "present this PEM client certificate (mTLS)");
 ABSL_FLAG(std::string, tls_key, "", "the PEM private key of --tls-cert");
+ABSL_FLAG(std::string, consistency, "",
+          "send ringkv-consistency with every call: linearizable (its GETs are answered only "
+          "by the group's primary, after the writes they may see are acknowledged) or "
+          "serializable; default: none (serializable)");
+ABSL_FLAG(std::string, min_replicas, "",
+          "send ringkv-min-replicas=N with every call: its PUTs wait until N replicas applied "
+          "them; default: none (the server's --min-replicas)");
 ABSL_FLAG(bool, hold, false,
           "make no calls: open --connections connections and hold them idle for --duration s");
 
@@ -124,6 +131,8 @@ struct Config {
   int64_t ttl_ms;             // Every PUT's TTL; 0: none.
   uint64_t seed;              // --seed.
   std::string authorization;  // "Bearer TOKEN" (--token-file), or empty.
+  std::string consistency;    // --consistency, or empty.
+  std::string min_replicas;   // --min_replicas, or empty.
   // In a group (--etcd): a unary or batch call has kFollowDeadline, and one that fails for
   // want of its server (UNAVAILABLE, DEADLINE_EXCEEDED) ends its slot, so that once every slot
   // has ended the run can find the primary again (RunLoad).
@@ -394,6 +403,11 @@ class GrpcSlot {
     auto context = std::make_unique<grpc::ClientContext>();
     const std::string& authorization = work_.config().authorization;
     if (!authorization.empty()) context->AddMetadata("authorization", authorization);
+    const Config& config = work_.config();
+    if (!config.consistency.empty()) context->AddMetadata("ringkv-consistency", config.consistency);
+    if (!config.min_replicas.empty()) {
+      context->AddMetadata("ringkv-min-replicas", config.min_replicas);
+    }
     if (call && work_.config().follow) {
       context->set_deadline(std::chrono::system_clock::now() + kFollowDeadline);
     }
@@ -711,6 +725,17 @@ Config ParseCallsOrExit(const char* argv0) {
     ExitUsageError(argv0, "--ratio must be GET:PUT, e.g. 1:0 or 9:1");
   }
   config.get_fraction = gets / (gets + puts);
+  config.consistency = absl::GetFlag(FLAGS_consistency);
+  if (!config.consistency.empty() && config.consistency != "linearizable" &&
+      config.consistency != "serializable") {
+    ExitUsageError(argv0, "--consistency must be linearizable or serializable, got '" +
+                              config.consistency + "'");
+  }
+  config.min_replicas = absl::GetFlag(FLAGS_min_replicas);
+  uint32_t min_replicas = 0;
+  if (!config.min_replicas.empty() && !absl::SimpleAtoi(config.min_replicas, &min_replicas)) {
+    ExitUsageError(argv0, "--min_replicas must be a number, got '" + config.min_replicas + "'");
+  }
   return config;
 }
 
@@ -795,8 +820,11 @@ bool Connect(const char* argv0, const Plan& plan, Connections* out, bool quiet =
   }
   for (uint32_t i = 0; i < plan.connections; ++i) {
     if (plan.h2) {
-      absl::StatusOr<std::unique_ptr<H2Channel>> channel = H2Channel::Connect(
-          plan.addr, {.tls = out->h2_tls.get(), .token = plan.credentials.token});
+      absl::StatusOr<std::unique_ptr<H2Channel>> channel =
+          H2Channel::Connect(plan.addr, {.tls = out->h2_tls.get(),
+                                         .token = plan.credentials.token,
+                                         .consistency = plan.config.consistency,
+                                         .min_replicas = plan.config.min_replicas});
       if (!channel.ok()) {
         if (!quiet) {
           std::fprintf(stderr, "ringkv-loadgen: %s\n",
@@ -985,10 +1013,12 @@ int Report(const Plan& plan, const Measured& m) {
   const std::string client = absl::GetFlag(FLAGS_client);
   std::printf(
       "mode %s, client %s, batch %u, %u in flight over %u connection(s), GET:PUT %s, %u-byte "
-      "values, %llu keys, %.1f s\n",
+      "values, %llu keys, %.1f s%s%s%s%s\n",
       mode.c_str(), client.c_str(), config.mode == Mode::kUnary ? 1 : config.batch,
       plan.concurrency, plan.connections, absl::GetFlag(FLAGS_ratio).c_str(),
-      absl::GetFlag(FLAGS_value_size), static_cast<unsigned long long>(config.keys), m.seconds);
+      absl::GetFlag(FLAGS_value_size), static_cast<unsigned long long>(config.keys), m.seconds,
+      config.consistency.empty() ? "" : ", consistency ", config.consistency.c_str(),
+      config.min_replicas.empty() ? "" : ", min replicas ", config.min_replicas.c_str());
   std::printf(
       "ops/s %.0f, MB/s %.2f, latency per call p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, "
       "max %.3f ms, client CPU %.2f us/op, errors %llu%s%s%s\n",

@@ -102,14 +102,16 @@ absl::StatusOr<std::unique_ptr<H2Channel>> H2Channel::Connect(const std::string&
     }
     ssl = *session;
   }
-  return std::unique_ptr<H2Channel>(new H2Channel(fd, ssl, address, options.token));
+  return std::unique_ptr<H2Channel>(new H2Channel(fd, ssl, address, options));
 }
 
-H2Channel::H2Channel(int fd, SSL* ssl, std::string authority, const std::string& token)
+H2Channel::H2Channel(int fd, SSL* ssl, std::string authority, const H2ChannelOptions& options)
     : fd_(fd),
       ssl_(ssl),
       authority_(std::move(authority)),
-      authorization_(token.empty() ? "" : "Bearer " + token) {
+      authorization_(options.token.empty() ? "" : "Bearer " + options.token),
+      consistency_(options.consistency),
+      min_replicas_(options.min_replicas) {
   nghttp2_session_client_new(&session_, Callbacks(), this);
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
@@ -141,7 +143,7 @@ H2Channel::Call* H2Channel::StartCall(std::string_view path, CallObserver* obser
   auto* call = new Call(observer);
   const std::string timeout = timeout_ns > 0 ? FormatGrpcTimeout(timeout_ns) : "";
   // The optional headers go last, each left out if empty.
-  nghttp2_nv headers[9] = {
+  nghttp2_nv headers[10] = {
       Header(":method", "POST"),
       Header(":scheme", ssl_ != nullptr ? "https" : "http"),
       Header(":path", path, NGHTTP2_NV_FLAG_NO_COPY_NAME),
@@ -154,6 +156,8 @@ H2Channel::Call* H2Channel::StartCall(std::string_view path, CallObserver* obser
     headers[count++] = Header("grpc-timeout", timeout, NGHTTP2_NV_FLAG_NO_COPY_NAME);
   }
   if (!authorization_.empty()) headers[count++] = Header("authorization", authorization_);
+  if (!consistency_.empty()) headers[count++] = Header("ringkv-consistency", consistency_);
+  if (!min_replicas_.empty()) headers[count++] = Header("ringkv-min-replicas", min_replicas_);
   nghttp2_data_provider provider;
   provider.source.ptr = call;
   provider.read_callback = ReadRequest;

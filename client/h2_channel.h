@@ -52,6 +52,10 @@ struct H2ChannelOptions {
   int timeout_ms = 5000;           // To connect (and handshake).
   const ClientTls* tls = nullptr;  // TLS; null: h2c. Must outlive the channel's Connect only.
   std::string token;               // Sent as `authorization: Bearer TOKEN`; empty: none.
+  // Sent with every call, each left out if empty: ringkv-consistency (linearizable or
+  // serializable) and ringkv-min-replicas (a number).
+  std::string consistency;
+  std::string min_replicas;
 };
 
 class H2Channel {
@@ -91,7 +95,7 @@ class H2Channel {
   size_t open_calls() const { return calls_.size(); }
 
  private:
-  H2Channel(int fd, SSL* ssl, std::string authority, const std::string& token);
+  H2Channel(int fd, SSL* ssl, std::string authority, const H2ChannelOptions& options);
   // The socket's bytes, through TLS if any (net/tls_io.h); as recv and send (-1 with errno
   // EAGAIN: not now).
   ssize_t Receive(char* buffer, size_t length);
@@ -120,6 +124,8 @@ class H2Channel {
   SSL* ssl_;  // With TLS: the session on fd_.
   const std::string authority_;
   const std::string authorization_;  // "Bearer TOKEN", or empty.
+  const std::string consistency_;
+  const std::string min_replicas_;
   nghttp2_session* session_ = nullptr;
   absl::flat_hash_set<Call*> calls_;  // Started, not finished.
   std::string out_;                   // Frames for the socket; out_[out_sent_..] not sent.
