@@ -79,7 +79,8 @@ ABSL_FLAG(std::string, client, "h2",
 ABSL_FLAG(uint32_t, connections, 1, "TCP connections");
 ABSL_FLAG(uint32_t, concurrency, 50, "calls in flight in total");
 ABSL_FLAG(double, duration, 10, "seconds to run (ignored when --ops is set)");
-ABSL_FLAG(uint64_t, ops, 0, "stop after this many operations instead of --duration");
+ABSL_FLAG(uint64_t, ops, 0,
+          "stop after this many operations, failed ones included, instead of --duration");
 ABSL_FLAG(uint64_t, keys, 1'000'000, "key space, pre-loaded before timing");
 ABSL_FLAG(uint32_t, value_size, 32, "value bytes");
 ABSL_FLAG(uint64_t, seed, 0,
@@ -149,9 +150,10 @@ uint64_t SlotSeed(const Config& config, uint32_t s) {
 // Per-thread results, merged at the end.
 struct Tally {
   LatencyHistogram latency;
-  uint64_t ops = 0;  // Key operations completed (a batch counts its keys).
-  // A copy of `ops` for the control thread's progress line: stored by the tally's own thread,
-  // read relaxed by the control thread, which only wants a recent figure.
+  uint64_t ops = 0;     // Key operations completed (a batch counts its keys).
+  uint64_t failed = 0;  // Failures (calls, or a batch's items).
+  // `ops` + `failed`, for the control thread's progress line and --ops: stored by the tally's
+  // own thread, read relaxed by the control thread, which only wants a recent figure.
   std::atomic<uint64_t> progress{0};
   uint64_t value_bytes = 0;  // Value bytes moved (sent by PUT, returned by GET).
   uint64_t gets = 0;         // GET key operations answered, and those that found their key.
@@ -294,7 +296,11 @@ class Workload {
  private:
   // Without --preload, a GET may miss (and a write may be evicted or expire): not an error.
   bool IsMiss(int code) const { return code == grpc::StatusCode::NOT_FOUND && !config_.preload; }
-  void Fail(int code) { ++tally_->errors[code]; }
+  void Fail(int code) {
+    ++tally_->errors[code];
+    ++tally_->failed;
+    tally_->progress.store(tally_->ops + tally_->failed, std::memory_order_relaxed);
+  }
   void CountGet(int code) {
     ++tally_->gets;
     if (code == 0) ++tally_->get_hits;
@@ -304,7 +310,7 @@ class Workload {
 
   void Record(uint64_t ops) {
     tally_->ops += ops;
-    tally_->progress.store(tally_->ops, std::memory_order_relaxed);
+    tally_->progress.store(tally_->ops + tally_->failed, std::memory_order_relaxed);
     tally_->latency.Record(static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started_).count()));
   }
