@@ -33,8 +33,8 @@ class LoopIo {
   // Loop thread, before EndTurn: whether answers that acknowledge writes (CallSink::
   // Acknowledges) may still wait to reach the kernel, and closing their connections, which
   // ShardLoop does once the server's fence has closed (server/repl/fence.h), so that no
-  // acknowledgement leaves after it. A transport that sends answers as they are made (grpc++)
-  // holds none.
+  // acknowledgement leaves after it. A transport whose answers leave its hands as they are made
+  // (grpc++, which buffers them itself) holds none.
   virtual bool HoldsAcks() const { return false; }
   virtual void DropAcks() {}
   // Loop thread: waits up to `timeout` for I/O or a Wake and handles what came; false if the

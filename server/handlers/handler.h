@@ -157,12 +157,12 @@ class Handler {
   void set_linearizable(bool on) { linearizable_ = on; }
 
  protected:
+  // Whether a Request of `op` changes the data (what --min-replicas and the fence are about).
+  static bool Writes(Op op) { return op != Op::kGet && op != Op::kScan && op != Op::kReplicate; }
   // Hands a Request to the engine; OnRequestDone gets it back in a later engine turn.
   void Submit(Request& request, Lane lane = Lane::kCall) {
     request.tag = this;
-    const bool write =
-        request.op != Op::kGet && request.op != Op::kScan && request.op != Op::kReplicate;
-    request.replicas = write ? static_cast<uint8_t>(min_replicas_) : 0;
+    request.replicas = Writes(request.op) ? static_cast<uint8_t>(min_replicas_) : 0;
     request.linearizable = linearizable_ && (request.op == Op::kGet || request.op == Op::kScan);
     host_.Submit(&request, lane);
   }
@@ -177,10 +177,7 @@ class Handler {
 
   // Whether `r`, back from the engine, acknowledges a write: an answer that carries it must not
   // leave once the server's fence has closed (server/repl/fence.h).
-  static bool Acknowledges(const Request& r) {
-    return r.result == Result::kOk && r.op != Op::kGet && r.op != Op::kScan &&
-           r.op != Op::kReplicate;
-  }
+  static bool Acknowledges(const Request& r) { return r.result == Result::kOk && Writes(r.op); }
   // Just before an answer that acknowledges writes is handed to the sink: false if the fence
   // has closed, so that it must not be (the caller answers LostLeadership() instead, whose
   // client cannot tell whether they stay); otherwise true, and the sink holds the answer back
