@@ -29,6 +29,14 @@ constexpr int kFlushRounds = 8;
 
 Connection* Of(void* user_data) { return static_cast<Connection*>(user_data); }
 
+// A sendmsg's header for `pieces` iovecs.
+msghdr Message(iovec* iov, int pieces) {
+  msghdr message{};
+  message.msg_iov = iov;
+  message.msg_iovlen = static_cast<size_t>(pieces);
+  return message;
+}
+
 }  // namespace
 
 Connection::Connection(H2Io& io, int fd, int64_t now_ns, int64_t greet_by_ns)
@@ -130,11 +138,29 @@ ssize_t Connection::Receive(char* buffer, size_t length) {
   return ToSocketResult(read);
 }
 
-ssize_t Connection::Transmit(const char* data, size_t length) {
-  if (ssl_ == nullptr) return send(fd_, data, length, MSG_NOSIGNAL);
-  const TlsTransfer written = TlsWrite(ssl_, data, length);
-  if (written.broken()) Log(LogLevel::kDebug, "closing a TLS connection: %s", OpenSslErrors());
-  return ToSocketResult(written);
+ssize_t Connection::Transmit() {
+  if (ssl_ == nullptr) {
+    iovec iov[SendQueue::kMaxIovecs];
+    const int pieces = out_.Gather(iov);
+    const msghdr message = Message(iov, pieces);
+    const ssize_t n = pieces == 1 ? send(fd_, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL)
+                                  : sendmsg(fd_, &message, MSG_NOSIGNAL);
+    if (n > 0) out_.Consume(static_cast<size_t>(n));
+    return n;
+  }
+  // OpenSSL writes one buffer at a time: the pieces in turn, until one is not taken whole.
+  ssize_t taken = 0;
+  while (!out_.empty()) {
+    const std::string_view piece = out_.Front();
+    const TlsTransfer written = TlsWrite(ssl_, piece.data(), piece.size());
+    if (written.broken()) Log(LogLevel::kDebug, "closing a TLS connection: %s", OpenSslErrors());
+    const ssize_t n = ToSocketResult(written);
+    if (n < 0) return taken > 0 ? taken : n;  // An error stays for the next write to see.
+    out_.Consume(static_cast<size_t>(n));
+    taken += n;
+    if (static_cast<size_t>(n) < piece.size()) break;
+  }
+  return taken;
 }
 
 bool Connection::Feed(const char* data, size_t length) {
@@ -210,22 +236,25 @@ void Connection::OnSent(int result) {
     return;
   }
   if (result > 0) {
-    sending_off_ += static_cast<size_t>(result);
+    sending_.Consume(static_cast<size_t>(result));
     sent_ += static_cast<uint64_t>(result);
   }
-  if (sending_off_ < sending_.size()) {
+  if (!sending_.empty()) {
     SendRest();
     return;
   }
-  sending_.clear();
-  sending_off_ = 0;
-  if (sending_.capacity() > 4 * kOutputChunk) sending_.shrink_to_fit();
   MarkDirty();  // What gathered meanwhile, and what nghttp2 held back for room.
 }
 
 void Connection::SendRest() {
   ++ops_;
-  io_.Send(this, std::string_view(sending_).substr(sending_off_));
+  const int pieces = sending_.Gather(send_iov_);
+  if (pieces == 1) {
+    io_.Send(this, {static_cast<const char*>(send_iov_[0].iov_base), send_iov_[0].iov_len});
+  } else {
+    send_msg_ = Message(send_iov_, pieces);
+    io_.Send(this, &send_msg_);
+  }
 }
 
 bool Connection::GatherFrames() {
@@ -253,7 +282,6 @@ void Connection::FlushToRing() {
   if (!GatherFrames()) return;
   if (sending_.empty() && !out_.empty()) {  // One send out at a time, of all that gathered.
     sending_.swap(out_);
-    sending_off_ = 0;
     SendRest();
   }
   EndFlush();
@@ -267,19 +295,13 @@ void Connection::Flush() {
   for (int round = 0; round < kFlushRounds; ++round) {
     if (!GatherFrames()) return;
     if (Unsent() == 0) break;
-    const ssize_t n = Transmit(out_.data() + out_sent_, Unsent());
+    const ssize_t n = Transmit();
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) break;
       Close();  // The peer has gone.
       return;
     }
-    out_sent_ += static_cast<size_t>(n);
     sent_ += static_cast<uint64_t>(n);
-    if (out_sent_ == out_.size()) {
-      out_.clear();
-      out_sent_ = 0;
-      if (out_.capacity() > 4 * kOutputChunk) out_.shrink_to_fit();
-    }
   }
   EndFlush();
 }
@@ -312,8 +334,8 @@ void Connection::UpdateInterest() {
 
 bool Connection::AppendData(const uint8_t* frame_header, H2Call& call, size_t length) {
   if (Unsent() >= kOutputChunk) return false;
-  out_.append(reinterpret_cast<const char*>(frame_header), 9);
-  out_.append(call.TakeResponse(length));
+  out_.Append({reinterpret_cast<const char*>(frame_header), 9});
+  call.TakeResponse(length, out_);
   if (call.TakeFramedAck()) AckFramed();
   return true;
 }
@@ -334,7 +356,9 @@ void Connection::Terminate(std::string_view why) {
     // One try, now: what a send already out holds goes first, so nothing is sent beside it.
     if (nghttp2_session_want_write(session_) && nghttp2_session_send(session_) == 0 &&
         sending_.empty() && !out_.empty()) {
-      [[maybe_unused]] ssize_t n = send(fd_, out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      iovec iov[SendQueue::kMaxIovecs];
+      const msghdr message = Message(iov, out_.Gather(iov));
+      [[maybe_unused]] ssize_t n = sendmsg(fd_, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
   } else {
     Flush();  // One try: a client that does not read does not hold up the stop.
@@ -377,7 +401,7 @@ ssize_t Connection::OnSend(nghttp2_session*, const uint8_t* data, size_t length,
                            void* user_data) {
   Connection* c = Of(user_data);
   if (c->Unsent() >= kOutputChunk) return NGHTTP2_ERR_WOULDBLOCK;
-  c->out_.append(reinterpret_cast<const char*>(data), length);
+  c->out_.Append({reinterpret_cast<const char*>(data), length});
   return static_cast<ssize_t>(length);
 }
 

@@ -9,7 +9,9 @@
 //   - A response waits in its call's buffer until the client's flow-control window lets
 //     nghttp2 frame it: at most --max-concurrent-streams responses per connection, since a
 //     stream stays open until its response is out.
-//   - Frames wait in the connection's buffer until the socket takes them. While the socket
+//   - Frames wait in the connection's output (a SendQueue: a large value's bytes are shared
+//     from its call's buffer, not copied) until the socket takes them, in one sendmsg per
+//     round. While the socket
 //     refuses kPauseReadBytes, the connection reads nothing more from it, so a client that
 //     sends requests but never reads the answers (even answers that no flow-control window
 //     holds back, like errors) is held back by TCP; reading resumes under kResumeReadBytes.
@@ -34,7 +36,8 @@
 // --io=uring (server/h2/uring.h), plaintext connections: the socket's bytes come and go through
 // the loop's ring instead. One multishot receive is out while reading goes on (cancelled when
 // it pauses: what it still brings is read), and one send, of all the frames gathered until
-// then; frames gathered meanwhile wait in a second buffer for the send after it. A TLS connection
+// then (a sendmsg when some are shared); frames gathered meanwhile wait in a second queue for the
+// send after it. A TLS connection
 // stays on readiness (OpenSSL reads and writes its socket itself).
 //
 // Answers that acknowledge writes (CallSink::Acknowledges) are followed until their bytes are
@@ -56,6 +59,7 @@
 
 #include <nghttp2/nghttp2.h>
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 
 #include <cstdint>
 #include <string>
@@ -64,6 +68,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "net/listener.h"
+#include "net/send_queue.h"
 #include "server/auth/authenticator.h"
 #include "server/h2/h2_call.h"
 #include "server/h2/h2_io.h"
@@ -132,7 +137,8 @@ class Connection final : public CallConnection {
   RoleCache& role_cache() override { return role_cache_; }
   std::string peer_host() const override { return fd_ >= 0 ? PeerHost(fd_) : std::string(); }
   // Appends a DATA frame of `call` to the output: its 9-byte header and `length` bytes the
-  // call moves from its own buffer (the no-copy path of nghttp2's data provider).
+  // call moves from its own queue (the no-copy path of nghttp2's data provider; what the call
+  // shares stays shared).
   bool AppendData(const uint8_t* frame_header, H2Call& call, size_t length);
   void Forget(H2Call* call) { calls_.erase(call); }
   void HoldAck() override;
@@ -169,7 +175,7 @@ class Connection final : public CallConnection {
   H2Call* CallOf(int32_t stream_id);
   // An answer held by a call is framed: it leaves with the output gathered so far.
   void AckFramed();
-  size_t Unsent() const { return out_.size() - out_sent_ + sending_.size() - sending_off_; }
+  size_t Unsent() const { return out_.size() + sending_.size(); }
   void UpdateInterest();
   // Hands received bytes to nghttp2; false if that closed the connection.
   bool Feed(const char* data, size_t length);
@@ -186,7 +192,9 @@ class Connection final : public CallConnection {
   // The socket's bytes, through TLS if any: > 0 bytes, 0 the client closed its side, -1 with
   // errno (EAGAIN: nothing now).
   ssize_t Receive(char* buffer, size_t length);
-  ssize_t Transmit(const char* data, size_t length);
+  // The front of out_ (a sendmsg of up to SendQueue::kMaxIovecs pieces; through TLS, one piece
+  // at a time): bytes taken, or -1 with errno.
+  ssize_t Transmit();
 
   H2Io& io_;
   int fd_;
@@ -201,8 +209,7 @@ class Connection final : public CallConnection {
   absl::flat_hash_set<H2Call*> calls_;  // Open streams' calls.
   int32_t last_stream_id_ = 0;          // CallOf's last answer (0: none).
   H2Call* last_call_ = nullptr;
-  std::string out_;  // Frames for the socket; out_[out_sent_..] not sent.
-  size_t out_sent_ = 0;
+  SendQueue out_;               // Frames for the socket, not sent.
   uint64_t sent_ = 0;           // Bytes the socket has taken, ever.
   uint32_t acks_unframed_ = 0;  // Calls holding an answer not framed yet (H2Call::HoldAck).
   uint64_t acks_end_ = 0;       // sent_ once the framed answers are all in the kernel.
@@ -215,8 +222,9 @@ class Connection final : public CallConnection {
   bool cancelling_ = false;  // ... and asked to end.
   uint32_t ops_ = 0;         // Receives and sends out.
   int held_fd_ = -1;         // Closed with ops out: the socket, shut down, until deletion.
-  std::string sending_;      // What the send out holds; sending_[sending_off_..] not yet sent.
-  size_t sending_off_ = 0;
+  SendQueue sending_;        // What the send out holds, not yet sent.
+  iovec send_iov_[SendQueue::kMaxIovecs];  // The sendmsg out, when it has more than one piece.
+  msghdr send_msg_{};
   RoleCache role_cache_;
 };
 

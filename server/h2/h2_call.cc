@@ -16,9 +16,16 @@ namespace ringkv {
 namespace {
 
 constexpr uint8_t kNoCopy = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
-// A request or response buffer drops the bytes already handed on once they are this many and
-// at least half of it.
+// A request buffer drops the bytes already handed on once they are this many and at least half
+// of it.
 constexpr size_t kCompactBytes = 64 * 1024;
+// A varint's bytes at most (64 bits), and one written at `at`; returns its end.
+constexpr size_t kMaxVarintBytes = 10;
+char* PutVarint(char* at, uint64_t value) {
+  for (; value >= 0x80; value >>= 7) *at++ = static_cast<char>(value | 0x80);
+  *at++ = static_cast<char>(value);
+  return at;
+}
 
 // A header whose name and value outlive the frame (string literals).
 template <size_t N, size_t M>
@@ -193,6 +200,7 @@ void H2Call::OnData(const uint8_t* data, size_t length) {
     in_.erase(0, in_read_);
     in_read_ = 0;
   }
+  if (!bidi) ReserveRequest(reinterpret_cast<const char*>(data), length);
   in_.append(reinterpret_cast<const char*>(data), length);
   if (bidi) return Deliver();
   // A unary request that came in pieces: parsed once whole (handed over at its end).
@@ -200,7 +208,7 @@ void H2Call::OnData(const uint8_t* data, size_t length) {
   if (available >= kMessagePrefixBytes &&
       available >= kMessagePrefixBytes + ReadMessagePrefix(in_.data()).length) {
     in_read_ = available;
-    ParseRequest(in_.data(), available);
+    ParseRequest(in_.data(), available, /*stays=*/true);
   } else if (available >= kMessagePrefixBytes) {
     if (absl::Status s = CheckPrefix(ReadMessagePrefix(in_.data())); !s.ok()) return Fail(s);
     Consume();
@@ -223,14 +231,28 @@ absl::Status H2Call::CheckPrefix(const MessagePrefix& prefix) const {
   return absl::OkStatus();
 }
 
-void H2Call::ParseRequest(const char* bytes, size_t length) {
+void H2Call::ReserveRequest(const char* data, size_t length) {
+  const char* prefix = in_.size() >= kMessagePrefixBytes              ? in_.data()
+                       : in_.empty() && length >= kMessagePrefixBytes ? data
+                                                                      : nullptr;
+  if (prefix == nullptr) return;
+  const uint64_t whole = kMessagePrefixBytes + uint64_t{ReadMessagePrefix(prefix).length};
+  const uint64_t have = in_.size() + length;
+  if (whole > in_.capacity() && have < whole && have * 8 >= whole &&
+      whole <= kMessagePrefixBytes + io_.loop().context().options().limits.max_message_bytes()) {
+    in_.reserve(whole);
+  }
+}
+
+void H2Call::ParseRequest(const char* bytes, size_t length, bool stays) {
   const MessagePrefix prefix = ReadMessagePrefix(bytes);
   if (absl::Status s = CheckPrefix(prefix); !s.ok()) return Fail(s);
   if (length > kMessagePrefixBytes + prefix.length) {
     return Fail(absl::InternalError("a second request message on a call that takes one"));
   }
-  if (!handler_->incoming()->ParseFromArray(bytes + kMessagePrefixBytes,
-                                            static_cast<int>(prefix.length))) {
+  const std::string_view message(bytes + kMessagePrefixBytes, prefix.length);
+  if (!(stays && handler_->ParseInPlace(message)) &&
+      !handler_->incoming()->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
     return Fail(absl::InternalError(
         absl::StrCat("cannot parse the request message as ", handler_->incoming()->GetTypeName())));
   }
@@ -323,19 +345,35 @@ void H2Call::Pump() {
   }
 }
 
-void H2Call::AppendMessage(const google::protobuf::MessageLite& message) {
-  if (out_taken_ == out_.size() || (out_taken_ >= kCompactBytes && out_taken_ * 2 >= out_.size())) {
-    // nghttp2 keeps no pointer into what it has taken (Connection::AppendData copies it).
-    out_.erase(0, out_taken_);
-    out_base_ += out_taken_;
-    out_taken_ = 0;
-  }
+void H2Call::AppendMessage(const google::protobuf::MessageLite& message, SendQueue::Shared shared,
+                           uint32_t field) {
   const size_t size = message.ByteSizeLong();
-  const size_t at = out_.size();
-  out_.resize(at + kMessagePrefixBytes + size);
-  WriteMessagePrefix(out_.data() + at, false, static_cast<uint32_t>(size));
-  message.SerializeWithCachedSizesToArray(
-      reinterpret_cast<uint8_t*>(out_.data() + at + kMessagePrefixBytes));
+  if (shared == nullptr) {
+    char* at = out_.AppendSpace(kMessagePrefixBytes + size);
+    WriteMessagePrefix(at, false, static_cast<uint32_t>(size));
+    message.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(at + kMessagePrefixBytes));
+    return;
+  }
+  // The shared field, then the message's own (which leave it unset): a parser takes fields in
+  // any order, and for field 1 this is also the order protobuf writes.
+  char head[kMessagePrefixBytes + 2 * kMaxVarintBytes];
+  char* const end =
+      PutVarint(PutVarint(head + kMessagePrefixBytes, uint64_t{field} << 3 | 2), shared->size());
+  const size_t head_bytes = static_cast<size_t>(end - head);
+  WriteMessagePrefix(
+      head, false, static_cast<uint32_t>(head_bytes - kMessagePrefixBytes + shared->size() + size));
+  out_.Append({head, head_bytes});
+  const std::string_view bytes = *shared;
+  out_.Append(std::move(shared), bytes);
+  if (size > 0) {
+    message.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out_.AppendSpace(size)));
+  }
+}
+
+bool H2Call::ShareField(uint32_t field, std::string& bytes) {
+  shared_ = std::make_shared<const std::string>(std::move(bytes));
+  shared_field_ = field;
+  return true;
 }
 
 void H2Call::StartResponse() {
@@ -365,7 +403,7 @@ void H2Call::Write(const google::protobuf::MessageLite& message) {
   const bool acknowledges = std::exchange(ack_next_, false);
   if (!Alive() || cancelled_) return;  // The handler has been told; nothing reaches the client.
   AppendMessage(message);
-  if (acknowledges) HoldAck(out_base_ + out_.size());
+  if (acknowledges) HoldAck(taken_ + out_.size());
   write_pending_ = true;
   ResumeResponse();
   if (Unsent() < kWriteDoneBytes) io_.MakeReady(this);
@@ -374,13 +412,15 @@ void H2Call::Write(const google::protobuf::MessageLite& message) {
 
 void H2Call::Finish(const absl::Status& status, const google::protobuf::MessageLite* response) {
   const bool acknowledges = std::exchange(ack_next_, false);
+  SendQueue::Shared shared = std::move(shared_);
   handler_done_ = true;
   read_wanted_ = false;
   write_pending_ = false;
   ReleaseInput();
   if (!cancelled_ && Alive() && !final_status_.has_value()) {
     ClearDeadline();
-    if (status.ok() && response != nullptr) AppendMessage(*response);
+    if (status.ok() && response != nullptr)
+      AppendMessage(*response, std::move(shared), shared_field_);
     // The trailers' grpc-status 0 is what acknowledges: held until the stream closes.
     if (acknowledges && status.ok()) HoldAck(kUntilClose);
     if (!response_started_ && Unsent() == 0) {
@@ -410,11 +450,10 @@ ssize_t H2Call::PullResponse(size_t length, uint32_t* data_flags) {
   return static_cast<ssize_t>(n);
 }
 
-std::string_view H2Call::TakeResponse(size_t length) {
-  const std::string_view bytes(out_.data() + out_taken_, length);
-  out_taken_ += length;
+void H2Call::TakeResponse(size_t length, SendQueue& to) {
+  out_.MoveTo(to, length);
+  taken_ += length;
   if (write_pending_ && Unsent() < kWriteDoneBytes) io_.MakeReady(this);
-  return bytes;
 }
 
 void H2Call::SubmitTrailers() {
@@ -465,7 +504,8 @@ void H2Call::Fail(const absl::Status& status) {
       SendTrailersOnly(status);
     } else {
       // Messages not yet framed are dropped; the trailers say why.
-      out_taken_ = out_.size();
+      taken_ += out_.size();
+      out_.Clear();
       final_status_ = status;
       ResumeResponse();
       connection_->MarkDirty();

@@ -8,9 +8,10 @@
 // window only up to the end of the first message not yet handed over, so a handler that is not
 // reading holds the client back.
 //
-// Response side: Write appends a framed message to the call's buffer and Finish the status;
+// Response side: Write appends a framed message to the call's queue and Finish the status;
 // the first of them submits the response headers with a data provider that nghttp2 pulls from
-// that buffer (no copy until the connection's output); once it is drained after Finish, the
+// that queue (no copy until the connection's output, and none there for a field the handler
+// shared: ShareField, a large GET's value); once it is drained after Finish, the
 // trailers (grpc-status, grpc-message percent-encoded) end the stream. An error before any
 // message is a trailers-only response. A call the server ends while the client is still
 // sending is then reset with NO_ERROR, so the client stops.
@@ -45,6 +46,7 @@
 
 #include "absl/status/status.h"
 #include "net/grpc_wire.h"
+#include "net/send_queue.h"
 #include "server/auth/authenticator.h"
 #include "server/h2/h2_io.h"
 #include "server/handlers/handler.h"
@@ -94,8 +96,9 @@ class H2Call final : public CallSink {
   // nghttp2's data provider pulls up to `length` bytes of the response (no copy; the bytes go
   // in Connection::AppendData); returns how many, or NGHTTP2_ERR_DEFERRED.
   ssize_t PullResponse(size_t length, uint32_t* data_flags);
-  // AppendData's part: the next `length` bytes of the response buffer, now framed.
-  std::string_view TakeResponse(size_t length);
+  // AppendData's part: the next `length` bytes of the response, now framed, moved to `to` (the
+  // connection's output).
+  void TakeResponse(size_t length, SendQueue& to);
 
   // From the loop.
   void Pump();
@@ -112,12 +115,13 @@ class H2Call final : public CallSink {
     return connection_ != nullptr ? connection_->peer_host() : std::string();
   }
   void Acknowledges() override { ack_next_ = true; }
+  bool ShareField(uint32_t field, std::string& bytes) override;
 
   // For the connection's count of answers that acknowledge writes and are not framed yet
   // (Connection::HoldsAck): true once, when the held answer has been taken by nghttp2 (after a
   // DATA frame: its bytes through the acknowledging message), ...
   bool TakeFramedAck() {
-    if (!ack_held_ || out_base_ + out_taken_ < ack_until_) return false;
+    if (!ack_held_ || taken_ < ack_until_) return false;
     ack_held_ = false;
     return true;
   }
@@ -151,8 +155,14 @@ class H2Call final : public CallSink {
   // A bidirectional call: hands whole messages to the handler while it Reads.
   void Deliver();
   // A unary or server-streaming call: parses its one message (prefix included) into the
-  // handler's incoming(); it is handed over at the end of the stream.
-  void ParseRequest(const char* bytes, size_t length);
+  // handler's incoming(); it is handed over at the end of the stream. `stays`: the bytes are
+  // in_'s, which stay put while the handler lives (Handler::ParseInPlace may keep views).
+  void ParseRequest(const char* bytes, size_t length, bool stays = false);
+  // A unary request in pieces: its buffer is sized once for the whole message, as the prefix
+  // says, when an eighth of it is in (with `length` more bytes at `data`), rather than doubled
+  // as it grows, which copies it again each time. A client must send an eighth of what it
+  // claims to get the memory.
+  void ReserveRequest(const char* data, size_t length);
   // UNIMPLEMENTED for a compressed message, RESOURCE_EXHAUSTED for one over the limit.
   absl::Status CheckPrefix(const MessagePrefix& prefix) const;
   // Acknowledges received bytes up to the end of the first message not yet handed over.
@@ -160,8 +170,10 @@ class H2Call final : public CallSink {
   // Ends the call on the transport's side: `status` to the client (if it can still be sent),
   // and the handler, if any, is cancelled.
   void Fail(const absl::Status& status);
-  // The response: headers with a data provider, then messages, then trailers.
-  void AppendMessage(const google::protobuf::MessageLite& message);
+  // The response: headers with a data provider, then messages, then trailers. A message
+  // appended with `shared` (ShareField's) has that field ahead of its own fields, shared.
+  void AppendMessage(const google::protobuf::MessageLite& message,
+                     SendQueue::Shared shared = nullptr, uint32_t field = 0);
   void StartResponse();
   // The response has something new to send: starts it, or wakes nghttp2's data provider.
   void ResumeResponse();
@@ -172,13 +184,13 @@ class H2Call final : public CallSink {
   void Cancel();
   void ClearDeadline();
   // The answer just handed over acknowledges writes (CallSink::Acknowledges), through response
-  // byte `until` (out_base_'s count; kUntilClose: the trailers).
+  // byte `until` (taken_'s count; kUntilClose: the trailers).
   void HoldAck(uint64_t until);
   static constexpr uint64_t kUntilClose = UINT64_MAX;
   // Retires the call if both the stream and the handler are done.
   void MaybeRetire();
   bool Alive() const { return !stream_closed_ && !ended_; }
-  size_t Unsent() const { return out_.size() - out_taken_; }
+  size_t Unsent() const { return out_.size(); }
 
   H2Io& io_;
   CallConnection* connection_;  // Null once the connection is gone.
@@ -197,12 +209,13 @@ class H2Call final : public CallSink {
   bool read_wanted_ = false;     // The handler's Read is outstanding.
   bool remote_ended_ = false;
 
-  // Response side. out_[out_taken_..] is framed response not yet taken by nghttp2.
-  std::string out_;
-  size_t out_taken_ = 0;
-  uint64_t out_base_ = 0;  // Bytes erased from out_'s front, all taken.
-  bool ack_next_ = false;  // Acknowledges() came: the next Write or Finish acknowledges.
-  bool ack_held_ = false;  // Counted in the connection's answers not framed (HoldAck).
+  // Response side. out_ is framed response not yet taken by nghttp2.
+  SendQueue out_;
+  uint64_t taken_ = 0;         // Bytes of the response taken by nghttp2 (or dropped).
+  SendQueue::Shared shared_;   // ShareField's bytes, for Finish's response ...
+  uint32_t shared_field_ = 0;  // ... as this field.
+  bool ack_next_ = false;      // Acknowledges() came: the next Write or Finish acknowledges.
+  bool ack_held_ = false;      // Counted in the connection's answers not framed (HoldAck).
   uint64_t ack_until_ = 0;
   bool response_started_ = false;  // Headers submitted with the data provider.
   bool data_deferred_ = false;     // The data provider said DEFERRED; resume it on new data.

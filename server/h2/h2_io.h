@@ -9,6 +9,7 @@
 #define RINGKV_SERVER_H2_H2_IO_H_
 
 #include <nghttp2/nghttp2.h>
+#include <sys/socket.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -37,11 +38,13 @@ class H2Io {
   virtual void MarkDirty(Connection* connection) = 0;
   // Events epoll should report for `connection` (EPOLLIN, EPOLLOUT, or none).
   virtual void Watch(Connection* connection, uint32_t events) = 0;
-  // --io=uring: a receive into a provided buffer, or a send of `bytes` (which stay put until
-  // it completes), for `connection`; its OnReceived or OnSent says how it went.
+  // --io=uring: a receive into a provided buffer, or a send of `bytes` or a sendmsg of
+  // `message` (which stay put until it completes, iovecs and all), for `connection`; its
+  // OnReceived or OnSent says how it went.
   virtual void Receive(Connection* connection) = 0;
   virtual void CancelReceive(Connection* connection) = 0;
   virtual void Send(Connection* connection, std::string_view bytes) = 0;
+  virtual void Send(Connection* connection, const msghdr* message) = 0;
   // `call` is Pump()ed at the next Poll: a Read it asked for can be answered, or a Write is
   // done. Never from inside the call into its handler.
   virtual void MakeReady(H2Call* call) = 0;

@@ -317,6 +317,10 @@ void H2LoopIo::Send(Connection* connection, std::string_view bytes) {
   uring_->Send(connection->fd_, bytes, Tag(connection, kSendOp));
 }
 
+void H2LoopIo::Send(Connection* connection, const msghdr* message) {
+  uring_->Send(connection->fd_, message, Tag(connection, kSendOp));
+}
+
 void H2LoopIo::Accept() {
   if (!listening_) return;
   for (int i = 0; i < kAcceptsPerEvent; ++i) {

@@ -107,6 +107,7 @@ class H2LoopIo final : public LoopIo, public H2Io {
   void Receive(Connection* connection) override;
   void CancelReceive(Connection* connection) override;
   void Send(Connection* connection, std::string_view bytes) override;
+  void Send(Connection* connection, const msghdr* message) override;
   void MakeReady(H2Call* call) override;
   void Retire(H2Call* call) override;
   void Retire(Connection* connection) override;

@@ -110,6 +110,12 @@ void Uring::Send(int fd, std::string_view bytes, uint64_t tag) {
   io_uring_sqe_set_data64(sqe, tag);
 }
 
+void Uring::Send(int fd, const msghdr* message, uint64_t tag) {
+  io_uring_sqe* sqe = Sqe();
+  io_uring_prep_sendmsg(sqe, fd, message, MSG_NOSIGNAL);
+  io_uring_sqe_set_data64(sqe, tag);
+}
+
 void Uring::Read(int fd, void* into, size_t bytes, uint64_t tag) {
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_read(sqe, fd, into, static_cast<unsigned>(bytes), 0);

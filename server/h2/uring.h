@@ -49,6 +49,8 @@ class Uring {
   bool multishot() const { return multishot_; }
   void NoMultishot() { multishot_ = false; }
   void Send(int fd, std::string_view bytes, uint64_t tag);
+  // A sendmsg: `message` and its iovecs stay put until it completes.
+  void Send(int fd, const msghdr* message, uint64_t tag);
   void Read(int fd, void* into, size_t bytes, uint64_t tag);
   void PollIn(int fd, uint64_t tag);  // Multishot: a completion per wake-up.
 

@@ -111,6 +111,14 @@ class CallSink {
   // client's flow control may hold it past the fence), so there the checks when a write runs
   // and when its answer is made are the only ones and this does nothing.
   virtual void Acknowledges() {}
+  // Hands over `bytes` as the bytes field `field` of the next Finish's response (which leaves
+  // that field unset), to be sent from where they lie rather than copied into the serialized
+  // message: the h2 transport shares them with its connection's output (net/send_queue.h), so a
+  // large GET value reaches the socket with no copy after the shard's. Worth it from
+  // kShareBytes. False where the transport cannot (grpc++): `bytes` stay the caller's, to set
+  // in the response as usual.
+  static constexpr size_t kShareBytes = 16 * 1024;
+  virtual bool ShareField(uint32_t /*field*/, std::string& /*bytes*/) { return false; }
 
  protected:
   ~CallSink() = default;
@@ -130,6 +138,11 @@ class Handler {
 
   // Where the transport parses the next request message. Valid from construction.
   virtual google::protobuf::MessageLite* incoming() = 0;
+  // A unary request's message, `wire`, whose bytes stay put until the handler finishes (the
+  // h2 transport's buffer of a request that came in pieces): the handler may parse it itself,
+  // keeping views into it rather than copies (a large PUT's value), and returns true; false
+  // and the transport parses incoming() as usual.
+  virtual bool ParseInPlace(std::string_view /*wire*/) { return false; }
   // The call is accepted; a bidirectional handler Reads from here on.
   virtual void OnStart() {}
   // A request message is in incoming().

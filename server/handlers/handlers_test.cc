@@ -118,6 +118,8 @@ class TestHost final : public HandlerHost {
 
 class RecordingSink final : public CallSink {
  public:
+  // `shares`: takes large fields as the h2 transport does (ShareField), or refuses as grpc++.
+  explicit RecordingSink(bool shares = false) : shares_(shares) {}
   void Read() override { ++reads; }
   void Write(const google::protobuf::MessageLite& message) override {
     writes.push_back(message.SerializeAsString());
@@ -130,6 +132,12 @@ class RecordingSink final : public CallSink {
     acknowledging_finish = std::exchange(acknowledges_next_, false);
   }
   void Acknowledges() override { acknowledges_next_ = true; }
+  bool ShareField(uint32_t field, std::string& bytes) override {
+    if (!shares_) return false;
+    shared_field = field;
+    shared = std::move(bytes);
+    return true;
+  }
   std::string PeerHost() const override { return ""; }
 
   int reads = 0;
@@ -140,22 +148,35 @@ class RecordingSink final : public CallSink {
   // Answers the handler said acknowledge writes (CallSink::Acknowledges came just before).
   int acknowledging_writes = 0;
   bool acknowledging_finish = false;
+  uint32_t shared_field = 0;  // What ShareField took.
+  std::string shared;
 
  private:
+  const bool shares_;
   bool acknowledges_next_ = false;
 };
 
 // One unary call of `id` with `request`, run to its end; the sink holds its answer.
 class Call {
  public:
-  Call(TestHost& host, MethodId id, const google::protobuf::MessageLite& request)
-      : host_(host), handler_(MethodOf(id).make(host, sink_)) {
+  // `shares`: the sink takes shared fields (CallSink::ShareField). `wire`: the request's bytes
+  // as sent (request.SerializeAsString() if empty), parsed in place if the handler takes them
+  // so (Handler::ParseInPlace), as the h2 transport offers a request that came in pieces.
+  Call(TestHost& host, MethodId id, const google::protobuf::MessageLite& request,
+       bool shares = false, std::string wire = "")
+      : host_(host), sink_(shares), handler_(MethodOf(id).make(host, sink_)) {
     handler_->OnStart();
-    EXPECT_TRUE(handler_->incoming()->ParseFromString(request.SerializeAsString()));
+    if (wire.empty()) wire = request.SerializeAsString();
+    wire_ = std::move(wire);  // Stays put while the handler lives, as the transport's buffer.
+    in_place = handler_->ParseInPlace(wire_);
+    if (!in_place) {
+      EXPECT_TRUE(handler_->incoming()->ParseFromString(wire_));
+    }
     handler_->OnMessage();
     for (int turn = 0; turn < 4 && sink_.finishes == 0; ++turn) host_.Turn();
   }
   const RecordingSink& sink() const { return sink_; }
+  bool in_place = false;
   template <typename Response>
   Response Answer() const {
     Response response;
@@ -166,6 +187,7 @@ class Call {
  private:
   TestHost& host_;
   RecordingSink sink_;
+  std::string wire_;
   std::unique_ptr<Handler> handler_;
 };
 
@@ -198,6 +220,61 @@ TEST(HandlersTest, APutIsReadBackWithItsVersionAndAMissingKeyIsNotFound) {
   Call missing(host, MethodId::kGet, Get("nope"));
   EXPECT_EQ(missing.sink().status.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(missing.sink().finishes, 1);
+}
+
+// A large value leaves the shard once and is handed to a transport that sends it from there
+// (CallSink::ShareField); a small one, or one for a transport that cannot, is in the response.
+TEST(HandlersTest, ALargeGetValueIsSharedWithATransportThatTakesIt) {
+  TestHost host;
+  const std::string large(CallSink::kShareBytes, 'L');
+  const std::string below(CallSink::kShareBytes - 1, 'b');
+  for (const auto& [key, value] : {std::pair{"large", large}, {"below", below}}) {
+    Call put(host, MethodId::kPut, Put(key, value));
+    ASSERT_TRUE(put.sink().status.ok()) << put.sink().status;
+  }
+  Call shared(host, MethodId::kGet, Get("large"), /*shares=*/true);
+  ASSERT_TRUE(shared.sink().status.ok()) << shared.sink().status;
+  EXPECT_EQ(shared.sink().shared_field, pb::GetResponse::kValueFieldNumber);
+  EXPECT_EQ(shared.sink().shared, large);
+  EXPECT_EQ(shared.Answer<pb::GetResponse>().value(), "");  // Not in the message as well.
+  EXPECT_GT(shared.Answer<pb::GetResponse>().version(), 0u);
+  EXPECT_EQ(shared.Answer<pb::GetResponse>().ttl_ms(), -1);
+
+  Call small(host, MethodId::kGet, Get("below"), /*shares=*/true);
+  EXPECT_EQ(small.sink().shared_field, 0u);
+  EXPECT_EQ(small.Answer<pb::GetResponse>().value(), below);
+  Call copied(host, MethodId::kGet, Get("large"), /*shares=*/false);
+  EXPECT_EQ(copied.Answer<pb::GetResponse>().value(), large);
+}
+
+// A large PUT's value is not copied out of the transport's buffer before the shard's copy
+// (Handler::ParseInPlace): the other fields still count, and protobuf's rules hold.
+TEST(HandlersTest, ALargePutIsParsedInPlaceWithItsOtherFields) {
+  TestHost host;
+  std::string large(CallSink::kShareBytes, 'P');
+  large[100] = 'x';
+  pb::PutRequest put = Put("k", large);
+  put.set_ttl_ms(600'000);
+  // A value field before the last one is overwritten, as protobuf merges concatenated messages.
+  const std::string wire = Put("", "lost").SerializeAsString() + put.SerializeAsString();
+  Call in_place(host, MethodId::kPut, put, false, wire);
+  EXPECT_TRUE(in_place.in_place);
+  ASSERT_TRUE(in_place.sink().status.ok()) << in_place.sink().status;
+  Call get(host, MethodId::kGet, Get("k"));
+  EXPECT_EQ(get.Answer<pb::GetResponse>().value(), large);
+  EXPECT_GT(get.Answer<pb::GetResponse>().ttl_ms(), 0);
+
+  // A small value is parsed as usual; bytes that are not a PutRequest are left to the
+  // transport's parse, which refuses them.
+  Call small(host, MethodId::kPut, Put("s", "v"));
+  EXPECT_FALSE(small.in_place);
+  std::string truncated = put.SerializeAsString();
+  truncated.pop_back();
+  TestHost other;
+  RecordingSink sink;
+  auto handler = MethodOf(MethodId::kPut).make(other, sink);
+  EXPECT_FALSE(handler->ParseInPlace(truncated));
+  EXPECT_FALSE(handler->ParseInPlace(std::string(CallSink::kShareBytes, '\xff')));
 }
 
 pb::MultiPutRequest MultiPut(const std::vector<std::string>& keys) {

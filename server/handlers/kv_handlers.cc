@@ -2,8 +2,12 @@
 // one per shard), and Finish once all are back. Stream keeps up to
 // kMaxStreamInFlight operations in flight and coalesces the results that pile up while a Write
 // is outstanding into the next message (BidiHandler does the reading and writing).
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,7 +125,10 @@ class GetHandler : public SingleKeyHandler<pb::GetRequest, pb::GetResponse> {
   }
   void Take(Request& r) override {
     if (r.result != ringkv::Result::kOk) return;
-    response_.set_value(std::move(r.out));
+    if (r.out.size() < CallSink::kShareBytes ||
+        !sink_.ShareField(pb::GetResponse::kValueFieldNumber, r.out)) {
+      response_.set_value(std::move(r.out));
+    }
     response_.set_version(r.version);
     response_.set_ttl_ms(TtlLeft(r.deadline_ms, context_.NowMs()));
   }
@@ -130,12 +137,49 @@ class GetHandler : public SingleKeyHandler<pb::GetRequest, pb::GetResponse> {
 class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
  public:
   using SingleKeyHandler::SingleKeyHandler;
+  // A large value stays where the transport received it (its one copy is the shard's, into
+  // the table); the other fields (key, TTL, condition) are parsed from a copy of their bytes.
+  bool ParseInPlace(std::string_view wire) override {
+    namespace wire_format = google::protobuf::internal;
+    using Lite = wire_format::WireFormatLite;
+    if (wire.size() < CallSink::kShareBytes) return false;
+    google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
+                                              static_cast<int>(wire.size()));
+    constexpr uint32_t kValueTag =
+        Lite::MakeTag(pb::PutRequest::kValueFieldNumber, Lite::WIRETYPE_LENGTH_DELIMITED);
+    std::string fields;
+    std::string_view value;
+    for (;;) {
+      const size_t at = static_cast<size_t>(in.CurrentPosition());
+      const uint32_t tag = in.ReadTag();
+      if (tag == 0) {
+        if (at != wire.size()) return false;  // Malformed: the transport's parse says so.
+        break;
+      }
+      if (tag == kValueTag) {  // As protobuf: the last one counts.
+        uint32_t length = 0;
+        if (!in.ReadVarint32(&length)) return false;
+        const size_t from = static_cast<size_t>(in.CurrentPosition());
+        if (length > wire.size() - from || !in.Skip(static_cast<int>(length))) return false;
+        value = wire.substr(from, length);
+        continue;
+      }
+      if (!Lite::SkipField(&in, tag)) return false;
+      fields.append(wire.substr(at, static_cast<size_t>(in.CurrentPosition()) - at));
+    }
+    if (!request_.ParseFromString(fields)) return false;
+    value_in_place_ = value;
+    return true;
+  }
   absl::Status Prepare(Request* op) override {
-    return PreparePut(context_.limits(), context_.NowMs(), request_.key(), request_.value(),
-                      request_.ttl_ms(), request_.has_condition() ? &request_.condition() : nullptr,
-                      op);
+    return PreparePut(context_.limits(), context_.NowMs(), request_.key(),
+                      value_in_place_.value_or(request_.value()), request_.ttl_ms(),
+                      request_.has_condition() ? &request_.condition() : nullptr, op);
   }
   void Take(Request& r) override { response_.set_version(r.version); }
+
+ private:
+  std::optional<std::string_view> value_in_place_;  // ParseInPlace's value.
 };
 
 class DeleteHandler : public SingleKeyHandler<pb::DeleteRequest, pb::DeleteResponse> {

@@ -1,0 +1,170 @@
+#include "net/send_queue.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace ringkv {
+namespace {
+
+// What Gather hands out, joined.
+std::string Gathered(const SendQueue& q) {
+  iovec iov[SendQueue::kMaxIovecs];
+  const int n = q.Gather(iov);
+  std::string out;
+  for (int i = 0; i < n; ++i) out.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+  return out;
+}
+
+SendQueue::Shared Buffer(size_t bytes, char fill) {
+  return std::make_shared<const std::string>(bytes, fill);
+}
+
+TEST(SendQueue, CopiedBytesAreOnePiece) {
+  SendQueue q;
+  q.Append("abc");
+  std::memcpy(q.AppendSpace(3), "def", 3);
+  q.Append("gh");
+  iovec iov[4];
+  ASSERT_EQ(q.Gather(iov, 4), 1);
+  EXPECT_EQ(q.size(), 8u);
+  EXPECT_EQ(Gathered(q), "abcdefgh");
+  q.Consume(5);
+  EXPECT_EQ(q.Front(), "fgh");
+  q.Consume(3);
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.Gather(iov, 4), 0);
+}
+
+TEST(SendQueue, SharedBytesAreReferencedNotCopied) {
+  SendQueue q;
+  const SendQueue::Shared value = Buffer(10000, 'v');
+  q.Append("head");
+  q.Append(value, *value);
+  q.Append("tail");
+  iovec iov[4];
+  ASSERT_EQ(q.Gather(iov, 4), 3);
+  EXPECT_EQ(iov[1].iov_base, value->data());  // The value's own bytes: no copy.
+  EXPECT_EQ(value.use_count(), 2);
+  q.Consume(4 + 10000);
+  EXPECT_EQ(value.use_count(), 1);  // Sent: the queue lets go at once.
+  EXPECT_EQ(Gathered(q), "tail");
+}
+
+TEST(SendQueue, MoveToSharesLongRangesAndCopiesShortOnes) {
+  SendQueue call;
+  const SendQueue::Shared value = Buffer(3 * 16384 + 100, 'x');
+  call.Append("prefix");
+  call.Append(value, *value);
+  call.Append("fields");
+  SendQueue out;
+  // Frames as nghttp2 cuts them: 16,384 bytes at most, each after a 9-byte header.
+  std::string expected;
+  const std::string all = "prefix" + *value + "fields";
+  size_t at = 0;
+  while (!call.empty()) {
+    out.Append("HEADER123");
+    const size_t n = std::min<size_t>(16384, call.size());
+    call.MoveTo(out, n);
+    expected += "HEADER123" + all.substr(at, n);
+    at += n;
+  }
+  EXPECT_EQ(at, all.size());
+  EXPECT_EQ(out.size(), expected.size());
+  iovec iov[SendQueue::kMaxIovecs];
+  const int n = out.Gather(iov);
+  size_t shared = 0;
+  for (int i = 0; i < n; ++i) {
+    const char* base = static_cast<const char*>(iov[i].iov_base);
+    if (base >= value->data() && base < value->data() + value->size()) shared += iov[i].iov_len;
+  }
+  // All but the last 106 bytes ("prefix"'s shift leaves 100 + 6 in the last frame) are shared.
+  EXPECT_EQ(shared, value->size() - 106);
+  EXPECT_EQ(Gathered(out), expected);
+}
+
+TEST(SendQueue, ConsumesAcrossPiecesInAnyStepsAndKeepsItsBuffer) {
+  std::mt19937 rng(7);
+  SendQueue q;
+  std::string expected;
+  for (int round = 0; round < 200; ++round) {
+    const int what = static_cast<int>(rng() % 3);
+    if (what == 0) {
+      const std::string bytes(rng() % 50, static_cast<char>('a' + round % 26));
+      q.Append(bytes);
+      expected += bytes;
+    } else if (what == 1) {
+      const SendQueue::Shared b = Buffer(rng() % 5000, static_cast<char>('A' + round % 26));
+      q.Append(b, std::string_view(*b).substr(b->size() / 3));
+      expected += b->substr(b->size() / 3);
+    } else if (!expected.empty()) {
+      ASSERT_EQ(q.Front(), std::string_view(expected).substr(0, q.Front().size()));
+      const size_t n = rng() % (expected.size() + 1);
+      q.Consume(n);
+      expected.erase(0, n);
+    }
+    ASSERT_EQ(q.size(), expected.size());
+    if (expected.size() < 4000) {
+      const std::string gathered = Gathered(q);
+      ASSERT_EQ(gathered, expected.substr(0, gathered.size()));
+    }
+  }
+  q.Clear();
+  EXPECT_TRUE(q.empty());
+  q.Append("again");
+  EXPECT_EQ(Gathered(q), "again");
+}
+
+TEST(SendQueue, GathersAtMostMaxPieces) {
+  SendQueue q;
+  const SendQueue::Shared b = Buffer(100, 's');
+  for (int i = 0; i < 100; ++i) {
+    q.Append("h");
+    q.Append(b, *b);
+  }
+  iovec iov[SendQueue::kMaxIovecs];
+  EXPECT_EQ(q.Gather(iov), SendQueue::kMaxIovecs);
+  EXPECT_EQ(q.size(), 100u * 101u);
+}
+
+TEST(SendQueue, SendmsgOfTheGatheredFrontDeliversTheBytesInOrder) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  SendQueue q;
+  const SendQueue::Shared b = Buffer(30000, 'z');
+  q.Append("<");
+  q.Append(b, *b);
+  q.Append(">");
+  std::string received;
+  while (!q.empty()) {
+    iovec iov[SendQueue::kMaxIovecs];
+    msghdr message{};
+    message.msg_iov = iov;
+    message.msg_iovlen = static_cast<size_t>(q.Gather(iov));
+    const ssize_t sent = sendmsg(fds[0], &message, 0);
+    ASSERT_GT(sent, 0);
+    q.Consume(static_cast<size_t>(sent));
+    char buffer[65536];
+    const ssize_t got = read(fds[1], buffer, sizeof(buffer));
+    ASSERT_GT(got, 0);
+    received.append(buffer, static_cast<size_t>(got));
+  }
+  while (received.size() < 30002) {
+    char buffer[65536];
+    const ssize_t got = read(fds[1], buffer, sizeof(buffer));
+    ASSERT_GT(got, 0);
+    received.append(buffer, static_cast<size_t>(got));
+  }
+  EXPECT_EQ(received, "<" + *b + ">");
+  close(fds[0]);
+  close(fds[1]);
+}
+
+}  // namespace
+}  // namespace ringkv
