@@ -19,6 +19,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 
+LARGE = ["--keys=1000", "--value-size=81920"]  # After --keys=100000: the last one counts.
 SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
     "h2 unary GET, 50 connections x 1": ([], ["--connections=50", "--concurrency=50"]),
     "h2 unary GET, 1 connection x 50": ([], ["--connections=1", "--concurrency=50"]),
@@ -28,6 +29,15 @@ SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
                                                "--concurrency=64"]),
     "grpc unary GET, 4 connections x 50": (["--transport=grpc"],
                                            ["--connections=4", "--concurrency=200"]),
+    # 80 MB of values, beyond the caches, as the throughput matrix's 80 KB column.
+    "h2 unary GET of 80 KB, 10 connections x 1": ([], LARGE + ["--connections=10",
+                                                               "--concurrency=10"]),
+    "uring unary GET of 80 KB, 10 connections x 1": (["--io=uring"],
+                                                     LARGE + ["--connections=10",
+                                                              "--concurrency=10"]),
+    "h2 unary PUT of 80 KB, 10 connections x 1": ([], LARGE + ["--connections=10",
+                                                               "--concurrency=10",
+                                                               "--ratio=0:1"]),
 }
 
 

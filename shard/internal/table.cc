@@ -1,5 +1,6 @@
 #include "shard/internal/table.h"
 
+#include <emmintrin.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -462,6 +463,41 @@ void Table::Erase(Entry* entry) {
   --size_;
 }
 
+namespace {
+
+// Values from this size are written with non-temporal stores: a large table's records are
+// rarely in the caches, so an ordinary store would first read each line it writes, and the
+// value would push hotter lines (the slots, other records' headers) out.
+constexpr size_t kStreamBytes = 16 * 1024;
+
+void CopyValue(char* to, std::string_view value) {
+  if (value.size() < kStreamBytes) {
+    std::memmove(to, value.data(), value.size());
+    return;
+  }
+  const char* from = value.data();
+  size_t left = value.size();
+  const size_t head = (16 - reinterpret_cast<uintptr_t>(to) % 16) % 16;
+  std::memcpy(to, from, head);
+  to += head;
+  from += head;
+  left -= head;
+  for (; left >= 64; left -= 64, to += 64, from += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to + 48), d);
+  }
+  std::memcpy(to, from, left);
+  _mm_sfence();  // Ordered before what follows, as ordinary stores are.
+}
+
+}  // namespace
+
 void Table::SetValue(Entry* e, std::string_view value) {
   char* r = e->record();
   const size_t key_end = kRecordHeader + KeyLen(r);
@@ -471,7 +507,7 @@ void Table::SetValue(Entry* e, std::string_view value) {
   if (!Fits(need, Capacity(r))) r = MoveRecord(e, need, 0);
   const uint32_t value_len = static_cast<uint32_t>(value.size());
   std::memcpy(r + 12, &value_len, sizeof(value_len));
-  std::memmove(r + key_end, value.data(), value.size());
+  CopyValue(r + key_end, value);
   if (aux) std::memcpy(r + key_end + value.size(), &aux_word, sizeof(aux_word));
 }
 

@@ -230,7 +230,9 @@ class Table {
     return {r + kRecordHeader + KeyLen(r), ValueLen(r)};
   }
   // Replaces the value; the record moves if it must grow, or would shrink by more than an
-  // allocator size class.
+  // allocator size class. A value of 16 KiB or more is written with non-temporal stores
+  // (around the caches: a large table's records are rarely in them, and an ordinary store
+  // would read each line before writing it).
   void SetValue(Entry* e, std::string_view value);
 
   // The aux word: set (the record may move to make room), read, and removed.

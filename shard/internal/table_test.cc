@@ -68,6 +68,25 @@ TEST(Table, InsertFindSetValueErase) {
   EXPECT_EQ(table.size(), 0u);
 }
 
+// Values from 16 KiB are written with non-temporal stores, 64 bytes at a time after the
+// destination's first 16-byte boundary: every alignment and tail length must come out exact.
+TEST(Table, LargeValuesAreWrittenWholeAtEveryAlignmentAndLength) {
+  Table table;
+  bool inserted;
+  std::string value(16 * 1024 + 80, 0);
+  for (size_t i = 0; i < value.size(); ++i) value[i] = static_cast<char>(i * 131 + i / 251);
+  for (size_t key_len = 1; key_len <= 17; ++key_len) {  // Moves the value's start in the record.
+    const std::string key(key_len, 'k');
+    Table::Entry* e = table.Insert(key, H(key), &inserted);
+    for (size_t len : {size_t{16 * 1024 - 1}, size_t{16 * 1024}, size_t{16 * 1024 + 1},
+                       size_t{16 * 1024 + 63}, value.size()}) {
+      const std::string_view v = std::string_view(value).substr(key_len, len - key_len % 2);
+      table.SetValue(e, v);
+      ASSERT_EQ(Table::ValueOf(*table.Find(key, H(key))), v) << key_len << " " << len;
+    }
+  }
+}
+
 // The sum of the live records as the allocator sized them: what heap_bytes() must say.
 size_t RecordBytes(const Table& table) {
   size_t bytes = 0;
