@@ -32,7 +32,8 @@ void SendQueue::Append(Shared owner, std::string_view bytes) {
   size_ += bytes.size();
 }
 
-void SendQueue::MoveTo(SendQueue& to, size_t bytes) {
+void SendQueue::MoveTo(SendQueue& to, size_t bytes, bool share) {
+  bytes = std::min(bytes, size_);
   size_t left = bytes;
   size_t skip = offset_;
   for (size_t i = head_; left > 0; ++i) {
@@ -40,7 +41,7 @@ void SendQueue::MoveTo(SendQueue& to, size_t bytes) {
     const std::string_view from = piece.bytes().substr(skip);
     skip = 0;
     const std::string_view part = from.substr(0, std::min(left, from.size()));
-    if (piece.owner && part.size() >= kMinSharedBytes) {
+    if (share && piece.owner && part.size() >= kMinSharedBytes) {
       to.Append(piece.owner, part);
     } else {
       to.Append(part);
@@ -72,7 +73,28 @@ std::string_view SendQueue::Front() const {
   return {};
 }
 
+void SendQueue::Truncate(size_t bytes) {
+  if (bytes >= size_) return;
+  if (bytes == 0) return Clear();
+  size_ = bytes;
+  size_t i = head_;
+  bytes += offset_;
+  for (;; ++i) {
+    const size_t length = pieces_[i].bytes().size();
+    if (bytes <= length) break;
+    bytes -= length;
+  }
+  Piece& last = pieces_[i];
+  if (last.owner) {
+    last.shared = last.shared.substr(0, bytes);
+  } else {
+    last.copied.resize(bytes);
+  }
+  pieces_.erase(pieces_.begin() + static_cast<ptrdiff_t>(i + 1), pieces_.end());
+}
+
 void SendQueue::Consume(size_t bytes) {
+  bytes = std::min(bytes, size_);
   size_ -= bytes;
   if (size_ == 0) return Reset();
   while (bytes > 0) {
@@ -80,13 +102,16 @@ void SendQueue::Consume(size_t bytes) {
     const size_t left = piece.bytes().size() - offset_;
     if (bytes < left) {
       offset_ += bytes;
-      return;
+      break;
     }
     bytes -= left;
     offset_ = 0;
-    if (piece.owner) {  // Sent: the buffer may go.
+    // Sent: the buffer may go (the first piece's is kept for Reset).
+    if (piece.owner) {
       piece.owner.reset();
       piece.shared = {};
+    } else if (head_ > 0) {
+      std::string().swap(piece.copied);
     }
     ++head_;
   }

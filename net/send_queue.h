@@ -1,7 +1,8 @@
 // SendQueue: bytes on their way to a socket, in order: most are copied in, but a large buffer
 // (a GET's value) can be shared instead, held by its shared_ptr where it lies until it is sent.
-// Sending takes the front as iovecs for one sendmsg, so a shared buffer reaches the kernel with
-// no copy in user space; a queue of copied bytes alone is one contiguous piece, sent as before.
+// Sending takes the front as iovecs for a sendmsg (kMaxIovecs pieces at a time), so a shared
+// buffer reaches the kernel with no copy in user space; a queue of copied bytes alone is one
+// contiguous piece, sent as before.
 //
 //   SendQueue q;
 //   q.Append(header);                       // copied
@@ -11,9 +12,10 @@
 //   if (n > 0) q.Consume(n);
 //
 // Pieces move between queues without copying what is shared (MoveTo: an HTTP/2 call's framed
-// response into its connection's output). Memory: a queue keeps the buffer of its first copied
-// piece across uses (up to kKeptBytes), and drops a shared buffer's reference as soon as its
-// bytes are consumed.
+// response into its connection's output). Memory: a drained queue keeps one copied buffer of at
+// most kKeptBytes for its next use (the first such it holds); a spent piece lets go of its
+// buffer, or of its shared buffer's reference, as soon as its bytes are consumed, and spent
+// pieces are dropped from the front as they pile up.
 //
 // Threads: not thread-safe; a shared buffer may be shared across threads (its count is atomic),
 // but not written while any queue holds it.
@@ -26,7 +28,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
+
+#include "absl/container/inlined_vector.h"
 
 namespace ringkv {
 
@@ -46,6 +49,8 @@ class SendQueue {
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  // Pieces held, spent ones included (what memory the queue's bookkeeping takes).
+  size_t pieces() const { return pieces_.size(); }
 
   // Copies `bytes` to the end.
   void Append(std::string_view bytes) {
@@ -65,8 +70,11 @@ class SendQueue {
   // Shares `bytes`, which lie in `owner`'s buffer, without copying them.
   void Append(Shared owner, std::string_view bytes);
   // Moves the first `bytes` (at most size()) to the end of `to`: copied bytes and short shared
-  // ranges are copied, longer shared ranges shared.
-  void MoveTo(SendQueue& to, size_t bytes);
+  // ranges are copied, longer shared ranges shared unless `share` is false (a writer that
+  // copies anyway, as OpenSSL does, is better off with one contiguous piece).
+  void MoveTo(SendQueue& to, size_t bytes, bool share = true);
+  // Keeps the first `bytes` (at most size()) and drops the rest.
+  void Truncate(size_t bytes);
 
   // The front, as up to `max` iovecs (kMaxIovecs at most); returns how many. They stay valid
   // until the queue is next changed.
@@ -96,7 +104,9 @@ class SendQueue {
   // Nothing is left: keeps the first piece's buffer if it is copied and not too large.
   void Reset();
 
-  std::vector<Piece> pieces_;  // pieces_[head_..] hold the bytes; those before are spent.
+  // pieces_[head_..] hold the bytes; those before are spent. One inline: a queue of copied
+  // bytes alone (most calls' responses) allocates nothing but its buffer.
+  absl::InlinedVector<Piece, 1> pieces_;
   size_t head_ = 0;
   size_t offset_ = 0;  // Bytes of pieces_[head_] already consumed.
   size_t size_ = 0;

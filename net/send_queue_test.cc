@@ -121,6 +121,55 @@ TEST(SendQueue, ConsumesAcrossPiecesInAnyStepsAndKeepsItsBuffer) {
   EXPECT_EQ(Gathered(q), "again");
 }
 
+TEST(SendQueue, MoveToCopiesSharedRangesWhenToldNotToShare) {
+  SendQueue from;
+  const SendQueue::Shared value = Buffer(20000, 'y');
+  from.Append(value, *value);
+  SendQueue to;
+  from.MoveTo(to, 16384, /*share=*/false);
+  iovec iov[4];
+  ASSERT_EQ(to.Gather(iov, 4), 1);
+  EXPECT_NE(iov[0].iov_base, value->data());  // A copy, for a writer that copies anyway.
+  EXPECT_EQ(Gathered(to), value->substr(0, 16384));
+  EXPECT_EQ(from.size(), 20000u - 16384u);
+}
+
+TEST(SendQueue, TruncateKeepsTheFrontAcrossPieces) {
+  const SendQueue::Shared value = Buffer(5000, 's');
+  for (size_t keep : {size_t{0}, size_t{3}, size_t{4}, size_t{2000}, size_t{5004}, size_t{5006},
+                      size_t{5010}, size_t{9999}}) {
+    SendQueue q;
+    q.Append("ab");
+    q.Append("cd");  // One copied piece "abcd" ...
+    q.Append(value, *value);
+    q.Append("tail!!");
+    const std::string all = "abcd" + *value + "tail!!";
+    q.Consume(1);  // ... partly sent.
+    q.Truncate(keep);
+    const std::string expected = all.substr(1, keep);
+    EXPECT_EQ(q.size(), expected.size()) << keep;
+    EXPECT_EQ(Gathered(q), expected) << keep;
+    q.Append("more");
+    EXPECT_EQ(Gathered(q), expected + "more") << keep;
+  }
+}
+
+TEST(SendQueue, SpentPiecesDoNotPileUpWhileTheQueueNeverDrains) {
+  // A slow reader: every send takes part of a piece, and more comes before the queue is empty.
+  SendQueue q;
+  const SendQueue::Shared value = Buffer(16384, 'd');
+  q.Append("x");
+  for (int i = 0; i < 10000; ++i) {
+    q.Append("123456789");
+    q.Append(value, *value);
+    q.Consume(16384 + 9 - 7);  // Leaves the queue 7 bytes further behind each round.
+  }
+  EXPECT_EQ(q.size(), 1u + 10000u * 7u);
+  EXPECT_LT(q.pieces(), 64u);
+  // Only the pieces still unsent hold the buffer (and the test's own reference).
+  EXPECT_LE(value.use_count(), 1 + static_cast<long>(q.size() / 16384) + 2);
+}
+
 TEST(SendQueue, GathersAtMostMaxPieces) {
   SendQueue q;
   const SendQueue::Shared b = Buffer(100, 's');

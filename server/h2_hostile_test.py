@@ -332,6 +332,28 @@ class ProtocolTest(ServerCase):
         self.assertEqual(call.wait(), 4)
         self.assertGreaterEqual(time.time() - start, 0.29)
 
+    @unittest.skipIf(GRPCPP, "the h2 transport's own buffers")
+    def test_a_deadline_while_large_answers_wait_on_a_full_socket(self):
+        # A Stream's answers (GETs of 1 MiB, whose values the connection's output shares) wait
+        # on a client that does not read: its socket is full, and nghttp2 holds a DATA frame it
+        # was promised. The deadline then fails the call, dropping what is not yet framed but
+        # keeping that frame's bytes: the client, reading at last, gets whole frames, then
+        # DEADLINE_EXCEEDED.
+        value = os.urandom(1 << 20)
+        r = subprocess.run([CLI, f"--addr={self.addr}", "put", "huge", "-"], input=value,
+                           capture_output=True, timeout=10)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ops = b"".join(field(1, bytes([0x08, i, 0x10, 1]) + field(3, b"huge"))
+                       for i in range(1, 25))  # StreamOp{id: i, type: GET, key: "huge"} x 24.
+        call = self.call("/ringkv.v1.KV/Stream", body=grpc_message(ops), end=False,
+                         headers=[("grpc-timeout", "1S")], window=1 << 30)
+        call.conn.increment_flow_control_window(1 << 30)  # The connection's own window.
+        call.flush()
+        time.sleep(2)  # Not reading, past the deadline.
+        self.assertEqual(call.wait(20), 4, call.message())
+        self.assertGreater(len(call.data), 1 << 20)  # Answers came before the deadline.
+        self.assertServing()
+
     def test_oversized_headers_are_refused(self):
         call = self.call(headers=[("x-padding", "p" * 20000)])
         self.assertEqual(call.wait(), 8)

@@ -248,13 +248,13 @@ void Connection::OnSent(int result) {
 
 void Connection::SendRest() {
   ++ops_;
-  const int pieces = sending_.Gather(send_iov_);
-  if (pieces == 1) {
-    io_.Send(this, {static_cast<const char*>(send_iov_[0].iov_base), send_iov_[0].iov_len});
-  } else {
-    send_msg_ = Message(send_iov_, pieces);
-    io_.Send(this, &send_msg_);
+  if (sending_.Front().size() == sending_.size()) {  // One piece: a plain send.
+    io_.Send(this, sending_.Front());
+    return;
   }
+  if (ring_message_ == nullptr) ring_message_ = std::make_unique<RingMessage>();
+  ring_message_->header = Message(ring_message_->iov, sending_.Gather(ring_message_->iov));
+  io_.Send(this, &ring_message_->header);
 }
 
 bool Connection::GatherFrames() {
@@ -335,7 +335,7 @@ void Connection::UpdateInterest() {
 bool Connection::AppendData(const uint8_t* frame_header, H2Call& call, size_t length) {
   if (Unsent() >= kOutputChunk) return false;
   out_.Append({reinterpret_cast<const char*>(frame_header), 9});
-  call.TakeResponse(length, out_);
+  call.TakeResponse(length, out_, /*share=*/ssl_ == nullptr);  // OpenSSL copies anyway.
   if (call.TakeFramedAck()) AckFramed();
   return true;
 }

@@ -10,11 +10,11 @@
 //     nghttp2 frame it: at most --max-concurrent-streams responses per connection, since a
 //     stream stays open until its response is out.
 //   - Frames wait in the connection's output (a SendQueue: a large value's bytes are shared
-//     from its call's buffer, not copied) until the socket takes them, in one sendmsg per
-//     round. While the socket
-//     refuses kPauseReadBytes, the connection reads nothing more from it, so a client that
-//     sends requests but never reads the answers (even answers that no flow-control window
-//     holds back, like errors) is held back by TCP; reading resumes under kResumeReadBytes.
+//     from its call's buffer, not copied, but for TLS) until the socket takes them, a sendmsg
+//     per round. While the socket refuses kPauseReadBytes, the connection reads nothing more
+//     from it, so a client that sends requests but never reads the answers (even answers that
+//     no flow-control window holds back, like errors) is held back by TCP; reading resumes
+//     under kResumeReadBytes.
 //     Only the socket pauses reading: a response waiting for the client's window must not,
 //     since the client's WINDOW_UPDATE would then never be read.
 //
@@ -62,6 +62,7 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -223,8 +224,12 @@ class Connection final : public CallConnection {
   uint32_t ops_ = 0;         // Receives and sends out.
   int held_fd_ = -1;         // Closed with ops out: the socket, shut down, until deletion.
   SendQueue sending_;        // What the send out holds, not yet sent.
-  iovec send_iov_[SendQueue::kMaxIovecs];  // The sendmsg out, when it has more than one piece.
-  msghdr send_msg_{};
+  // The ring's sendmsg out, when sending_ has more than one piece (made on first use).
+  struct RingMessage {
+    iovec iov[SendQueue::kMaxIovecs];
+    msghdr header;
+  };
+  std::unique_ptr<RingMessage> ring_message_;
   RoleCache role_cache_;
 };
 

@@ -238,7 +238,7 @@ void H2Call::ReserveRequest(const char* data, size_t length) {
   if (prefix == nullptr) return;
   const uint64_t whole = kMessagePrefixBytes + uint64_t{ReadMessagePrefix(prefix).length};
   const uint64_t have = in_.size() + length;
-  if (whole > in_.capacity() && have < whole && have * 8 >= whole &&
+  if (whole > in_.capacity() && have < whole && have * 2 >= whole &&
       whole <= kMessagePrefixBytes + io_.loop().context().options().limits.max_message_bytes()) {
     in_.reserve(whole);
   }
@@ -442,6 +442,7 @@ ssize_t H2Call::PullResponse(size_t length, uint32_t* data_flags) {
   }
   const size_t n = std::min(length, unsent);
   if (n > 0) *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  promised_ = n;
   if (n == unsent && final_status_.has_value()) {
     // The trailers end the stream, right after this last DATA frame.
     *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
@@ -450,8 +451,9 @@ ssize_t H2Call::PullResponse(size_t length, uint32_t* data_flags) {
   return static_cast<ssize_t>(n);
 }
 
-void H2Call::TakeResponse(size_t length, SendQueue& to) {
-  out_.MoveTo(to, length);
+void H2Call::TakeResponse(size_t length, SendQueue& to, bool share) {
+  promised_ = 0;
+  out_.MoveTo(to, length, share);
   taken_ += length;
   if (write_pending_ && Unsent() < kWriteDoneBytes) io_.MakeReady(this);
 }
@@ -503,9 +505,10 @@ void H2Call::Fail(const absl::Status& status) {
     if (!response_started_) {
       SendTrailersOnly(status);
     } else {
-      // Messages not yet framed are dropped; the trailers say why.
-      taken_ += out_.size();
-      out_.Clear();
+      // Messages not yet framed are dropped; the trailers say why. A DATA frame nghttp2 has
+      // been promised (and retries when the connection has room) keeps its bytes.
+      taken_ += out_.size() - promised_;
+      out_.Truncate(promised_);
       final_status_ = status;
       ResumeResponse();
       connection_->MarkDirty();

@@ -97,8 +97,8 @@ class H2Call final : public CallSink {
   // in Connection::AppendData); returns how many, or NGHTTP2_ERR_DEFERRED.
   ssize_t PullResponse(size_t length, uint32_t* data_flags);
   // AppendData's part: the next `length` bytes of the response, now framed, moved to `to` (the
-  // connection's output).
-  void TakeResponse(size_t length, SendQueue& to);
+  // connection's output; `share`: shared ranges stay shared, SendQueue::MoveTo).
+  void TakeResponse(size_t length, SendQueue& to, bool share);
 
   // From the loop.
   void Pump();
@@ -159,9 +159,9 @@ class H2Call final : public CallSink {
   // in_'s, which stay put while the handler lives (Handler::ParseInPlace may keep views).
   void ParseRequest(const char* bytes, size_t length, bool stays = false);
   // A unary request in pieces: its buffer is sized once for the whole message, as the prefix
-  // says, when an eighth of it is in (with `length` more bytes at `data`), rather than doubled
-  // as it grows, which copies it again each time. A client must send an eighth of what it
-  // claims to get the memory.
+  // says, when half of it is in (with `length` more bytes at `data`), rather than doubled to
+  // the end, which copies it again each time. As with doubling, the buffer is never more than
+  // twice what the client sent.
   void ReserveRequest(const char* data, size_t length);
   // UNIMPLEMENTED for a compressed message, RESOURCE_EXHAUSTED for one over the limit.
   absl::Status CheckPrefix(const MessagePrefix& prefix) const;
@@ -212,6 +212,7 @@ class H2Call final : public CallSink {
   // Response side. out_ is framed response not yet taken by nghttp2.
   SendQueue out_;
   uint64_t taken_ = 0;         // Bytes of the response taken by nghttp2 (or dropped).
+  size_t promised_ = 0;        // Bytes PullResponse gave nghttp2's DATA frame, not yet taken.
   SendQueue::Shared shared_;   // ShareField's bytes, for Finish's response ...
   uint32_t shared_field_ = 0;  // ... as this field.
   bool ack_next_ = false;      // Acknowledges() came: the next Write or Finish acknowledges.

@@ -3,7 +3,6 @@
 // kMaxStreamInFlight operations in flight and coalesces the results that pile up while a Write
 // is outstanding into the next message (BidiHandler does the reading and writing).
 #include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/wire_format_lite.h>
 
 #include <deque>
 #include <memory>
@@ -139,32 +138,45 @@ class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
   using SingleKeyHandler::SingleKeyHandler;
   // A large value stays where the transport received it (its one copy is the shard's, into
   // the table); the other fields (key, TTL, condition) are parsed from a copy of their bytes.
+  // Malformed bytes, or a group (long deprecated), are left to the transport's parse.
   bool ParseInPlace(std::string_view wire) override {
-    namespace wire_format = google::protobuf::internal;
-    using Lite = wire_format::WireFormatLite;
     if (wire.size() < CallSink::kShareBytes) return false;
     google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
                                               static_cast<int>(wire.size()));
-    constexpr uint32_t kValueTag =
-        Lite::MakeTag(pb::PutRequest::kValueFieldNumber, Lite::WIRETYPE_LENGTH_DELIMITED);
     std::string fields;
     std::string_view value;
     for (;;) {
       const size_t at = static_cast<size_t>(in.CurrentPosition());
       const uint32_t tag = in.ReadTag();
       if (tag == 0) {
-        if (at != wire.size()) return false;  // Malformed: the transport's parse says so.
+        if (at != wire.size()) return false;
         break;
       }
-      if (tag == kValueTag) {  // As protobuf: the last one counts.
-        uint32_t length = 0;
-        if (!in.ReadVarint32(&length)) return false;
-        const size_t from = static_cast<size_t>(in.CurrentPosition());
-        if (length > wire.size() - from || !in.Skip(static_cast<int>(length))) return false;
-        value = wire.substr(from, length);
-        continue;
+      uint64_t scalar = 0;
+      uint32_t length = 0;
+      switch (tag & 7) {  // The wire type.
+        case 0:           // Varint.
+          if (!in.ReadVarint64(&scalar)) return false;
+          break;
+        case 1:  // 64-bit.
+          if (!in.Skip(8)) return false;
+          break;
+        case 5:  // 32-bit.
+          if (!in.Skip(4)) return false;
+          break;
+        case 2: {  // Length-delimited.
+          if (!in.ReadVarint32(&length)) return false;
+          const size_t from = static_cast<size_t>(in.CurrentPosition());
+          if (length > wire.size() - from || !in.Skip(static_cast<int>(length))) return false;
+          if (tag >> 3 == pb::PutRequest::kValueFieldNumber) {
+            value = wire.substr(from, length);  // As protobuf: the last one counts.
+            continue;
+          }
+          break;
+        }
+        default:
+          return false;
       }
-      if (!Lite::SkipField(&in, tag)) return false;
       fields.append(wire.substr(at, static_cast<size_t>(in.CurrentPosition()) - at));
     }
     if (!request_.ParseFromString(fields)) return false;

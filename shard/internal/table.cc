@@ -1,7 +1,9 @@
 #include "shard/internal/table.h"
 
-#include <emmintrin.h>
 #include <sys/mman.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <bit>
@@ -471,13 +473,21 @@ namespace {
 constexpr size_t kStreamBytes = 16 * 1024;
 
 void CopyValue(char* to, std::string_view value) {
-  if (value.size() < kStreamBytes) {
+  const bool overlap = value.data() < to + value.size() && to < value.data() + value.size();
+#if defined(__SSE2__)
+  const bool stream = value.size() >= kStreamBytes && !overlap;
+#else
+  const bool stream = false;
+#endif
+  if (!stream) {
     std::memmove(to, value.data(), value.size());
     return;
   }
+#if defined(__SSE2__)
   const char* from = value.data();
   size_t left = value.size();
-  const size_t head = (16 - reinterpret_cast<uintptr_t>(to) % 16) % 16;
+  // Whole cache lines from the first line boundary, each written by four 16-byte stores.
+  const size_t head = (64 - reinterpret_cast<uintptr_t>(to) % 64) % 64;
   std::memcpy(to, from, head);
   to += head;
   from += head;
@@ -494,6 +504,7 @@ void CopyValue(char* to, std::string_view value) {
   }
   std::memcpy(to, from, left);
   _mm_sfence();  // Ordered before what follows, as ordinary stores are.
+#endif
 }
 
 }  // namespace
