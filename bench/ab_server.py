@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Two ringkv-server binaries, like for like: does a change leave the service's speed alone?
 
-Usage: bench/ab_server.py BASE_SERVER [ROUNDS] [SECONDS] [SHAPE...]   (after scripts/setup.sh)
+Usage: [SERVER_FLAGS=...] bench/ab_server.py BASE_SERVER [ROUNDS] [SECONDS] [SHAPE...]
+(after scripts/setup.sh)
 
 A SHAPE argument keeps only the shapes whose name contains it ("stream", "grpc").
 
@@ -19,6 +20,9 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 
+# SERVER_FLAGS="--spin-us=0": flags for both servers in every shape (with spin, a server that
+# waits for its client counts the spin in its CPU per call).
+EXTRA_FLAGS = os.environ.get("SERVER_FLAGS", "").split()
 LARGE = ["--keys=1000", "--value-size=81920"]  # After --keys=100000: the last one counts.
 SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
     "h2 unary GET, 50 connections x 1": ([], ["--connections=50", "--concurrency=50"]),
@@ -43,7 +47,8 @@ SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
 
 def run(binary, server_flags, client_flags, seconds, workdir):
     log = os.path.join(workdir, "server.log")
-    proc, addr = benchlib.start_ringkv(log, ["--threads=1", *server_flags], binary=binary)
+    proc, addr = benchlib.start_ringkv(log, ["--threads=1", *EXTRA_FLAGS, *server_flags],
+                                       binary=binary)
     try:
         cmd = ["build/bench/ringkv-loadgen", f"--addr={addr}", "--keys=100000",
                f"--duration={seconds}", "--progress=false", *client_flags]

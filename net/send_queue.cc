@@ -6,15 +6,14 @@
 namespace ringkv {
 namespace {
 
-// A copied piece that is also the last drops its consumed front once this much is consumed and
-// at least half of it (a long stream's buffer that never drains).
-constexpr size_t kCompactBytes = 64 * 1024;
 // Spent pieces are dropped from the front once there are this many.
 constexpr size_t kSpentPieces = 16;
 
 }  // namespace
 
-std::string& SendQueue::CopiedTail() {
+// A copied piece that is also the last drops its consumed front once kCompactBytes are consumed
+// and at least half of it (a long stream's buffer that never drains).
+std::string& SendQueue::NewOrCompactedTail() {
   if (pieces_.empty() || pieces_.back().owner) return pieces_.emplace_back().copied;
   std::string& tail = pieces_.back().copied;
   if (head_ + 1 == pieces_.size() && offset_ >= kCompactBytes && offset_ * 2 >= tail.size()) {
@@ -34,6 +33,12 @@ void SendQueue::Append(Shared owner, std::string_view bytes) {
 
 void SendQueue::MoveTo(SendQueue& to, size_t bytes, bool share) {
   bytes = std::min(bytes, size_);
+  if (bytes == 0) return;
+  const Piece& front = pieces_[head_];
+  if (!front.owner && front.copied.size() - offset_ >= bytes) {  // Most calls: one copy.
+    to.Append(std::string_view(front.copied).substr(offset_, bytes));
+    return Consume(bytes);
+  }
   size_t left = bytes;
   size_t skip = offset_;
   for (size_t i = head_; left > 0; ++i) {
@@ -124,6 +129,10 @@ void SendQueue::Consume(size_t bytes) {
 void SendQueue::Reset() {
   head_ = 0;
   offset_ = 0;
+  if (pieces_.size() == 1 && !pieces_[0].owner && pieces_[0].copied.capacity() <= kKeptBytes) {
+    pieces_[0].copied.clear();  // Most queues: one copied piece, kept as it is.
+    return;
+  }
   const auto kept = std::find_if(pieces_.begin(), pieces_.end(), [](const Piece& piece) {
     return !piece.owner && piece.copied.capacity() <= kKeptBytes;
   });

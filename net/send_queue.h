@@ -99,8 +99,18 @@ class SendQueue {
     std::string_view bytes() const { return owner ? shared : std::string_view(copied); }
   };
 
-  // The last piece if it is copied, else a new copied one.
-  std::string& CopiedTail();
+  // The last piece if it is copied (its consumed front dropped once large), else a new copied
+  // one.
+  std::string& CopiedTail() {
+    if (!pieces_.empty() && !pieces_.back().owner &&
+        (head_ + 1 != pieces_.size() || offset_ < kCompactBytes)) {
+      return pieces_.back().copied;
+    }
+    return NewOrCompactedTail();
+  }
+  std::string& NewOrCompactedTail();
+  // The consumed front a copied tail may hold before it is dropped (NewOrCompactedTail).
+  static constexpr size_t kCompactBytes = 64 * 1024;
   // Nothing is left: keeps the first piece's buffer if it is copied and not too large.
   void Reset();
 
