@@ -111,7 +111,7 @@ class SendQueue {
   std::string& NewOrCompactedTail();
   // The consumed front a copied tail may hold before it is dropped (NewOrCompactedTail).
   static constexpr size_t kCompactBytes = 64 * 1024;
-  // Nothing is left: keeps the first piece's buffer if it is copied and not too large.
+  // Nothing is left: keeps the buffer of the first copied piece of at most kKeptBytes.
   void Reset();
 
   // pieces_[head_..] hold the bytes; those before are spent. One inline: a queue of copied

@@ -138,13 +138,17 @@ ssize_t Connection::Receive(char* buffer, size_t length) {
   return ToSocketResult(read);
 }
 
+ssize_t Connection::SendFront(int flags) {
+  iovec iov[SendQueue::kMaxIovecs];
+  const int pieces = out_.Gather(iov);
+  if (pieces == 1) return send(fd_, iov[0].iov_base, iov[0].iov_len, flags);
+  const msghdr message = Message(iov, pieces);
+  return sendmsg(fd_, &message, flags);
+}
+
 ssize_t Connection::Transmit() {
   if (ssl_ == nullptr) {
-    iovec iov[SendQueue::kMaxIovecs];
-    const int pieces = out_.Gather(iov);
-    const msghdr message = Message(iov, pieces);
-    const ssize_t n = pieces == 1 ? send(fd_, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL)
-                                  : sendmsg(fd_, &message, MSG_NOSIGNAL);
+    const ssize_t n = SendFront(MSG_NOSIGNAL);
     if (n > 0) out_.Consume(static_cast<size_t>(n));
     return n;
   }
@@ -356,9 +360,7 @@ void Connection::Terminate(std::string_view why) {
     // One try, now: what a send already out holds goes first, so nothing is sent beside it.
     if (nghttp2_session_want_write(session_) && nghttp2_session_send(session_) == 0 &&
         sending_.empty() && !out_.empty()) {
-      iovec iov[SendQueue::kMaxIovecs];
-      const msghdr message = Message(iov, out_.Gather(iov));
-      [[maybe_unused]] ssize_t n = sendmsg(fd_, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+      [[maybe_unused]] ssize_t n = SendFront(MSG_NOSIGNAL | MSG_DONTWAIT);
     }
   } else {
     Flush();  // One try: a client that does not read does not hold up the stop.

@@ -37,8 +37,8 @@
 // the loop's ring instead. One multishot receive is out while reading goes on (cancelled when
 // it pauses: what it still brings is read), and one send, of all the frames gathered until
 // then (a sendmsg when some are shared); frames gathered meanwhile wait in a second queue for the
-// send after it. A TLS connection
-// stays on readiness (OpenSSL reads and writes its socket itself).
+// send after it. A TLS connection stays on readiness (OpenSSL reads and writes its socket
+// itself).
 //
 // Answers that acknowledge writes (CallSink::Acknowledges) are followed until their bytes are
 // in the kernel: counted from the call's HoldAck until nghttp2 has framed them (H2Call), then
@@ -194,8 +194,10 @@ class Connection final : public CallConnection {
   // errno (EAGAIN: nothing now).
   ssize_t Receive(char* buffer, size_t length);
   // The front of out_ (a sendmsg of up to SendQueue::kMaxIovecs pieces; through TLS, one piece
-  // at a time): bytes taken, or -1 with errno.
+  // at a time), consumed as the socket takes it: bytes taken, or -1 with errno.
   ssize_t Transmit();
+  // One send(msg) of out_'s front with `flags`, plaintext; consumes nothing.
+  ssize_t SendFront(int flags);
 
   H2Io& io_;
   int fd_;

@@ -1,5 +1,7 @@
 #include "server/h2/h2_call.h"
 
+#include <google/protobuf/io/coded_stream.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -19,13 +21,8 @@ constexpr uint8_t kNoCopy = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_CO
 // A request buffer drops the bytes already handed on once they are this many and at least half
 // of it.
 constexpr size_t kCompactBytes = 64 * 1024;
-// A varint's bytes at most (64 bits), and one written at `at`; returns its end.
+// A varint's bytes at most (64 bits).
 constexpr size_t kMaxVarintBytes = 10;
-char* PutVarint(char* at, uint64_t value) {
-  for (; value >= 0x80; value >>= 7) *at++ = static_cast<char>(value | 0x80);
-  *at++ = static_cast<char>(value);
-  return at;
-}
 
 // A header whose name and value outlive the frame (string literals).
 template <size_t N, size_t M>
@@ -356,13 +353,16 @@ void H2Call::AppendMessage(const google::protobuf::MessageLite& message, SendQue
   }
   // The shared field, then the message's own (which leave it unset): a parser takes fields in
   // any order, and for field 1 this is also the order protobuf writes.
-  char head[kMessagePrefixBytes + 2 * kMaxVarintBytes];
-  char* const end =
-      PutVarint(PutVarint(head + kMessagePrefixBytes, uint64_t{field} << 3 | 2), shared->size());
+  using google::protobuf::io::CodedOutputStream;
+  uint8_t head[kMessagePrefixBytes + 2 * kMaxVarintBytes];
+  const uint8_t* const end = CodedOutputStream::WriteVarint64ToArray(
+      shared->size(),
+      CodedOutputStream::WriteTagToArray(field << 3 | 2, head + kMessagePrefixBytes));
   const size_t head_bytes = static_cast<size_t>(end - head);
   WriteMessagePrefix(
-      head, false, static_cast<uint32_t>(head_bytes - kMessagePrefixBytes + shared->size() + size));
-  out_.Append({head, head_bytes});
+      reinterpret_cast<char*>(head), false,
+      static_cast<uint32_t>(head_bytes - kMessagePrefixBytes + shared->size() + size));
+  out_.Append({reinterpret_cast<const char*>(head), head_bytes});
   const std::string_view bytes = *shared;
   out_.Append(std::move(shared), bytes);
   if (size > 0) {
@@ -419,8 +419,9 @@ void H2Call::Finish(const absl::Status& status, const google::protobuf::MessageL
   ReleaseInput();
   if (!cancelled_ && Alive() && !final_status_.has_value()) {
     ClearDeadline();
-    if (status.ok() && response != nullptr)
+    if (status.ok() && response != nullptr) {
       AppendMessage(*response, std::move(shared), shared_field_);
+    }
     // The trailers' grpc-status 0 is what acknowledges: held until the stream closes.
     if (acknowledges && status.ok()) HoldAck(kUntilClose);
     if (!response_started_ && Unsent() == 0) {

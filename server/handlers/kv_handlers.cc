@@ -152,12 +152,12 @@ class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
         if (at != wire.size()) return false;
         break;
       }
-      uint64_t scalar = 0;
-      uint32_t length = 0;
       switch (tag & 7) {  // The wire type.
-        case 0:           // Varint.
+        case 0: {         // Varint.
+          uint64_t scalar;
           if (!in.ReadVarint64(&scalar)) return false;
           break;
+        }
         case 1:  // 64-bit.
           if (!in.Skip(8)) return false;
           break;
@@ -165,6 +165,7 @@ class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
           if (!in.Skip(4)) return false;
           break;
         case 2: {  // Length-delimited.
+          uint32_t length;
           if (!in.ReadVarint32(&length)) return false;
           const size_t from = static_cast<size_t>(in.CurrentPosition());
           if (length > wire.size() - from || !in.Skip(static_cast<int>(length))) return false;

@@ -473,17 +473,12 @@ namespace {
 constexpr size_t kStreamBytes = 16 * 1024;
 
 void CopyValue(char* to, std::string_view value) {
-  const bool overlap = value.data() < to + value.size() && to < value.data() + value.size();
 #if defined(__SSE2__)
-  const bool stream = value.size() >= kStreamBytes && !overlap;
-#else
-  const bool stream = false;
-#endif
-  if (!stream) {
+  const bool overlap = value.data() < to + value.size() && to < value.data() + value.size();
+  if (value.size() < kStreamBytes || overlap) {
     std::memmove(to, value.data(), value.size());
     return;
   }
-#if defined(__SSE2__)
   const char* from = value.data();
   size_t left = value.size();
   // Whole cache lines from the first line boundary, each written by four 16-byte stores.
@@ -504,6 +499,8 @@ void CopyValue(char* to, std::string_view value) {
   }
   std::memcpy(to, from, left);
   _mm_sfence();  // Ordered before what follows, as ordinary stores are.
+#else
+  std::memmove(to, value.data(), value.size());
 #endif
 }
 
