@@ -8,7 +8,8 @@ following it (ringkv --replica-of, Redis --replicaof: both asynchronous), then w
 replica and each write waiting for it (ringkv --min-replicas=1 on the primary; Redis: each
 connection sends SET then WAIT 1 0 and waits for both, bench/redis_wait.cc, since
 redis-benchmark cannot), and BASELINE (another
-ringkv-server binary, say the commit before replication) alone. Every server runs one worker
+ringkv-server binary, say the commit before replication) alone, with a replica of the same
+binary, and with that replica and --min-replicas=1. Every server runs one worker
 (--threads=1; Redis is single-threaded), all on the same 2 cores as the client, so a replica
 takes CPU from its primary here: the CPU per operation of primary, replica and client is given
 beside the rate. For ringkv's replica, the delay of the messages it applied during the run (from
@@ -21,7 +22,8 @@ starts, and the time until it holds everything is taken (ringkv: every flow "sta
 lag; Redis: master_link_status up, no sync in progress, and the key count). Redis syncs
 diskless (repl-diskless-sync yes, delay 0; the replica loads from the socket,
 repl-diskless-load on-empty-db; each Redis in a directory of its own). The primary's resident size is sampled every 20 ms
-meanwhile: its growth, and for Redis the fork child's peak too.
+meanwhile: its growth, and for Redis the fork child's peak too. With BASELINE, that binary's
+full sync too (primary and replica).
 
 Part 3 (PARTS=resync, ringkv only), the issue's "partial resync after a 5-second
 disconnect": a replica follows a primary (--repl-backlog=128MiB) under ringkv-loadgen's PUTs at
@@ -31,8 +33,8 @@ until it has applied what the primary had made by then, and whether that was a p
 resync (no new full sync).
 
 The replica with a data directory (ringkv --data-dir, --fsync=everysec; Redis appendonly
-yes, appendfsync everysec on the replica) is a row of part 1 too. ROWS=name,name runs only
-those rows of part 1.
+yes, appendfsync everysec on the replica) is a row of part 1 too. ROWS=name;name runs only
+those rows of part 1 (names separated by semicolons: ROWS='ringkv;ringkv + replica, min 1').
 
 Usage: [PARTS=put,sync,resync] [ROWS=...] bench/repl_bench.py [RUNS=3] [SECONDS=5] [SYNC_KEYS=1000000] [BASELINE]
 (repository root, after scripts/setup.sh). Prints markdown; raw results in bench-results/repl/.
@@ -146,7 +148,7 @@ def put_ringkv(binary, with_replica, sync=False, data_dir=False):
         if with_replica:
             replica, raddr = start_ringkv(
                 log("ringkv-replica"), ["--threads=1", f"--replica-of={addr}"]
-                + ([f"--data-dir={work}/data"] if data_dir else []))
+                + ([f"--data-dir={work}/data"] if data_dir else []), binary)
             wait(lambda: ringkv_caught_up(addr, raddr), 60, "the replica's full sync")
         # The pre-load (a --min-replicas primary takes it once its replica follows).
         subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
@@ -292,8 +294,8 @@ def sample_until(done, pid, timeout):
     return time.monotonic() - start, peak, child_peak
 
 
-def sync_ringkv():
-    proc, addr = start_ringkv(log("ringkv-sync"), ["--threads=1"])
+def sync_ringkv(binary="build/server/ringkv-server"):
+    proc, addr = start_ringkv(log("ringkv-sync"), ["--threads=1"], binary)
     replica = None
     try:
         subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={SYNC_KEYS}", "--value-size=32",
@@ -301,7 +303,7 @@ def sync_ringkv():
                        capture_output=True, check=True)
         before = rss_bytes(proc.pid)
         replica, raddr = start_ringkv(log("ringkv-sync-replica"),
-                                      ["--threads=1", f"--replica-of={addr}"])
+                                      ["--threads=1", f"--replica-of={addr}"], binary)
         seconds, peak, _ = sample_until(lambda: ringkv_caught_up(addr, raddr), proc.pid, 600)
         keys = sum(int(s["keys"]) for s in ringkv_stats(raddr)["shards"])
         assert keys == SYNC_KEYS, f"the replica holds {keys} keys"
@@ -349,10 +351,11 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     rows = {name: [] for name in ("ringkv", "ringkv + replica", "ringkv + replica, min 1",
                                   "ringkv + replica with --data-dir", "ringkv baseline",
+                                  "ringkv baseline + replica", "ringkv baseline + replica, min 1",
                                   "redis", "redis + replica", "redis + replica, WAIT 1 0",
                                   "redis + replica with AOF everysec")}
-    wanted = set(os.environ["ROWS"].split(",")) if os.environ.get("ROWS") else set(rows)
-    syncs = {"ringkv": [], "redis": []}
+    wanted = set(os.environ["ROWS"].split(";")) if os.environ.get("ROWS") else set(rows)
+    syncs = {"ringkv": [], "ringkv baseline": [], "redis": []}
     resyncs = []
     for run in range(RUNS):
         for name, fn in () if "put" not in PARTS else (("ringkv", lambda: put_ringkv("build/server/ringkv-server", False)),
@@ -364,6 +367,10 @@ def main():
                           lambda: put_ringkv("build/server/ringkv-server", True, data_dir=True)),
                          ("ringkv baseline", (lambda: put_ringkv(BASELINE, False))
                           if BASELINE else None),
+                         ("ringkv baseline + replica", (lambda: put_ringkv(BASELINE, True))
+                          if BASELINE else None),
+                         ("ringkv baseline + replica, min 1",
+                          (lambda: put_ringkv(BASELINE, True, sync=True)) if BASELINE else None),
                          ("redis", lambda: put_redis(False)),
                          ("redis + replica", lambda: put_redis(True)),
                          ("redis + replica, WAIT 1 0", lambda: put_redis(True, sync=True)),
@@ -377,7 +384,11 @@ def main():
         if "resync" in PARTS:
             resyncs.append(resync_ringkv())
             print(f"run {run + 1} resync: {resyncs[-1]}", file=sys.stderr)
-        for name, fn in (("ringkv", sync_ringkv), ("redis", sync_redis)) if "sync" in PARTS else ():
+        for name, fn in (("ringkv", sync_ringkv),
+                         ("ringkv baseline", (lambda: sync_ringkv(BASELINE)) if BASELINE else None),
+                         ("redis", sync_redis)) if "sync" in PARTS else ():
+            if fn is None:
+                continue
             r = fn()
             syncs[name].append(r)
             print(f"run {run + 1} sync {name}: {r}", file=sys.stderr)

@@ -16,7 +16,7 @@
 // the call's start.
 //
 // Clients (--client):
-//   h2    gRPC on libnghttp2 (client/h2_channel.h), each thread an epoll loop over its own
+//   h2    gRPC on libnghttp2 (net/h2_channel.h), each thread an epoll loop over its own
 //         connections: a few microseconds of CPU per call, so that on a machine shared with the
 //         server the generator costs no more than redis-benchmark does per request;
 //   grpc  grpc++'s async client, a completion queue per thread: the reference client, at
@@ -63,7 +63,7 @@
 #include "base/command_line.h"
 #include "bench/latency_histogram.h"
 #include "client/client.h"
-#include "client/h2_channel.h"
+#include "net/h2_channel.h"
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "ringkv-server address");
 ABSL_FLAG(std::string, etcd, "",

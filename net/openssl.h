@@ -1,5 +1,5 @@
 // The OpenSSL pieces both ends of ringkv's TLS share (server/tls/server_tls.h and
-// client/client_tls.h): HTTP/2's ALPN id, and the thread's OpenSSL error queue as one line.
+// net/client_tls.h): HTTP/2's ALPN id, and the thread's OpenSSL error queue as one line.
 // Any thread (OpenSSL's error queue is per thread).
 //
 //   if (SSL_CTX_use_certificate_chain_file(ctx, path) != 1) return Error(OpenSslErrors());

@@ -1,6 +1,6 @@
 // TLS reads, writes and handshake steps on a non-blocking socket, and what OpenSSL's answer
 // means, decided once for both ends of ringkv's HTTP/2 (server/h2/connection.h and
-// client/h2_channel.h). Each call clears the thread's OpenSSL error queue first, so that
+// net/h2_channel.h). Each call clears the thread's OpenSSL error queue first, so that
 // SSL_get_error and, after kFailed, OpenSslErrors() (net/openssl.h) speak of this call only.
 //
 // The mapping of SSL_get_error:

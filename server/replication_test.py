@@ -1294,6 +1294,19 @@ class ReplicationTest(unittest.TestCase):
                            text=True, timeout=30)
         self.assertNotEqual(r.returncode, 0, r.stderr)
         self.assertIn("--primary-tls-ca", r.stderr)
+        # Files that are there but hold the wrong thing are refused at start, not at each
+        # connection.
+        for flags, error in (([f"--primary-tls-ca={path('client.key')}"],
+                              "--primary-tls-ca: no certificate in it"),
+                             ([f"--primary-tls-ca={path('ca.pem')}",
+                               f"--primary-tls-cert={path('client.pem')}",
+                               f"--primary-tls-key={path('server.key')}"],
+                              "--primary-tls-key: no private key of --primary-tls-cert")):
+            r = subprocess.run([SERVER, "--listen=127.0.0.1:0",
+                                f"--replica-of={primary.address}", *flags],
+                               capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(r.returncode, 0, r.stderr)
+            self.assertIn(error, r.stderr)
 
     # Bad setups: each gets a clear error, and the replica stays up, retrying and serving reads.
 

@@ -371,14 +371,18 @@ absl::Status Server::SetUpReplication() {
     }
   }
   if (const ServerOptions::PrimaryTls& tls = options_.primary_tls; tls.on) {
-    primary_tls_.on = true;
-    for (auto [flag, path, pem] :
-         {std::tuple{"--primary-tls-ca", &tls.ca, &primary_tls_.ca_pem},
-          std::tuple{"--primary-tls-cert", &tls.cert, &primary_tls_.cert_pem},
-          std::tuple{"--primary-tls-key", &tls.key, &primary_tls_.key_pem}}) {
+    // Read now, so that a replica needs no files later (a re-point, a reconnect).
+    ClientTls::Files pems;
+    for (auto [flag, path, pem] : {std::tuple{"--primary-tls-ca", &tls.ca, &pems.ca},
+                                   std::tuple{"--primary-tls-cert", &tls.cert, &pems.cert},
+                                   std::tuple{"--primary-tls-key", &tls.key, &pems.key}}) {
       if (path->empty()) continue;
       if (absl::Status s = ReadFlagFile(flag, *path, pem); !s.ok()) return s;
     }
+    absl::StatusOr<std::unique_ptr<ClientTls>> client_tls =
+        ClientTls::FromPems(pems, "--primary-tls");
+    if (!client_tls.ok()) return client_tls.status();
+    primary_tls_ = *std::move(client_tls);
   }
   // Every worker gets both sides; its RolePort picks one (a replica may be promoted).
   for (uint32_t i = 0; i < ring_engine_->workers(); ++i) {

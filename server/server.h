@@ -187,10 +187,10 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   std::string journal_stalled_ = journal_failure_;  // While no log has failed for good.
   std::unique_ptr<FinishLine> finish_line_;
   std::string server_id_;
-  repl::ReplicaFlows replica_flows_;      // The replicas streaming from this server.
-  std::string primary_token_;             // --primary-token-file's.
-  repl::ReplicaClient::Tls primary_tls_;  // --primary-tls*: the files' contents.
-  repl::InSyncSet in_sync_set_;           // --acks=isr: the replicas every write waits for.
+  repl::ReplicaFlows replica_flows_;              // The replicas streaming from this server.
+  std::string primary_token_;                     // --primary-token-file's.
+  std::shared_ptr<const ClientTls> primary_tls_;  // --primary-tls*; null: plaintext.
+  repl::InSyncSet in_sync_set_;                   // --acks=isr: the replicas every write waits for.
   // Per worker (the ring engine): both sides of replication, and the port that picks one.
   std::vector<std::unique_ptr<repl::ReplSource>> repl_sources_;
   std::vector<std::unique_ptr<repl::ReplSink>> repl_sinks_;

@@ -1,9 +1,14 @@
 #include "server/repl/sink.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <utility>
 
+#include "absl/base/internal/raw_logging.h"
 #include "absl/container/flat_hash_set.h"
 #include "base/log.h"
 #include "persist/format.h"
@@ -13,6 +18,15 @@
 #include "shard/shard.h"
 
 namespace ringkv::repl {
+
+ReplSink::ReplSink(bool keep_data, size_t backlog_bytes)
+    : keep_data_(keep_data),
+      backlog_limit_(backlog_bytes),
+      ack_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  ABSL_RAW_CHECK(ack_fd_ >= 0, "cannot make a replica flow's eventfd");
+}
+
+ReplSink::~ReplSink() { close(ack_fd_); }
 
 bool ReplSink::Push(Item item) {
   std::unique_lock lock(mu_);
@@ -79,28 +93,36 @@ ReplSink::Figures ReplSink::figures() const {
   return f;
 }
 
-std::optional<uint64_t> ReplSink::NextAck(uint64_t sent) {
-  std::unique_lock lock(ack_mu_);
-  ack_cv_.wait_for(lock, std::chrono::milliseconds(kAckEveryMs),
-                   [&] { return ack_due_ || acks_stopped_; });
-  if (acks_stopped_) return std::nullopt;
-  ack_due_ = false;
-  lock.unlock();
+void ReplSink::AttachAcks(AckSender* sender) {
+  ack_sender_ = sender;
+  ack_sent_ = 0;
+}
+
+void ReplSink::Acknowledge() {
+  // Drained before the flag is cleared: a signal that comes between the two leaves the eventfd
+  // readable (a spare wake-up), never a cleared one with the flag still set (a lost one).
+  uint64_t count;
+  while (read(ack_fd_, &count, sizeof count) < 0 && errno == EINTR) {
+  }
+  ack_due_.store(false, std::memory_order_release);
+  SendAckLocked();
+}
+
+bool ReplSink::SendAckLocked() {
+  if (ack_sender_ == nullptr) return true;
   // Before the image is whole, what is applied is no position the primary can count on.
-  if (!synced_.load(std::memory_order_acquire)) return sent;
-  return std::max(sent, applied_lsn_.load(std::memory_order_acquire));
+  if (!synced_.load(std::memory_order_acquire)) return true;
+  const uint64_t applied = applied_lsn_.load(std::memory_order_acquire);
+  if (applied <= ack_sent_) return true;
+  ack_sent_ = applied;
+  return ack_sender_->SendAck(applied);
 }
 
-void ReplSink::StartAcks() {
-  std::lock_guard lock(ack_mu_);
-  acks_stopped_ = false;
-  ack_due_ = true;  // A partial resync: say at once where this replica stands.
-}
-
-void ReplSink::StopAcks() {
-  std::lock_guard lock(ack_mu_);
-  acks_stopped_ = true;
-  ack_cv_.notify_all();
+void ReplSink::SignalAck() {
+  if (ack_due_.exchange(true, std::memory_order_acq_rel)) return;
+  const uint64_t one = 1;
+  while (write(ack_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+  }
 }
 
 void ReplSink::CountDelay(int64_t delay_us) {
@@ -270,9 +292,9 @@ size_t ReplSink::Turn(Shard& shard, Clock /*clock*/, std::vector<Request*>* /*an
     durability_.log->Position(history_, applied_lsn_.load(std::memory_order_relaxed), false);
   }
   if (ack) {
-    std::lock_guard lock(ack_mu_);
-    ack_due_ = true;
-    ack_cv_.notify_one();
+    // Sent from here unless the flow's thread is using the connection (then it sends it).
+    std::unique_lock lock(ack_mu_, std::try_to_lock);
+    if (!lock.owns_lock() || !SendAckLocked()) SignalAck();
   }
   return applied;
 }

@@ -11,8 +11,12 @@
 // stream (and HTTP/2 flow control, the primary's sender) instead of growing memory.
 //
 // Acknowledgements: the primary marks the messages whose records a write waits for (`ack`);
-// once the worker has applied one, it wakes the flow's acknowledging thread (NextAck), which
-// sends the position applied. Without such a message it still sends the position every
+// once the worker has applied one, it sends the position applied on the flow's call itself
+// (the AckSender the flow's thread attached), so that no thread is woken for it. The call's
+// connection is the flow thread's, which holds ack_mu() whenever it uses it; if the worker
+// cannot take ack_mu() at once (the flow's thread is reading, or waits to Push), it makes
+// ack_fd() readable instead (an eventfd, written once until Acknowledge), and the flow's
+// thread sends it. Without such a message the flow's thread still sends the position every
 // kAckEveryMs if it moved, so that the primary knows how far behind its replicas are.
 //
 // Promotion (issue 23): the worker keeps the last --repl-backlog bytes of the records it
@@ -42,8 +46,8 @@
 //     the stream waits); once it has failed, the worker applies without logging (the disk
 //     keeps an older state, with its position).
 //
-// Threads: Push, Stop and the setters from the client thread; NextAck and the Acks calls from
-// the flow's threads; Serve, Turn, AfterCut, TakeHandover, Promoted and Rejoin from the worker;
+// Threads: Push, Stop, the Acks calls, Acknowledge and the setters from the flow's (client)
+// thread; Serve, Turn, AfterCut, TakeHandover, Promoted and Rejoin from the worker;
 // figures() and durable_pending() from any thread; set_durability and Restore before the worker
 // runs; position_at_stop after it has stopped; ResumeFrom from the client thread.
 #ifndef RINGKV_SERVER_REPL_SINK_H_
@@ -80,8 +84,10 @@ class ReplSink final : public ReplicationPort {
   // before, and a sync cut short leaves it; both are in memory meanwhile. Otherwise the shard
   // is cleared when the sync begins. backlog_bytes (--repl-backlog): the applied records kept
   // for a promotion (0: none).
-  explicit ReplSink(bool keep_data = true, size_t backlog_bytes = 0)
-      : keep_data_(keep_data), backlog_limit_(backlog_bytes) {}
+  explicit ReplSink(bool keep_data = true, size_t backlog_bytes = 0);
+  ~ReplSink() override;
+  ReplSink(const ReplSink&) = delete;
+  ReplSink& operator=(const ReplSink&) = delete;
 
   static constexpr size_t kMaxQueuedBytes = size_t{16} << 20;
   // What the worker applies in one turn, at most (one item more if the first is bigger), so
@@ -145,12 +151,26 @@ class ReplSink final : public ReplicationPort {
   }
   void set_last_error(std::string error);
 
-  // A flow's acknowledging thread: waits until the worker has applied a message the primary
-  // waits for, or kAckEveryMs, and returns the position to acknowledge if it is past `sent`
-  // (else `sent`); nullopt once StopAcks. StartAcks before a flow's call, StopAcks after it.
-  std::optional<uint64_t> NextAck(uint64_t sent);
-  void StartAcks();
-  void StopAcks();
+  // What sends an acknowledgement on the flow's call (the flow's connection), with ack_mu()
+  // held: true if it went, false if the flow's thread must look (the connection failed, or
+  // part of the frame waits for the socket).
+  class AckSender {
+   public:
+    virtual ~AckSender() = default;
+    virtual bool SendAck(uint64_t applied) = 0;
+  };
+  // Held by the flow's thread while it uses its connection, and by the worker while it sends
+  // an acknowledgement on it.
+  std::mutex& ack_mu() { return ack_mu_; }
+  // The flow's thread, ack_mu() held: a call begins (nothing acknowledged on it yet) or ends.
+  void AttachAcks(AckSender* sender);
+  void DetachAcks() { ack_sender_ = nullptr; }
+  // Readable (an eventfd) when the worker left an acknowledgement to the flow's thread; it
+  // then calls Acknowledge.
+  int ack_fd() const { return ack_fd_; }
+  // The flow's thread, ack_mu() held: clears ack_fd()'s signal and sends the position applied
+  // if it moved since the call's last acknowledgement (at the call's start: if there is one).
+  void Acknowledge();
 
   // ReplicationPort.
   bool Serve(Request& request, Shard& shard, int64_t now_ms) override;
@@ -247,10 +267,17 @@ class ReplSink final : public ReplicationPort {
   // ... and the generation whose segment began with a reset, until a snapshot of it commits.
   std::atomic<uint64_t> reset_generation_{0};
 
+  // Any thread, ack_mu_ held: sends the position applied if it moved; false if the flow's
+  // thread must look (see AckSender).
+  bool SendAckLocked();
+  // Worker: wakes the flow's thread to send an acknowledgement (once until Acknowledge).
+  void SignalAck();
+
   std::mutex ack_mu_;
-  std::condition_variable ack_cv_;
-  bool ack_due_ = false;      // Guarded by ack_mu_: a message waited for is applied.
-  bool acks_stopped_ = true;  // Guarded by ack_mu_.
+  AckSender* ack_sender_ = nullptr;   // Guarded by ack_mu_: the flow's call, if any.
+  uint64_t ack_sent_ = 0;             // Guarded by ack_mu_: acknowledged on that call.
+  const int ack_fd_;                  // An eventfd: see ack_fd().
+  std::atomic<bool> ack_due_{false};  // ack_fd_ was written and Acknowledge has not run since.
 
   std::atomic<bool> connected_{false};
   std::atomic<bool> synced_{false};  // The last full sync's image is applied.

@@ -1,4 +1,4 @@
-#include "client/h2_channel.h"
+#include "net/h2_channel.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -325,6 +325,12 @@ int H2Channel::OnDataChunk(nghttp2_session* session, uint8_t, int32_t stream_id,
     call->observer->OnMessage(
         std::string_view(call->in.data() + call->in_read + kMessagePrefixBytes, prefix.length));
     call->in_read += kMessagePrefixBytes + prefix.length;
+  }
+  // A long stream whose chunks end mid-message never reads `in` to its end: drop what was read
+  // once it is most of the buffer, so that the buffer holds about one message, not the stream.
+  if (call->in_read > 0 && call->in_read >= call->in.size() / 2) {
+    call->in.erase(0, call->in_read);
+    call->in_read = 0;
   }
   return 0;
 }

@@ -1,19 +1,21 @@
-// ClientTls: TLS for H2Channel (ringkv-loadgen's client): one OpenSSL client SSL_CTX from
-// --tls-ca (the CAs to trust; empty: the system's), and --tls-cert/--tls-key (a client
-// certificate, for a server with --tls-client-ca). Connect runs the handshake on a connected
-// socket: ALPN h2, and the server's certificate must name the host dialled (DNS name or IP).
+// ClientTls: TLS for H2Channel (ringkv-loadgen's client, a replica's): one OpenSSL client
+// SSL_CTX from --tls-ca (the CAs to trust; empty: the system's), and --tls-cert/--tls-key (a
+// client certificate, for a server with --tls-client-ca). Connect runs the handshake on a
+// connected socket: ALPN h2, and the server's certificate must name the host dialled (DNS name
+// or IP).
 //
-// Threads: Load once; Connect from any thread (the SSL_CTX is shared read-only).
+// Threads: Load (or FromPems) once; Connect from any thread (the SSL_CTX is shared read-only).
 //
 //   auto tls = ClientTls::Load({.ca = "ca.pem"}).value();
 //   absl::StatusOr<SSL*> ssl = tls->Connect(fd, "127.0.0.1", 5000);
-#ifndef RINGKV_CLIENT_CLIENT_TLS_H_
-#define RINGKV_CLIENT_CLIENT_TLS_H_
+#ifndef RINGKV_NET_CLIENT_TLS_H_
+#define RINGKV_NET_CLIENT_TLS_H_
 
 #include <openssl/ssl.h>
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 
@@ -29,6 +31,10 @@ class ClientTls {
 
   // INVALID_ARGUMENT naming the flag and file if one cannot be used.
   static absl::StatusOr<std::unique_ptr<ClientTls>> Load(const Files& files);
+  // As Load, from the files' contents (a replica's --primary-tls-*, read at start: `flag` is
+  // the flags' prefix, for messages).
+  static absl::StatusOr<std::unique_ptr<ClientTls>> FromPems(const Files& pems,
+                                                             std::string_view flag);
   ~ClientTls();
   ClientTls(const ClientTls&) = delete;
   ClientTls& operator=(const ClientTls&) = delete;
@@ -39,10 +45,13 @@ class ClientTls {
 
  private:
   ClientTls() = default;
+  // A client SSL_CTX, TLS 1.2 or later, ALPN h2, verifying the server; null with OpenSSL's
+  // errors left for OpenSslErrors.
+  static std::unique_ptr<ClientTls> New();
 
   SSL_CTX* ctx_ = nullptr;
 };
 
 }  // namespace ringkv
 
-#endif  // RINGKV_CLIENT_CLIENT_TLS_H_
+#endif  // RINGKV_NET_CLIENT_TLS_H_

@@ -1,7 +1,8 @@
-#include "client/client_tls.h"
+#include "net/client_tls.h"
 
 #include <arpa/inet.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
 
@@ -21,15 +22,23 @@ bool IsIpAddress(const std::string& host) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ClientTls>> ClientTls::Load(const Files& files) {
+std::unique_ptr<ClientTls> ClientTls::New() {
   std::unique_ptr<ClientTls> tls(new ClientTls());
   ERR_clear_error();
   tls->ctx_ = SSL_CTX_new(TLS_client_method());
-  if (tls->ctx_ == nullptr) return absl::InternalError("TLS: " + OpenSslErrors());
+  if (tls->ctx_ == nullptr) return nullptr;
   SSL_CTX* ctx = tls->ctx_;
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  SSL_CTX_set_alpn_protos(ctx, kAlpnH2, sizeof kAlpnH2);
+  return tls;
+}
+
+absl::StatusOr<std::unique_ptr<ClientTls>> ClientTls::Load(const Files& files) {
+  std::unique_ptr<ClientTls> tls = New();
+  if (tls == nullptr) return absl::InternalError("TLS: " + OpenSslErrors());
+  SSL_CTX* ctx = tls->ctx_;
   const int trusted = files.ca.empty()
                           ? SSL_CTX_set_default_verify_paths(ctx)
                           : SSL_CTX_load_verify_locations(ctx, files.ca.c_str(), nullptr);
@@ -48,7 +57,61 @@ absl::StatusOr<std::unique_ptr<ClientTls>> ClientTls::Load(const Files& files) {
                                                      files.key, ": ", OpenSslErrors()));
     }
   }
-  SSL_CTX_set_alpn_protos(ctx, kAlpnH2, sizeof kAlpnH2);
+  return tls;
+}
+
+absl::StatusOr<std::unique_ptr<ClientTls>> ClientTls::FromPems(const Files& pems,
+                                                               std::string_view flag) {
+  std::unique_ptr<ClientTls> tls = New();
+  if (tls == nullptr) return absl::InternalError("TLS: " + OpenSslErrors());
+  SSL_CTX* ctx = tls->ctx_;
+  const std::string prefix(flag);
+  auto invalid = [&](const char* which, const std::string& what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "-", which, ": ", what, ": ", OpenSslErrors()));
+  };
+  if (pems.ca.empty()) {
+    if (SSL_CTX_set_default_verify_paths(ctx) != 1) return invalid("ca", "no system CAs");
+  } else {
+    BIO* bio = BIO_new_mem_buf(pems.ca.data(), static_cast<int>(pems.ca.size()));
+    STACK_OF(X509_INFO)* infos = PEM_X509_INFO_read_bio(bio, nullptr, nullptr, nullptr);
+    BIO_free(bio);
+    int added = 0;
+    X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+    for (int i = 0; infos != nullptr && i < sk_X509_INFO_num(infos); ++i) {
+      X509_INFO* info = sk_X509_INFO_value(infos, i);
+      if (info->x509 != nullptr && X509_STORE_add_cert(store, info->x509) == 1) ++added;
+    }
+    sk_X509_INFO_pop_free(infos, X509_INFO_free);
+    if (added == 0) return invalid("ca", "no certificate in it");
+  }
+  if (!pems.cert.empty()) {
+    BIO* bio = BIO_new_mem_buf(pems.cert.data(), static_cast<int>(pems.cert.size()));
+    X509* leaf = PEM_read_bio_X509_AUX(bio, nullptr, nullptr, nullptr);
+    bool ok = leaf != nullptr && SSL_CTX_use_certificate(ctx, leaf) == 1;
+    X509_free(leaf);
+    // The rest of the chain, if any.
+    while (ok) {
+      X509* next = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+      if (next == nullptr) {
+        ERR_clear_error();  // The end of the chain reads as an error.
+        break;
+      }
+      if (SSL_CTX_add0_chain_cert(ctx, next) != 1) {
+        X509_free(next);
+        ok = false;
+      }
+    }
+    BIO_free(bio);
+    if (!ok) return invalid("cert", "no certificate in it");
+    bio = BIO_new_mem_buf(pems.key.data(), static_cast<int>(pems.key.size()));
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+    BIO_free(bio);
+    ok = key != nullptr && SSL_CTX_use_PrivateKey(ctx, key) == 1 &&
+         SSL_CTX_check_private_key(ctx) == 1;
+    EVP_PKEY_free(key);
+    if (!ok) return invalid("key", absl::StrCat("no private key of ", prefix, "-cert in it"));
+  }
   return tls;
 }
 

@@ -1,7 +1,8 @@
 // H2Channel: one gRPC client connection on libnghttp2, for callers that drive many calls from
-// one thread and count every microsecond of client CPU: ringkv-loadgen's default client. It is
+// one thread and count every microsecond of client CPU: ringkv-loadgen's default client, and a
+// replica's flows from its primary (server/repl/replica_client.h). It is
 // the client-side mirror of the server's h2 transport (server/h2/): HTTP/2 with prior knowledge
-// (h2c) or TLS with ALPN h2 (client/client_tls.h), gRPC's message framing (net/grpc_wire.h),
+// (h2c) or TLS with ALPN h2 (net/client_tls.h), gRPC's message framing (net/grpc_wire.h),
 // unary and bidirectional calls, grpc-timeout, a bearer token. It does no name resolution beyond
 // getaddrinfo, no retries and no compression.
 //
@@ -16,8 +17,8 @@
 //   H2Channel::Call* call = channel->StartCall("/ringkv.v1.KV/Get", &observer);
 //   channel->Send(call, request, /*end=*/true);
 //   channel->Flush();   // then poll channel->fd() and call OnReadable() until observer hears
-#ifndef RINGKV_CLIENT_H2_CHANNEL_H_
-#define RINGKV_CLIENT_H2_CHANNEL_H_
+#ifndef RINGKV_NET_H2_CHANNEL_H_
+#define RINGKV_NET_H2_CHANNEL_H_
 
 #include <google/protobuf/message_lite.h>
 #include <nghttp2/nghttp2.h>
@@ -31,7 +32,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/client_tls.h"
+#include "net/client_tls.h"
 
 namespace ringkv {
 
@@ -135,4 +136,4 @@ class H2Channel {
 
 }  // namespace ringkv
 
-#endif  // RINGKV_CLIENT_H2_CHANNEL_H_
+#endif  // RINGKV_NET_H2_CHANNEL_H_
