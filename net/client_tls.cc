@@ -20,6 +20,10 @@ bool IsIpAddress(const std::string& host) {
          inet_pton(AF_INET6, host.c_str(), &address) == 1;
 }
 
+// A PEM password callback that has none: an encrypted key is refused, not prompted for on a
+// terminal (OpenSSL's default).
+int NoPassword(char*, int, int, void*) { return 0; }
+
 }  // namespace
 
 std::unique_ptr<ClientTls> ClientTls::New() {
@@ -74,7 +78,7 @@ absl::StatusOr<std::unique_ptr<ClientTls>> ClientTls::FromPems(const Files& pems
     if (SSL_CTX_set_default_verify_paths(ctx) != 1) return invalid("ca", "no system CAs");
   } else {
     BIO* bio = BIO_new_mem_buf(pems.ca.data(), static_cast<int>(pems.ca.size()));
-    STACK_OF(X509_INFO)* infos = PEM_X509_INFO_read_bio(bio, nullptr, nullptr, nullptr);
+    STACK_OF(X509_INFO)* infos = PEM_X509_INFO_read_bio(bio, nullptr, NoPassword, nullptr);
     BIO_free(bio);
     int added = 0;
     X509_STORE* store = SSL_CTX_get_cert_store(ctx);
@@ -87,14 +91,17 @@ absl::StatusOr<std::unique_ptr<ClientTls>> ClientTls::FromPems(const Files& pems
   }
   if (!pems.cert.empty()) {
     BIO* bio = BIO_new_mem_buf(pems.cert.data(), static_cast<int>(pems.cert.size()));
-    X509* leaf = PEM_read_bio_X509_AUX(bio, nullptr, nullptr, nullptr);
+    X509* leaf = PEM_read_bio_X509_AUX(bio, nullptr, NoPassword, nullptr);
     bool ok = leaf != nullptr && SSL_CTX_use_certificate(ctx, leaf) == 1;
     X509_free(leaf);
     // The rest of the chain, if any.
     while (ok) {
-      X509* next = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+      X509* next = PEM_read_bio_X509(bio, nullptr, NoPassword, nullptr);
       if (next == nullptr) {
-        ERR_clear_error();  // The end of the chain reads as an error.
+        // The end of the chain reads as "no start line"; anything else is a broken one.
+        const unsigned long last = ERR_peek_last_error();
+        ok = ERR_GET_LIB(last) == ERR_LIB_PEM && ERR_GET_REASON(last) == PEM_R_NO_START_LINE;
+        if (ok) ERR_clear_error();
         break;
       }
       if (SSL_CTX_add0_chain_cert(ctx, next) != 1) {
@@ -105,7 +112,7 @@ absl::StatusOr<std::unique_ptr<ClientTls>> ClientTls::FromPems(const Files& pems
     BIO_free(bio);
     if (!ok) return invalid("cert", "no certificate in it");
     bio = BIO_new_mem_buf(pems.key.data(), static_cast<int>(pems.key.size()));
-    EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, NoPassword, nullptr);
     BIO_free(bio);
     ok = key != nullptr && SSL_CTX_use_PrivateKey(ctx, key) == 1 &&
          SSL_CTX_check_private_key(ctx) == 1;
@@ -117,7 +124,8 @@ absl::StatusOr<std::unique_ptr<ClientTls>> ClientTls::FromPems(const Files& pems
 
 ClientTls::~ClientTls() { SSL_CTX_free(ctx_); }
 
-absl::StatusOr<SSL*> ClientTls::Connect(int fd, const std::string& host, int timeout_ms) const {
+absl::StatusOr<SSL*> ClientTls::Connect(int fd, const std::string& host, int timeout_ms,
+                                        int cancel_fd) const {
   ERR_clear_error();
   SSL* ssl = SSL_new(ctx_);
   if (ssl == nullptr) return absl::UnavailableError("TLS: " + OpenSslErrors());
@@ -144,8 +152,12 @@ absl::StatusOr<SSL*> ClientTls::Connect(int fd, const std::string& host, int tim
       SSL_free(ssl);
       return absl::UnavailableError("TLS handshake failed: " + why);
     }
-    pollfd p{fd, static_cast<short>(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
-    poll(&p, 1, static_cast<int>(left.count()));
+    pollfd p[2] = {{fd, static_cast<short>(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0},
+                   {cancel_fd, POLLIN, 0}};
+    if (poll(p, 2, static_cast<int>(left.count())) > 0 && (p[1].revents & POLLIN)) {
+      SSL_free(ssl);
+      return absl::CancelledError("TLS handshake given up");
+    }
   }
   const unsigned char* protocol = nullptr;
   unsigned int length = 0;

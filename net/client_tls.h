@@ -40,8 +40,10 @@ class ClientTls {
   ClientTls& operator=(const ClientTls&) = delete;
 
   // Handshakes on `fd`, a connected non-blocking socket, waiting up to `timeout_ms` in all; the
-  // caller frees the session (SSL_free). UNAVAILABLE saying why if it fails.
-  absl::StatusOr<SSL*> Connect(int fd, const std::string& host, int timeout_ms) const;
+  // caller frees the session (SSL_free). UNAVAILABLE saying why if it fails; CANCELLED once
+  // `cancel_fd` (if not -1) is readable.
+  absl::StatusOr<SSL*> Connect(int fd, const std::string& host, int timeout_ms,
+                               int cancel_fd = -1) const;
 
  private:
   ClientTls() = default;

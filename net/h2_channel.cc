@@ -78,10 +78,15 @@ absl::StatusOr<std::unique_ptr<H2Channel>> H2Channel::Connect(const std::string&
     }
     int err = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      err = poll(&p, 1, timeout_ms) == 1 ? 0 : ETIMEDOUT;
+      pollfd p[2] = {{fd, POLLOUT, 0}, {options.cancel_fd, POLLIN, 0}};
+      err = poll(p, 2, timeout_ms) <= 0 ? ETIMEDOUT : (p[1].revents & POLLIN) ? ECANCELED : 0;
       socklen_t len = sizeof err;
       if (err == 0) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+    if (err == ECANCELED) {
+      close(fd);
+      freeaddrinfo(found);
+      return absl::CancelledError(absl::StrCat("connecting to ", address, " was given up"));
     }
     if (err != 0) {
       why = std::strerror(err);
@@ -95,7 +100,7 @@ absl::StatusOr<std::unique_ptr<H2Channel>> H2Channel::Connect(const std::string&
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   SSL* ssl = nullptr;
   if (options.tls != nullptr) {
-    absl::StatusOr<SSL*> session = options.tls->Connect(fd, host, timeout_ms);
+    absl::StatusOr<SSL*> session = options.tls->Connect(fd, host, timeout_ms, options.cancel_fd);
     if (!session.ok()) {
       close(fd);
       return unavailable(std::string(session.status().message()));

@@ -11,7 +11,8 @@
 // requests of one turn go out in one send. Results come back through the CallObserver of each
 // call, from inside OnReadable().
 //
-// Threads: one thread per channel; nothing is shared.
+// Threads: one thread at a time per channel (a replica's worker sends on its flow's channel
+// under the flow's mutex: server/repl/sink.h); nothing is shared between channels.
 //
 //   auto channel = H2Channel::Connect("127.0.0.1:50051").value();
 //   H2Channel::Call* call = channel->StartCall("/ringkv.v1.KV/Get", &observer);
@@ -50,7 +51,10 @@ class CallObserver {
 };
 
 struct H2ChannelOptions {
-  int timeout_ms = 5000;           // To connect (and handshake).
+  int timeout_ms = 5000;  // To connect (and handshake).
+  // Readable (an eventfd, say) when the caller gives up: Connect stops waiting for the
+  // connection or the handshake and fails (CANCELLED). -1: none.
+  int cancel_fd = -1;
   const ClientTls* tls = nullptr;  // TLS; null: h2c. Must outlive the channel's Connect only.
   std::string token;               // Sent as `authorization: Bearer TOKEN`; empty: none.
   // Sent with every call, each left out if empty: ringkv-consistency (linearizable or

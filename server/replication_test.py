@@ -1371,6 +1371,30 @@ class ReplicationTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--min-replicas is for a primary", r.stderr)
 
+    def test_promotion_does_not_wait_for_a_silent_primary(self):
+        # A primary whose port takes connections (the kernel's backlog) and never answers the
+        # TLS handshake: each flow waits in its handshake, for up to 5 s. A promotion ends
+        # them at once, and the server takes writes.
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        self.addCleanup(silent.close)
+        port = silent.getsockname()[1]
+        server = self.start(f"--replica-of=127.0.0.1:{port}", "--primary-tls")
+
+        def waiting():  # Connections in the listener's accept queue (ss's Recv-Q).
+            out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True,
+                                 text=True, timeout=10).stdout.split()
+            return int(out[1]) if len(out) > 1 else 0
+        wait_until(lambda: waiting() >= 2, 10, lambda: f"{waiting()} connections")
+        began = time.monotonic()
+        promoted = self.cli(server, "replicate", "--stop")
+        took = time.monotonic() - began
+        self.assertEqual(promoted.returncode, 0, promoted.stderr)
+        self.assertLess(took, 3.0, "the promotion waited for the handshakes to time out")
+        put_many(self.kv(server), [(b"k", b"v", 0)])
+        self.assertEqual(get(self.kv(server), b"k").value, b"v")
+
     def test_bad_setup_not_a_ringkv_port(self):
         listener = ClosingListener()
         self.addCleanup(listener.close)

@@ -78,14 +78,31 @@ Uring::~Uring() {
 }
 
 io_uring_sqe* Uring::Sqe() {
-  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-  while (sqe == nullptr) {  // The submission queue is full: hand it over, and go on.
-    // It takes only what the ring can post: completions past the queue's 8x room wait in the
-    // kernel's overflow list (IORING_FEAT_NODROP), reaped at the next Poll.
-    io_uring_submit(&ring_);
-    sqe = io_uring_get_sqe(&ring_);
+  if (deferred_.empty()) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {  // The submission queue is full: hand it over, and go on.
+      // Completions past the completion queue's room wait in the kernel's overflow list
+      // (IORING_FEAT_NODROP), reaped at the next Poll; a kernel that refuses submissions
+      // meanwhile (EBUSY) leaves the queue full.
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    if (sqe != nullptr) return sqe;
   }
-  return sqe;
+  return &deferred_.emplace_back(io_uring_sqe{});
+}
+
+void Uring::PushDeferred() {
+  while (!deferred_.empty()) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) return;  // Still refused: after the next reap.
+    }
+    *sqe = deferred_.front();
+    deferred_.pop_front();
+  }
 }
 
 void Uring::Receive(int fd, uint64_t tag) {
@@ -140,10 +157,12 @@ void Uring::GiveBack(uint32_t cqe_flags) {
 }
 
 void Uring::Submit() {
+  if (!deferred_.empty()) PushDeferred();
   if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
 }
 
 void Uring::SubmitAndWait(int64_t timeout_ns) {
+  if (!deferred_.empty()) PushDeferred();
   __kernel_timespec ts{.tv_sec = timeout_ns / 1'000'000'000, .tv_nsec = timeout_ns % 1'000'000'000};
   io_uring_cqe* cqe = nullptr;
   io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -58,7 +59,7 @@ class Uring {
   const char* Buffer(uint32_t cqe_flags) const;
   void GiveBack(uint32_t cqe_flags);
 
-  // Submits what is queued, if anything.
+  // Submits what is queued, if anything (operations the kernel could not take yet first).
   void Submit();
   // Submits what is queued and waits up to `timeout_ns` for a completion.
   void SubmitAndWait(int64_t timeout_ns);
@@ -78,7 +79,11 @@ class Uring {
 
  private:
   Uring() = default;
+  // The next entry to fill: in the submission queue, or, while the kernel takes no more,
+  // deferred_'s.
   io_uring_sqe* Sqe();
+  // Moves deferred_ into the submission queue, in order, as far as there is room.
+  void PushDeferred();
 
   io_uring ring_{};
   bool ring_made_ = false;
@@ -86,6 +91,11 @@ class Uring {
   size_t buffer_ring_bytes_ = 0;
   char* buffers_ = nullptr;  // kBuffers x kBufferBytes.
   bool multishot_ = true;
+  // Operations queued while the submission queue was full and the kernel refused to take it
+  // (EBUSY, on kernels that refuse submissions while completions overflow the completion
+  // queue): they wait here, in order, until the loop has reaped, and every later operation
+  // waits behind them.
+  std::deque<io_uring_sqe> deferred_;
 };
 
 }  // namespace ringkv

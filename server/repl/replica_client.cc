@@ -119,6 +119,7 @@ void ReplicaClient::Follow(uint32_t worker) {
   ReplSink& sink = *sinks_[worker];
   H2ChannelOptions channel_options;
   channel_options.timeout_ms = kConnectTimeoutMs;
+  channel_options.cancel_fd = stop_fd_;
   channel_options.tls = options_.tls.get();
   channel_options.token = options_.token;
   auto backoff = std::chrono::milliseconds(100);
@@ -136,14 +137,15 @@ void ReplicaClient::Follow(uint32_t worker) {
     absl::StatusOr<std::unique_ptr<H2Channel>> channel =
         H2Channel::Connect(options_.primary, channel_options);
     if (!channel.ok()) {
-      error = std::string(channel.status().message());
+      // "cannot reach ringkv-server at HOST:PORT: ...": it names the primary.
+      error = absl::StrCat("worker ", worker, ": ", channel.status().message());
     } else {
-      error = RunFlow(worker, *std::move(channel), at, &synced);
+      error = absl::StrCat("worker ", worker, ": ", options_.primary, ": ",
+                           RunFlow(worker, *std::move(channel), at, &synced));
     }
     sink.set_connected(false);
     if (stopping_.load(std::memory_order_acquire)) break;
     if (synced) backoff = std::chrono::milliseconds(100);
-    error = absl::StrCat("worker ", worker, ": ", options_.primary, ": ", error);
     sink.set_last_error(error);
     if (error != logged) {
       Log(synced ? LogLevel::kInfo : LogLevel::kWarning, "replica: %s; retrying", error);
@@ -252,7 +254,7 @@ std::string ReplicaClient::RunFlow(uint32_t worker, std::unique_ptr<H2Channel> c
   // it (ReplSink::AckSender); the lock is let go only while the thread waits in poll.
   std::unique_lock lock(sink.ack_mu());
   H2Channel::Call* call = owned->StartCall(kFlowPath, &observer);
-  if (call == nullptr) return "the connection failed";
+  if (call == nullptr) return "the connection closed before the call began";
   pb::FlowRequest request;
   request.set_worker(worker);
   request.set_threads(options_.threads);

@@ -30,7 +30,7 @@ namespace ringkv::repl {
 class ReplicaClient {
  public:
   // How long a connection and its TLS handshake may take.
-  static constexpr int kConnectTimeoutMs = 2000;
+  static constexpr int kConnectTimeoutMs = 5000;
 
   struct Options {
     std::string primary;                   // HOST:PORT.
@@ -49,9 +49,8 @@ class ReplicaClient {
   ReplicaClient& operator=(const ReplicaClient&) = delete;
 
   void Start();
-  // Ends the calls, stops the sinks (their Push fails) and joins the threads (a connection
-  // under way may take up to kConnectTimeoutMs to give up). Once: later calls (the
-  // destructor's) do nothing.
+  // Ends the calls and the connections under way, stops the sinks (their Push fails) and joins
+  // the threads. Once: later calls (the destructor's) do nothing.
   void Stop();
 
  private:

@@ -100,11 +100,13 @@ void ReplSink::AttachAcks(AckSender* sender) {
 
 void ReplSink::Acknowledge() {
   // Drained before the flag is cleared: a signal that comes between the two leaves the eventfd
-  // readable (a spare wake-up), never a cleared one with the flag still set (a lost one).
+  // readable (a spare wake-up), never a cleared one with the flag still set (a lost one). The
+  // clear is an exchange: when the worker's exchange saw the flag still set (and wrote
+  // nothing), this one reads its write, and with it the position it applied before.
   uint64_t count;
   while (read(ack_fd_, &count, sizeof count) < 0 && errno == EINTR) {
   }
-  ack_due_.store(false, std::memory_order_release);
+  ack_due_.exchange(false, std::memory_order_acq_rel);
   SendAckLocked();
 }
 
