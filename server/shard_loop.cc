@@ -33,6 +33,7 @@ namespace {
 
 // Moves up to `max` Requests from the front of `queue` to `out`; returns how many.
 size_t TakeFront(std::deque<Request*>& queue, Request** out, size_t max) {
+  if (queue.empty()) return 0;  // The common case of an idle turn: no erase at all.
   const size_t n = std::min(max, queue.size());
   std::copy_n(queue.begin(), n, out);
   queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n));
