@@ -111,13 +111,18 @@ absl::Status MakeEngines(const KvBenchOptions& options, Engines* engines) {
   const uint32_t n = options.threads;
   // The report's maps reserve twice the requests a thread makes.
   const size_t reserve = 2 * options.ops;
+  // A key (KeyArena's longest for this range) and an 8-byte value.
+  const size_t payload =
+      options.reserve_records ? KeyArena::MaxKeyBytes(options.ops) + sizeof(uint64_t) : 0;
   EngineOptions engine_options{.workers = n,
                                .ring_capacity = options.ring_size,
                                .burst = options.burst,
                                .reserve_per_shard = reserve,
+                               .reserve_payload = payload,
                                .profile = options.rdtsc};
   if (options.method == "lock") {
-    engines->lock = std::make_unique<LockEngine>(n, reserve);
+    engines->lock = std::make_unique<LockEngine>(n, reserve, LockEngine::kDefaultKeyLocks,
+                                                 SystemClockMs, MemoryLimit{}, payload);
   } else if (options.method == "none") {
     engine_options.workers = 1;
     for (uint32_t i = 0; i < n; ++i) {

@@ -29,6 +29,10 @@ struct KvBenchOptions {
   bool rdtsc = false;
   bool pin = true;       // Pin thread i to CPU i mod cores.
   bool progress = true;  // Progress lines on stderr for phases longer than a few seconds.
+  // Each shard's records pre-faulted for the keys it reserves, as the report's maps (and this
+  // project's table of 48-byte entries) paid for their memory before the timer; false: records
+  // come from malloc as keys arrive, as a server's do.
+  bool reserve_records = true;
 };
 
 // Cycle breakdown of one thread in one phase (--rdtsc, ring methods and none).

@@ -24,8 +24,10 @@ size_t Digits(uint64_t v) {
 uint64_t Encode(uint32_t thread, uint64_t index) { return (uint64_t{thread} << 40) | index; }
 }  // namespace
 
+size_t KeyArena::MaxKeyBytes(uint64_t range) { return kPrefix.size() + 2 * Digits(range) + 1; }
+
 KeyArena::KeyArena(uint64_t count, uint64_t range, uint64_t seed)
-    : count_(count), stride_(1 + kPrefix.size() + 2 * Digits(range) + 1) {
+    : count_(count), stride_(1 + MaxKeyBytes(range)) {
   data_.reset(new char[count_ * stride_]);
   uint64_t rng = seed;
   for (uint64_t i = 0; i < count_; ++i) {

@@ -32,6 +32,9 @@ class KeyArena {
  public:
   KeyArena(uint64_t count, uint64_t range, uint64_t seed);
 
+  // The longest key of a given range.
+  static size_t MaxKeyBytes(uint64_t range);
+
   std::string_view key(uint64_t i) const {
     const char* p = data_.get() + i * stride_;
     return {p + 1, static_cast<unsigned char>(p[0])};

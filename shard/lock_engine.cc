@@ -3,11 +3,11 @@
 namespace ringkv {
 
 LockEngine::LockEngine(uint32_t maps, size_t reserve_per_map, size_t key_locks, Clock clock,
-                       MemoryLimit limit)
+                       MemoryLimit limit, size_t reserve_payload)
     : router_(maps), clock_(clock), key_locks_(key_locks == 0 ? 1 : key_locks) {
   maps_.reserve(maps);
   for (uint32_t i = 0; i < maps; ++i) {
-    maps_.push_back(std::make_unique<LockedShard>(reserve_per_map, limit));
+    maps_.push_back(std::make_unique<LockedShard>(reserve_per_map, limit, reserve_payload));
   }
 }
 

@@ -30,9 +30,10 @@ class LockEngine {
  public:
   static constexpr size_t kDefaultKeyLocks = 100'000;
 
-  // `limit` applies to each map.
+  // `limit` applies to each map; `reserve_payload` is Shard's (records pre-faulted for the
+  // reserved keys).
   LockEngine(uint32_t maps, size_t reserve_per_map, size_t key_locks = kDefaultKeyLocks,
-             Clock clock = SystemClockMs, MemoryLimit limit = {});
+             Clock clock = SystemClockMs, MemoryLimit limit = {}, size_t reserve_payload = 0);
 
   // Hashes the key, runs the request on its map under the locks, sets r.result.
   void Execute(Request& r);
@@ -61,7 +62,8 @@ class LockEngine {
  private:
   // One map and its lock on cache lines of their own, so two maps' locks never share a line.
   struct alignas(64) LockedShard {
-    LockedShard(size_t reserve, MemoryLimit limit) : shard(reserve, limit) {}
+    LockedShard(size_t reserve, MemoryLimit limit, size_t reserve_payload)
+        : shard(reserve, limit, reserve_payload) {}
     mutable std::shared_mutex mu;
     Shard shard ABSL_GUARDED_BY(mu);
   };

@@ -75,8 +75,12 @@ class SnapshotSink {
 
 class Shard {
  public:
-  explicit Shard(size_t reserve = 0, MemoryLimit limit = {})
-      : limit_(limit), track_access_(limit.eviction == Eviction::kAllKeysLru), table_(reserve) {}
+  // A shard sized for `reserve` keys; with `reserve_payload`, also their records for keys and
+  // values of up to that many bytes together (Table's record pool).
+  explicit Shard(size_t reserve = 0, MemoryLimit limit = {}, size_t reserve_payload = 0)
+      : limit_(limit),
+        track_access_(limit.eviction == Eviction::kAllKeysLru),
+        table_(reserve, reserve_payload) {}
 
   void Prefetch(const HashedKey& key) const { table_.Prefetch(key.hash); }
   // After Prefetch, once the slot is likely in: starts the DRAM fetch of the key's record.

@@ -21,7 +21,7 @@ Worker::Worker(uint16_t id, const EngineOptions& options, const Router& router, 
       counters_(*links.counters),
       waker_(options.waker),
       clock_(options.clock),
-      shard_(options.reserve_per_shard, options.memory),
+      shard_(options.reserve_per_shard, options.memory, options.reserve_payload),
       outboxes_(outbound_.size()) {
   ABSL_RAW_CHECK(burst_ >= 1 && burst_ <= kMaxBurst, "burst out of range");
   ABSL_RAW_CHECK(outbound_.size() == router_.shards(), "one outbound ring per worker");

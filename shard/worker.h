@@ -92,6 +92,9 @@ struct EngineOptions {
   size_t ring_capacity = 1 << 16;
   size_t burst = 32;             // Requests per Poll and per ring dequeue (1 .. 256).
   size_t reserve_per_shard = 0;  // Keys each shard's map is sized for up front.
+  // With reserve_per_shard: bytes of key and value together that each of those keys' records is
+  // pre-faulted for (Table's record pool; 0: none, records come from malloc as keys arrive).
+  size_t reserve_payload = 0;
   bool profile = false;          // RDTSCP cycle accounting in WorkerCounters.
   WorkerWaker* waker = nullptr;  // Wakes parked workers (the daemon); outlives the engine.
   Clock clock = SystemClockMs;   // What TTL deadlines are compared with.
@@ -173,7 +176,8 @@ class Worker {
     std::vector<Ring*> inbound;
     WorkerCounters* counters = nullptr;
   };
-  // From `options`: burst, reserve_per_shard, profile, waker (may be null), clock and memory.
+  // From `options`: burst, reserve_per_shard and reserve_payload, profile, waker (may be null),
+  // clock and memory.
   // Rings, router, counters and waker outlive the worker.
   Worker(uint16_t id, const EngineOptions& options, const Router& router, Links links);
   Worker(const Worker&) = delete;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <utility>
 #include <vector>
@@ -46,31 +47,29 @@ void FreeSlots(Table::Entry* slots, size_t capacity) {
 
 size_t Table::CapacityFor(size_t n) { return std::bit_ceil(std::max(kMinCapacity, n + n / 4 + 1)); }
 
-uint8_t Table::ClassOf(size_t n) {
-  if (n <= 128) return static_cast<uint8_t>(std::max<size_t>(1, (n + 15) / 16));
-  // 2^k < n <= 2^(k+1), k >= 7: four classes of 2^(k-2) bytes each.
-  const int k = std::bit_width(n - 1) - 1;
-  const size_t step = size_t{1} << (k - 2);
-  const size_t quarters = (n + step - 1) / step;  // 5 .. 8
-  return static_cast<uint8_t>(8 + (k - 7) * 4 + (quarters - 4));
-}
-
-size_t Table::ClassBytes(uint8_t c) {
-  if (c <= 8) return size_t{c} * 16;
-  const int k = 7 + (c - 9) / 4;
-  return static_cast<size_t>(5 + (c - 9) % 4) << (k - 2);
-}
-
-Table::Table(size_t reserve) {
+Table::Table(size_t reserve, size_t reserve_payload) {
   const size_t capacity = CapacityFor(reserve);
   slots_ = AllocateSlots(capacity, /*huge=*/true);
   mask_ = capacity - 1;
   grow_at_ = capacity - capacity / 5;
+  const size_t record = kRecordHeader + reserve_payload;
+  if (reserve > 0 && reserve_payload > 0 && PoolFor(record) == Pool::kHeap) {
+    pool_class_ = ClassOf(record);
+    pool_block_ = ClassBytes(pool_class_);
+    pool_min_ = 1;
+    while (!Fits(pool_min_, pool_block_)) ++pool_min_;
+    const size_t bytes = reserve * pool_block_;
+    pool_ = static_cast<char*>(AllocateHuge(bytes));
+    pool_next_ = pool_;
+    pool_end_ = pool_ + bytes;
+    pool_left_ = reserve;
+  }
 }
 
 Table::~Table() {
   for (size_t i = 0; i < slot_count(); ++i) {
     if (!IsLive(i)) continue;
+    if (InPool(slot(i).record())) continue;  // Its block goes with the pool.
     Pool pool;
     Allocation(slot(i).record(), &pool);
     // The arenas' records go with their segments.
@@ -78,6 +77,7 @@ Table::~Table() {
   }
   FreeSlots(slots_, capacity());
   if (growing()) FreeSlots(old_, old_mask_ + 1);
+  if (pool_ != nullptr) FreeHuge(pool_, static_cast<size_t>(pool_end_ - pool_));
 }
 
 uint64_t Table::HashOf(const Entry& e) { return Router::Hash(KeyOf(e)); }
@@ -140,14 +140,34 @@ char* Malloc(size_t bytes) {
 
 }  // namespace
 
+char* Table::TakePooled(size_t bytes) {
+  if (pool_left_ == 0 || bytes < pool_min_ || bytes > pool_block_) return nullptr;
+  char* block;
+  if (pool_free_ != nullptr) {
+    block = pool_free_;
+    pool_free_ = Load<char*>(block);
+  } else {
+    block = pool_next_;
+    pool_next_ += pool_block_;
+  }
+  --pool_left_;
+  return block;
+}
+
 char* Table::NewRecord(size_t bytes, size_t key_len) {
   char* record;
   Pool pool = PoolFor(bytes);
   size_t allocated = AllocatedBytes(bytes);
   uint32_t size;
   if (pool == Pool::kHeap) {
-    const uint8_t c = ClassOf(bytes);
-    record = Malloc(allocated);
+    uint8_t c = ClassOf(bytes);
+    record = TakePooled(bytes);
+    if (record != nullptr) {
+      c = pool_class_;
+      allocated = pool_block_;
+    } else {
+      record = Malloc(allocated);
+    }
     size = uint32_t{c} << kSizeShift;
   } else if (pool == Pool::kArena) {
     record = arena_.Allocate(allocated);
@@ -191,7 +211,13 @@ void Table::FreeRecord(char* record) {
   char* block = record - kBigPrefix;
   switch (pool) {
     case Pool::kHeap:
-      std::free(record);
+      if (InPool(record)) {
+        std::memcpy(record, &pool_free_, sizeof(pool_free_));
+        pool_free_ = record;
+        ++pool_left_;
+      } else {
+        std::free(record);
+      }
       break;
     case Pool::kArena:
       arena_.Free(record, allocated);
@@ -236,7 +262,7 @@ size_t Table::Compact(Arena& arena, size_t bytes) {
   return walked;
 }
 
-void Table::CompactSteps(size_t record) {
+void Table::CompactDueSteps(size_t record) {
   if (arena_.compacting() || arena_.NeedsCompaction()) CompactStep(CompactBudget(record));
   if (big_.compacting() || big_.NeedsCompaction()) CompactBigStep(CompactBigBudget(record));
 }

@@ -77,6 +77,7 @@
 #define RINGKV_SHARD_INTERNAL_TABLE_H_
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -126,7 +127,15 @@ class Table {
   // kMinCapacity) that holds them at most 4/5 full.
   static size_t CapacityFor(size_t n);
 
-  explicit Table(size_t reserve = 0);
+  // A table for `reserve` entries. With `reserve_payload` too (a key and value together, of
+  // at most 112 bytes), also a pool of `reserve` records for them, pre-faulted as the slots
+  // are: what a reserved table of 48-byte entries gave before slots and records, whose inline
+  // keys and values were paid for at start. (Fresh records otherwise fault their pages in as
+  // keys arrive: on this project's VMs that cost the report's PUT workload a third of its
+  // rate, BENCHMARKS.md.) A record takes a block of the pool while one is left, if the block
+  // fits it (Fits: not more than a size class too big); a freed one goes back. Others come
+  // from malloc.
+  explicit Table(size_t reserve = 0, size_t reserve_payload = 0);
   ~Table();
   Table(const Table&) = delete;
   Table& operator=(const Table&) = delete;
@@ -145,6 +154,14 @@ class Table {
     std::swap(moved_, other.moved_);
     std::swap(released_to_, other.released_to_);
     std::swap(growth_writes_, other.growth_writes_);
+    std::swap(pool_, other.pool_);
+    std::swap(pool_next_, other.pool_next_);
+    std::swap(pool_end_, other.pool_end_);
+    std::swap(pool_free_, other.pool_free_);
+    std::swap(pool_left_, other.pool_left_);
+    std::swap(pool_block_, other.pool_block_);
+    std::swap(pool_min_, other.pool_min_);
+    std::swap(pool_class_, other.pool_class_);
   }
 
   static constexpr size_t kMinCapacity = 16;
@@ -258,6 +275,8 @@ class Table {
   // Slots that growth has written so far (copies into the new array, and the entries Robin
   // Hood placement pushed along there): its work, for tests that bound a step.
   uint64_t growth_writes() const { return growth_writes_; }
+  // Blocks of the reserved records' pool that no record holds (0 without one).
+  size_t pool_left() const { return pool_left_; }
   // What the record of an entry counts for (RecordBytes).
   static size_t BlockBytes(const Entry& e);
   // About what the record of this key and value would take (jemalloc's size classes).
@@ -381,8 +400,19 @@ class Table {
     return ClassBytes(static_cast<uint8_t>(size));
   }
   // The size class of `n` bytes as a number (1 .. about 110), and back.
-  static uint8_t ClassOf(size_t n);
-  static size_t ClassBytes(uint8_t c);
+  static uint8_t ClassOf(size_t n) {
+    if (n <= 128) return static_cast<uint8_t>(std::max<size_t>(1, (n + 15) / 16));
+    // 2^k < n <= 2^(k+1), k >= 7: four classes of 2^(k-2) bytes each.
+    const int k = std::bit_width(n - 1) - 1;
+    const size_t step = size_t{1} << (k - 2);
+    const size_t quarters = (n + step - 1) / step;  // 5 .. 8
+    return static_cast<uint8_t>(8 + (k - 7) * 4 + (quarters - 4));
+  }
+  static size_t ClassBytes(uint8_t c) {
+    if (c <= 8) return size_t{c} * 16;
+    const int k = 7 + (c - 9) / 4;
+    return static_cast<size_t>(5 + (c - 9) % 4) << (k - 2);
+  }
   static uint32_t ValueLen(const char* record) { return Load<uint32_t>(record + 12); }
   template <typename T>
   static T Load(const char* p) {
@@ -442,7 +472,13 @@ class Table {
   // `keep` bytes after the key.
   char* MoveRecord(Entry* e, size_t need, size_t keep);
   // Compaction steps, where due, that keep up with a write of a `record`-byte record.
-  void CompactSteps(size_t record);
+  void CompactSteps(size_t record) {
+    if (arena_.compacting() || arena_.NeedsCompaction() || big_.compacting() ||
+        big_.NeedsCompaction()) {
+      CompactDueSteps(record);
+    }
+  }
+  void CompactDueSteps(size_t record);
   // CompactStep or CompactBigStep: walks up to `bytes` of `arena`'s emptiest segment.
   size_t Compact(Arena& arena, size_t bytes);
 
@@ -460,6 +496,23 @@ class Table {
   size_t moved_ = 0;
   size_t released_to_ = 0;
   uint64_t growth_writes_ = 0;
+  // The reserved records' pool (Table(reserve, reserve_payload)): blocks of
+  // ClassBytes(pool_class_) bytes from pool_ to pool_end_, handed out from pool_next_ on and
+  // then from the freed ones, linked through their first word.
+  char* pool_ = nullptr;
+  char* pool_next_ = nullptr;
+  char* pool_end_ = nullptr;
+  char* pool_free_ = nullptr;
+  size_t pool_left_ = 0;
+  size_t pool_block_ = 0;  // ClassBytes(pool_class_).
+  size_t pool_min_ = 0;    // The smallest record a block fits.
+  uint8_t pool_class_ = 0;
+  bool InPool(const char* record) const {
+    const auto r = reinterpret_cast<uintptr_t>(record);
+    return r >= reinterpret_cast<uintptr_t>(pool_) && r < reinterpret_cast<uintptr_t>(pool_end_);
+  }
+  // A block of the pool for a record of `bytes`, or null if none is left or it would not fit.
+  char* TakePooled(size_t bytes);
 };
 
 }  // namespace ringkv::internal

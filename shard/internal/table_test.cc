@@ -314,6 +314,57 @@ TEST(Table, ReserveSizesTheTableToStayFourFifthsFull) {
   EXPECT_EQ(Table::CapacityFor(50'000'000), size_t{1} << 26);
 }
 
+// Table(reserve, payload): the reserved keys' records come from the pre-faulted pool and freed
+// ones go back to it; a record that the pool's block would not fit, or that finds the pool
+// empty, comes from malloc. Every value reads back, and a pooled record counts as its block.
+TEST(Table, AReservedTablePoolsItsRecordsAndReusesThem) {
+  constexpr size_t kReserve = 1000;
+  Table table(kReserve, /*reserve_payload=*/40);  // Records of 56 bytes: blocks of 64.
+  EXPECT_EQ(table.pool_left(), kReserve);
+  std::map<std::string, std::string> model;
+  // Keys of 24 to 27 bytes and values of 8: records of 48 to 51 bytes, which a block fits.
+  auto put = [&](size_t i, std::string value) {
+    const std::string key = "pooled-key-" + std::to_string(i) + std::string(12, 'k');
+    bool inserted;
+    Table::Entry* e = table.Insert(key, H(key), &inserted, value.size());
+    table.SetValue(e, value);
+    model[key] = std::move(value);
+  };
+  for (size_t i = 0; i < kReserve; ++i) put(i, "value-" + std::to_string(i % 100));
+  EXPECT_EQ(table.pool_left(), 0u);
+  EXPECT_EQ(table.heap_bytes(), kReserve * 64);
+  put(kReserve, "12345678");  // The pool is empty: malloc's 64-byte class.
+  EXPECT_EQ(table.heap_bytes(), (kReserve + 1) * 64);
+
+  for (size_t i = 0; i < kReserve; i += 2) {
+    const std::string key = "pooled-key-" + std::to_string(i) + std::string(12, 'k');
+    table.Erase(table.Find(key, H(key)));
+    model.erase(key);
+  }
+  EXPECT_EQ(table.pool_left(), kReserve / 2);
+  put(1, std::string(100, 'v'));  // Outgrows its block: the arena's now.
+  EXPECT_EQ(table.pool_left(), kReserve / 2 + 1);
+  bool inserted;
+  table.Insert("s", H("s"), &inserted);  // 17 bytes: a block would be two classes too big.
+  model["s"] = "";
+  EXPECT_EQ(table.pool_left(), kReserve / 2 + 1);
+  for (size_t i = kReserve + 1; i < kReserve + 2 + kReserve / 2; ++i) put(i, "new");
+  EXPECT_EQ(table.pool_left(), 0u);
+
+  Table other;
+  other.Swap(table);
+  EXPECT_EQ(other.pool_left(), 0u);
+  ASSERT_EQ(other.size(), model.size());
+  for (const auto& [key, value] : model) {
+    const Table::Entry* e = other.Find(key, H(key));
+    ASSERT_NE(e, nullptr) << key;
+    EXPECT_EQ(Table::ValueOf(*e), value) << key;
+  }
+  for (const auto& [key, value] : model) other.Erase(other.Find(key, H(key)));
+  EXPECT_EQ(other.heap_bytes(), 0u);
+  EXPECT_EQ(other.pool_left(), kReserve);
+}
+
 // Inserts, overwrites across the inline limit, lookups and erases against a model, through
 // growth from 16 slots, with the invariants checked along the way (often mid-growth).
 TEST(Table, MatchesAModel) {
