@@ -76,11 +76,12 @@ class SnapshotSink {
 class Shard {
  public:
   // A shard sized for `reserve` keys; with `reserve_payload`, also their records for keys and
-  // values of up to that many bytes together (Table's record pool).
+  // values of up to that many bytes together (Table's record pool), unless `limit` has bytes:
+  // the limit would not count the pool's unused blocks.
   explicit Shard(size_t reserve = 0, MemoryLimit limit = {}, size_t reserve_payload = 0)
       : limit_(limit),
         track_access_(limit.eviction == Eviction::kAllKeysLru),
-        table_(reserve, reserve_payload) {}
+        table_(reserve, limit.bytes == 0 ? reserve_payload : 0) {}
 
   void Prefetch(const HashedKey& key) const { table_.Prefetch(key.hash); }
   // After Prefetch, once the slot is likely in: starts the DRAM fetch of the key's record.
@@ -98,7 +99,8 @@ class Shard {
   void LoadDeadline(const HashedKey& key, int64_t deadline_ms);
   void LoadDelete(const HashedKey& key);
   // Every key goes at once, journaled nowhere (a replica's full sync starts from nothing); the
-  // revision stays, and the table is made anew for `reserve` keys. A snapshot under way is
+  // revision stays, and the table is made anew for `reserve` keys (with no reserved records'
+  // pool, whatever the shard was made with). A snapshot under way is
   // walked to its end first.
   void Clear(size_t reserve = 0);
   // The data (keys, their records and deadlines) changes places with `other`'s, in O(1); the

@@ -28,16 +28,18 @@
 //                 bit, kHasAux, which is the table's
 //   key word   4  bits 0..20 the key's length (keys are at most 1 MiB); bits 21..30 the
 //                 record's size: if bit 31 is set, 16-byte units less one, in the Arena; else
-//                 a jemalloc size class (SizeClass), or kBigSize for a big record
+//                 a jemalloc size class (SizeClass; a reserved block's, for a record in the
+//                 reserved records' pool), or kBigSize for a big record
 //   value_len  4  (values are at most 1 GiB)
 //   key, value
 // Records of at most 128 bytes are malloc'd at exactly one of jemalloc's size classes (16
-// bytes apart up to 128); bigger ones up to 16 KiB go to the table's Arena (16 bytes apart,
-// where jemalloc's classes are a quarter of a power of two apart: a record of 16,440 bytes took
-// 20 KiB). Bigger ones are big records, in a block that starts with a 16-byte prefix (the
-// block's size, and its pool and a dead mark): up to 512 KiB in the big arena (16 MiB segments
-// that give freed pages back at once, so a segment's unused end is at most 1/32 of it), and
-// above that in a mapping of their own, rounded up to pages (malloc's size class if mmap
+// bytes apart up to 128), or take a block of a reserved table's pre-faulted pool (one class,
+// which the record is not more than a class smaller than); bigger ones up to 16 KiB go to the
+// table's Arena (16 bytes apart, where jemalloc's classes are a quarter of a power of two apart: a
+// record of 16,440 bytes took 20 KiB). Bigger ones are big records, in a block that starts with a
+// 16-byte prefix (the block's size, and its pool and a dead mark): up to 512 KiB in the big arena
+// (16 MiB segments that give freed pages back at once, so a segment's unused end is at most 1/32 of
+// it), and above that in a mapping of their own, rounded up to pages (malloc's size class if mmap
 // fails).
 //   aux        8  with kHasAux only: an optional word the owner keeps with an entry (the shard:
 //                 a TTL's deadline), unaligned, after the value
@@ -283,7 +285,8 @@ class Table {
   static size_t BlockBytesFor(size_t key_len, size_t value_len, bool aux) {
     return RecordBytes(kRecordHeader + key_len + value_len + (aux ? sizeof(uint64_t) : 0));
   }
-  // Where a record's bytes come from: malloc (exactly a size class), the arena, the big arena,
+  // Where a record's bytes come from: malloc (exactly a size class) or the reserved records'
+  // pool (a block of one class; both kHeap), the arena, the big arena,
   // a mapping of its own, or malloc for a big record whose mmap failed.
   enum class Pool : uint8_t { kHeap, kArena, kBigArena, kMapped, kBigHeap };
   static constexpr size_t kMaxBigRecord = size_t{512} << 10;
@@ -321,7 +324,7 @@ class Table {
                                      : bytes;
   }
   // jemalloc's size class for `n` bytes: multiples of 16 up to 128, then four classes per
-  // doubling. A record takes exactly its class, in every build.
+  // doubling. A record takes exactly its class, in every build (a pooled one, the pool's).
   static size_t SizeClass(size_t n) { return ClassBytes(ClassOf(n)); }
 
   // Slots by index, for eviction's sampling and whole-table walks: 0 .. slot_count() - 1, the
@@ -497,8 +500,9 @@ class Table {
   size_t released_to_ = 0;
   uint64_t growth_writes_ = 0;
   // The reserved records' pool (Table(reserve, reserve_payload)): blocks of
-  // ClassBytes(pool_class_) bytes from pool_ to pool_end_, handed out from pool_next_ on and
-  // then from the freed ones, linked through their first word.
+  // ClassBytes(pool_class_) bytes from pool_ to pool_end_: the freed ones first (linked
+  // through their first word), then from pool_next_ on. Its unused blocks are resident memory
+  // that no accounting counts, so a shard with a memory limit makes none (Shard).
   char* pool_ = nullptr;
   char* pool_next_ = nullptr;
   char* pool_end_ = nullptr;

@@ -322,24 +322,26 @@ TEST(Table, AReservedTablePoolsItsRecordsAndReusesThem) {
   Table table(kReserve, /*reserve_payload=*/40);  // Records of 56 bytes: blocks of 64.
   EXPECT_EQ(table.pool_left(), kReserve);
   std::map<std::string, std::string> model;
-  // Keys of 24 to 27 bytes and values of 8: records of 48 to 51 bytes, which a block fits.
+  // Keys of 27 bytes and values of 4: records of 47 bytes, which a block fits (malloc would
+  // give them 48, so heap_bytes() tells a pooled record from a malloc'd one).
+  auto key_of = [](size_t i) { return "pooled-key-" + std::to_string(1000 + i) + "kkkkkkkkkkkk"; };
   auto put = [&](size_t i, std::string value) {
-    const std::string key = "pooled-key-" + std::to_string(i) + std::string(12, 'k');
+    const std::string key = key_of(i);
     bool inserted;
     Table::Entry* e = table.Insert(key, H(key), &inserted, value.size());
     table.SetValue(e, value);
     model[key] = std::move(value);
   };
-  for (size_t i = 0; i < kReserve; ++i) put(i, "value-" + std::to_string(i % 100));
+  auto value_of = [](size_t i) { return std::string(4, static_cast<char>('a' + i % 26)); };
+  for (size_t i = 0; i < kReserve; ++i) put(i, value_of(i));
   EXPECT_EQ(table.pool_left(), 0u);
   EXPECT_EQ(table.heap_bytes(), kReserve * 64);
-  put(kReserve, "12345678");  // The pool is empty: malloc's 64-byte class.
-  EXPECT_EQ(table.heap_bytes(), (kReserve + 1) * 64);
+  put(kReserve, "1234");  // The pool is empty: malloc's 48-byte class.
+  EXPECT_EQ(table.heap_bytes(), kReserve * 64 + 48);
 
   for (size_t i = 0; i < kReserve; i += 2) {
-    const std::string key = "pooled-key-" + std::to_string(i) + std::string(12, 'k');
-    table.Erase(table.Find(key, H(key)));
-    model.erase(key);
+    table.Erase(table.Find(key_of(i), H(key_of(i))));
+    model.erase(key_of(i));
   }
   EXPECT_EQ(table.pool_left(), kReserve / 2);
   put(1, std::string(100, 'v'));  // Outgrows its block: the arena's now.
@@ -348,21 +350,31 @@ TEST(Table, AReservedTablePoolsItsRecordsAndReusesThem) {
   table.Insert("s", H("s"), &inserted);  // 17 bytes: a block would be two classes too big.
   model["s"] = "";
   EXPECT_EQ(table.pool_left(), kReserve / 2 + 1);
-  for (size_t i = kReserve + 1; i < kReserve + 2 + kReserve / 2; ++i) put(i, "new");
+  for (size_t i = kReserve + 1; i < kReserve + 2 + kReserve / 2; ++i) put(i, value_of(i));
   EXPECT_EQ(table.pool_left(), 0u);
 
   Table other;
   other.Swap(table);
   EXPECT_EQ(other.pool_left(), 0u);
   ASSERT_EQ(other.size(), model.size());
+  size_t counted = 0;
   for (const auto& [key, value] : model) {
     const Table::Entry* e = other.Find(key, H(key));
     ASSERT_NE(e, nullptr) << key;
     EXPECT_EQ(Table::ValueOf(*e), value) << key;
+    counted += Table::BlockBytes(*e);
   }
+  EXPECT_EQ(other.heap_bytes(), counted);
   for (const auto& [key, value] : model) other.Erase(other.Find(key, H(key)));
   EXPECT_EQ(other.heap_bytes(), 0u);
   EXPECT_EQ(other.pool_left(), kReserve);
+
+  // A table that goes with pooled records still in it (ASan and LSan watch this one).
+  Table gone(16, /*reserve_payload=*/40);
+  for (size_t i = 0; i < 8; ++i) {
+    gone.Insert(key_of(i), H(key_of(i)), &inserted, 4);
+  }
+  EXPECT_EQ(gone.pool_left(), 8u);
 }
 
 // Inserts, overwrites across the inline limit, lookups and erases against a model, through
