@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
   };
 
   const int thread_event = eventfd(0, EFD_CLOEXEC);
-  const int ring_event = eventfd(0, EFD_CLOEXEC);
+  const int ring_event = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (thread_event < 0 || ring_event < 0) Die("eventfd");
   Syncer syncer(fd, thread_event);
   Waiter thread_waiter(thread_event);
@@ -186,31 +186,30 @@ int main(int argc, char** argv) {
   }
   Waiter ring_waiter(ring_event);
 
-  constexpr int kRoutes = 5;
+  enum Route { kInline, kThread, kUring, kUringWait, kUringSync, kRoutes };
   const char* names[kRoutes] = {"inline", "thread", "uring", "uring-wait", "uring-sync"};
   Result results[kRoutes];
+  auto write_inline = [&](uint64_t at) {
+    if (pwrite(fd, record.data(), bytes, static_cast<off_t>(at)) != static_cast<ssize_t>(bytes)) {
+      Die("pwrite");
+    }
+  };
   for (int done = 0; done < rounds; done += kBlock) {
     for (int v = 0; v < kRoutes; ++v) {
       const Usage before = Now();
       for (int i = 0; i < kBlock; ++i) {
         const uint64_t at = next_offset();
         const auto t0 = std::chrono::steady_clock::now();
-        if (v == 0) {
-          if (pwrite(fd, record.data(), bytes, static_cast<off_t>(at)) !=
-              static_cast<ssize_t>(bytes)) {
-            Die("pwrite");
-          }
+        if (v == kInline) {
+          write_inline(at);
           if (fdatasync(fd) != 0) Die("fdatasync");
-        } else if (v == 1) {
+        } else if (v == kThread) {
           syncer.Hand(record.data(), bytes, at);
           thread_waiter.Wait();
         } else {
           int ops = 2;
-          if (v == 4) {
-            if (pwrite(fd, record.data(), bytes, static_cast<off_t>(at)) !=
-                static_cast<ssize_t>(bytes)) {
-              Die("pwrite");
-            }
+          if (v == kUringSync) {
+            write_inline(at);
             ops = 1;
           } else {
             io_uring_sqe* w = io_uring_get_sqe(&ring);
@@ -219,13 +218,13 @@ int main(int argc, char** argv) {
           }
           io_uring_sqe* s = io_uring_get_sqe(&ring);
           io_uring_prep_fsync(s, fd, IORING_FSYNC_DATASYNC);
-          if (v == 2) {
+          if (v == kUring) {
             if (io_uring_submit(&ring) != ops) Die("io_uring_submit");
           } else if (io_uring_submit_and_wait(&ring, static_cast<unsigned>(ops)) != ops) {
             Die("io_uring_submit_and_wait");
           }
           for (int reaped = 0; reaped < ops;) {
-            if (v == 2) ring_waiter.Wait();
+            if (v == kUring) ring_waiter.Wait();
             io_uring_cqe* cqe;
             while (io_uring_peek_cqe(&ring, &cqe) == 0) {
               if (cqe->res < 0) {
@@ -235,12 +234,12 @@ int main(int argc, char** argv) {
               io_uring_cqe_seen(&ring, cqe);
               ++reaped;
             }
-            if (v != 2 && reaped < ops) {
+            if (v != kUring && reaped < ops) {
               if (io_uring_wait_cqe(&ring, &cqe) != 0) Die("io_uring_wait_cqe");
             }
           }
           // The eventfd stays registered: empty it for the epoll route's next round.
-          if (v != 2) {
+          if (v != kUring) {
             uint64_t count;
             [[maybe_unused]] ssize_t r = read(ring_event, &count, sizeof count);
           }

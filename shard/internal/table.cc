@@ -54,8 +54,7 @@ Table::Table(size_t reserve, size_t reserve_payload) {
   grow_at_ = capacity - capacity / 5;
   const size_t record = kRecordHeader + reserve_payload;
   if (reserve > 0 && reserve_payload > 0 && PoolFor(record) == Pool::kHeap) {
-    pool_class_ = ClassOf(record);
-    pool_block_ = ClassBytes(pool_class_);
+    pool_block_ = SizeClass(record);
     pool_min_ = 1;
     while (!Fits(pool_min_, pool_block_)) ++pool_min_;
     const size_t bytes = reserve * pool_block_;
@@ -163,7 +162,7 @@ char* Table::NewRecord(size_t bytes, size_t key_len) {
     uint8_t c = ClassOf(bytes);
     record = TakePooled(bytes);
     if (record != nullptr) {
-      c = pool_class_;
+      c = ClassOf(pool_block_);
       allocated = pool_block_;
     } else {
       record = Malloc(allocated);

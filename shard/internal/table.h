@@ -163,7 +163,6 @@ class Table {
     std::swap(pool_left_, other.pool_left_);
     std::swap(pool_block_, other.pool_block_);
     std::swap(pool_min_, other.pool_min_);
-    std::swap(pool_class_, other.pool_class_);
   }
 
   static constexpr size_t kMinCapacity = 16;
@@ -499,8 +498,8 @@ class Table {
   size_t moved_ = 0;
   size_t released_to_ = 0;
   uint64_t growth_writes_ = 0;
-  // The reserved records' pool (Table(reserve, reserve_payload)): blocks of
-  // ClassBytes(pool_class_) bytes from pool_ to pool_end_: the freed ones first (linked
+  // The reserved records' pool (Table(reserve, reserve_payload)): blocks of pool_block_ bytes
+  // (a size class) from pool_ to pool_end_: the freed ones first (linked
   // through their first word), then from pool_next_ on. Its unused blocks are resident memory
   // that no accounting counts, so a shard with a memory limit makes none (Shard).
   char* pool_ = nullptr;
@@ -508,9 +507,8 @@ class Table {
   char* pool_end_ = nullptr;
   char* pool_free_ = nullptr;
   size_t pool_left_ = 0;
-  size_t pool_block_ = 0;  // ClassBytes(pool_class_).
-  size_t pool_min_ = 0;    // The smallest record a block fits.
-  uint8_t pool_class_ = 0;
+  size_t pool_block_ = 0;
+  size_t pool_min_ = 0;  // The smallest record a block fits.
   bool InPool(const char* record) const {
     const auto r = reinterpret_cast<uintptr_t>(record);
     return r >= reinterpret_cast<uintptr_t>(pool_) && r < reinterpret_cast<uintptr_t>(pool_end_);
