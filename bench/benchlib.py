@@ -77,10 +77,11 @@ def run_client(cmd, server_pid, timeout, during=None):
                     server1[0] - server0[0], server1[1] - server0[1])
 
 
-def start_ringkv(log, flags=(), binary="build/server/ringkv-server"):
-    """A ringkv-server on a free loopback port, stderr to `log`: (process, "127.0.0.1:PORT")."""
+def start_ringkv(log, flags=(), binary="build/server/ringkv-server", env=None):
+    """A ringkv-server on a free loopback port, stderr to `log`: (process, "127.0.0.1:PORT").
+    `env`: its environment, if not this one."""
     with open(log, "w") as err:
-        proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", *flags], stderr=err)
+        proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", *flags], stderr=err, env=env)
     for _ in range(200):
         with open(log) as f:
             m = re.search(r"listening on \S+:(\d+)", f.read())

@@ -8,7 +8,8 @@
     raw_syscalls:sys_enter for all) on the server over the same window in another run, per
     operation run meanwhile;
   - its top functions by self time: `perf record -F 999` on the server for the same window in a
-    third run, `perf report --sort dso,symbol`.
+    third run, `perf report --sort dso,symbol`, and the same samples by object (the kernel, the
+    server's own code, nghttp2, the allocator, ...).
 
 Shapes: GET at 50 connections x 1 call, and GET at 1 connection x 50 in flight (ringkv-loadgen,
 unary, 32-byte values over KEYS keys, as bench/compare_redis.py). One server (the defaults: one
@@ -16,7 +17,9 @@ worker, h2 transport) serves both.
 
 Usage: bench/profile_calls.py [SECONDS=8] [WINDOW=5] [TOP=15] [SERVER=build/server/ringkv-server]
 (repository root, after scripts/setup.sh; perf with the syscalls tracepoints, as root).
-SERVER_FLAGS="--io=uring" (the environment) adds flags to the server's.
+SERVER_FLAGS="--io=uring" (the environment) adds flags to the server's. NGHTTP2_LIB=DIR runs the
+server on the libnghttp2 in DIR (bench/nghttp2_debug_lib.sh builds one whose static functions
+have names; Debian's is stripped).
 """
 import json
 import os
@@ -32,6 +35,7 @@ WINDOW = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 TOP = int(sys.argv[3]) if len(sys.argv) > 3 else 15
 SERVER = sys.argv[4] if len(sys.argv) > 4 else "build/server/ringkv-server"
 SERVER_FLAGS = os.environ.get("SERVER_FLAGS", "").split()
+NGHTTP2_LIB = os.environ.get("NGHTTP2_LIB")
 LOADGEN = "build/bench/ringkv-loadgen"
 CLI = "build/client/ringkv"
 OUT = os.path.abspath("bench-results/profile")
@@ -107,13 +111,19 @@ def top_functions(pid):
         m = re.match(r"\s+([\d.]+)%\s+(\S+)\s+\[[.k]\]\s+(.*)", line)
         if m:
             rows.append((float(m[1]), m[2], re.sub(r"(\s+-)+\s*$", "", m[3]).strip()))
-    return rows[:TOP]
+    report = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children",
+                             "--sort", "dso", "--percent-limit", "0.5"],
+                            check=True, capture_output=True, text=True).stdout
+    objects = [(float(m[1]), m[2]) for m in
+               re.finditer(r"^\s+([\d.]+)%\s+(\S+)\s*$", report, re.MULTILINE)]
+    return rows[:TOP], objects
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
     print(f"{machine()}; {time.strftime('%Y-%m-%d')}; server {SERVER} {' '.join(SERVER_FLAGS)}")
-    proc, addr = start_ringkv(os.path.join(OUT, "ringkv.log"), SERVER_FLAGS, SERVER)
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.abspath(NGHTTP2_LIB)) if NGHTTP2_LIB else None
+    proc, addr = start_ringkv(os.path.join(OUT, "ringkv.log"), SERVER_FLAGS, SERVER, env)
     try:
         subprocess.run([LOADGEN, f"--addr={addr}", f"--keys={KEYS}", "--value-size=32",
                         "--ops=1", "--concurrency=1", "--progress=false"],
@@ -128,13 +138,18 @@ def main():
             for name, n in sorted(counts.items(), key=lambda kv: -kv[1]):
                 if name != "all" and n >= 0.001:
                     print(f"| {name} | {n:.3f} |")
-            rows, rate = under_load(addr, flags, lambda: top_functions(proc.pid))
+            (rows, objects), rate = under_load(addr, flags, lambda: top_functions(proc.pid))
             print(f"\nTop functions by the server's self time ({rate:,.0f} calls/s while "
                   "sampled at 999 Hz):\n")
             print("| % of samples | object | function |")
             print("|---|---|---|")
             for pct, dso, sym in rows:
                 print(f"| {pct:.1f} | {dso} | `{sym}` |")
+            print("\nThe same samples by object:\n")
+            print("| % of samples | object |")
+            print("|---|---|")
+            for pct, dso in objects:
+                print(f"| {pct:.1f} | {dso} |")
     finally:
         stop(proc)
 
