@@ -156,7 +156,9 @@ int main(int argc, char** argv) {
     std::string out;
     auto encode = [&] {
       out.clear();
+      encoder.BeginBlock(&out);
       for (const auto& [n, v] : response) encoder.Encode(n, v, ringkv::HpackEncoder::kIndex, &out);
+      encoder.BeginBlock(&out);
       for (const auto& [n, v] : trailers) encoder.Encode(n, v, ringkv::HpackEncoder::kIndex, &out);
       sink += out.size();
     };

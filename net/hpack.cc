@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -307,35 +306,22 @@ absl::Status HuffmanDecode(std::string_view in, std::string* out) {
   }
 }
 
-namespace {
-// Slots for every entry a table of `max_bytes` can hold (each takes at least 32 bytes).
-size_t SlotsFor(size_t max_bytes) {
-  return std::bit_ceil(max_bytes / HpackTable::kEntryOverhead + 1);
-}
-}  // namespace
-
-HpackTable::HpackTable(size_t max_bytes) : max_bytes_(max_bytes) {
-  ring_.resize(SlotsFor(max_bytes));
-}
+HpackTable::HpackTable(size_t max_bytes) : max_bytes_(max_bytes) { ring_.resize(8); }
 
 void HpackTable::EvictTo(size_t max_bytes) {
   while (bytes_ > max_bytes) {
-    const Entry& oldest = Slot(count_ - 1);
+    Entry& oldest = ring_[(newest_ - (count_ - 1)) & (ring_.size() - 1)];
     bytes_ -= oldest.bytes.size() + kEntryOverhead;
     --count_;
+    // A dead entry keeps a small string's room for the next one, not a big one's: entries that
+    // evict one another would otherwise leave a big string in every slot of the ring.
+    if (oldest.bytes.capacity() > kKeptBytes) std::string().swap(oldest.bytes);
   }
 }
 
 void HpackTable::SetMaxBytes(size_t max_bytes) {
   EvictTo(max_bytes);
   max_bytes_ = max_bytes;
-  const size_t slots = SlotsFor(max_bytes);
-  if (slots <= ring_.size()) return;
-  std::vector<Entry> ring(slots);  // The oldest entry first.
-  for (size_t i = 0; i < count_; ++i)
-    ring[count_ - 1 - i] = std::move(ring_[(newest_ - i) & (ring_.size() - 1)]);
-  ring_.swap(ring);
-  newest_ = count_ > 0 ? count_ - 1 : ring_.size() - 1;
 }
 
 void HpackTable::Add(std::string_view name, std::string_view value) {
@@ -347,19 +333,39 @@ void HpackTable::Add(std::string_view name, std::string_view value) {
   staged_.assign(name);  // Before the eviction, which may take the entry these lie in.
   staged_.append(value);
   EvictTo(max_bytes_ - size);
+  if (count_ == ring_.size()) {  // Grown as entries come: twice the slots, the oldest first.
+    std::vector<Entry> ring(2 * ring_.size());
+    for (size_t i = 0; i < count_; ++i) {
+      ring[count_ - 1 - i] = std::move(ring_[(newest_ - i) & (ring_.size() - 1)]);
+    }
+    ring_.swap(ring);
+    newest_ = count_ - 1;
+  }
   newest_ = (newest_ + 1) & (ring_.size() - 1);
   Entry& e = ring_[newest_];
-  e.bytes.swap(staged_);  // The evicted string's room is the next entry's.
+  e.bytes.swap(staged_);  // The dead entry's room is the staging string's next.
+  if (staged_.capacity() > kKeptBytes) std::string().swap(staged_);
   e.name_len = name.size();
   ++count_;
   bytes_ += size;
 }
 
+size_t HpackTable::held_bytes() const {
+  size_t held = staged_.capacity();
+  for (const Entry& e : ring_) held += e.bytes.capacity();
+  return held;
+}
+
 HpackDecoder::HpackDecoder(size_t max_table_bytes, size_t max_list_bytes)
-    : table_(max_table_bytes), max_table_bytes_(max_table_bytes), max_list_bytes_(max_list_bytes) {}
+    : table_(kInitialTableBytes),
+      max_table_bytes_(std::max(max_table_bytes, kInitialTableBytes)),
+      max_list_bytes_(max_list_bytes) {}
 
 absl::Status HpackDecoder::Decode(
     std::string_view block, absl::FunctionRef<void(std::string_view, std::string_view)> on_field) {
+  if (broken_) return absl::FailedPreconditionError("hpack: a block before this one was malformed");
+  // Any error below leaves the table out of step with the peer's: no block decodes after it.
+  broken_ = true;
   size_t pos = 0;
   size_t list_bytes = 0;
   bool fields = false;
@@ -416,6 +422,7 @@ absl::Status HpackDecoder::Decode(
     if (list_bytes <= max_list_bytes_) on_field(name, value);
     if (index) table_.Add(name, value);
   }
+  broken_ = false;
   if (list_bytes > max_list_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat("hpack: a header list of ", list_bytes,
                                                      " bytes, over the limit of ", max_list_bytes_,
@@ -425,9 +432,11 @@ absl::Status HpackDecoder::Decode(
 }
 
 HpackEncoder::HpackEncoder(size_t max_table_bytes)
-    : table_(std::min<size_t>(max_table_bytes, 4096)), own_max_bytes_(max_table_bytes) {
-  // Both tables start at HTTP/2's default size; a smaller one must be announced.
-  if (table_.max_bytes() != 4096) pending_update_ = smallest_update_ = table_.max_bytes();
+    : table_(std::min(max_table_bytes, kInitialTableBytes)), own_max_bytes_(max_table_bytes) {
+  // Both tables start at HTTP/2's initial size; a smaller one must be announced.
+  if (table_.max_bytes() != kInitialTableBytes) {
+    pending_update_ = smallest_update_ = table_.max_bytes();
+  }
 }
 
 void HpackEncoder::SetPeerMaxTableBytes(size_t bytes) {
@@ -438,13 +447,16 @@ void HpackEncoder::SetPeerMaxTableBytes(size_t bytes) {
   smallest_update_ = std::min(smallest_update_, size);
 }
 
-void HpackEncoder::Encode(std::string_view name, std::string_view value, Indexing indexing,
-                          std::string* out) {
+void HpackEncoder::BeginBlock(std::string* out) {
   if (pending_update_ != SIZE_MAX) {  // RFC 7541, 4.2: the smallest size since, then the last.
     if (smallest_update_ < pending_update_) WriteInt(0x20, 5, smallest_update_, out);
     WriteInt(0x20, 5, pending_update_, out);
     pending_update_ = smallest_update_ = SIZE_MAX;
   }
+}
+
+void HpackEncoder::Encode(std::string_view name, std::string_view value, Indexing indexing,
+                          std::string* out) {
   size_t name_index = 0;
   const auto& names = StaticNames();
   if (auto it = names.find(name); it != names.end()) {
@@ -458,7 +470,8 @@ void HpackEncoder::Encode(std::string_view name, std::string_view value, Indexin
   }
   for (size_t i = 0; i < table_.size(); ++i) {
     if (table_.name(i) != name) continue;
-    if (table_.value(i) == value) {
+    // A field never to be indexed is sent as a literal even where the table has it.
+    if (indexing != kNever && table_.value(i) == value) {
       WriteInt(0x80, 7, kStaticEntries + 1 + i, out);
       return;
     }

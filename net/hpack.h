@@ -25,6 +25,7 @@
 //   });
 //   HpackEncoder encoder;
 //   std::string out;
+//   encoder.BeginBlock(&out);
 //   encoder.Encode(":status", "200", HpackEncoder::kIndex, &out);
 #ifndef RINGKV_NET_HPACK_H_
 #define RINGKV_NET_HPACK_H_
@@ -47,6 +48,8 @@ class HpackTable {
  public:
   // What an entry counts for beside its name and value (RFC 7541, 4.1).
   static constexpr size_t kEntryOverhead = 32;
+  // The room a dead entry's string keeps for the next, at most.
+  static constexpr size_t kKeptBytes = 128;
 
   explicit HpackTable(size_t max_bytes);
 
@@ -59,6 +62,8 @@ class HpackTable {
 
   // Evicts the oldest entries until the table fits `max_bytes`, which stays its size.
   void SetMaxBytes(size_t max_bytes);
+  // The heap the table holds: its entries' strings with their room (for tests).
+  size_t held_bytes() const;
   // Adds an entry, evicting what it needs. One bigger than the whole table empties it and is not
   // added (RFC 7541, 4.4). `name` and `value` may lie in an entry this evicts.
   void Add(std::string_view name, std::string_view value);
@@ -73,8 +78,7 @@ class HpackTable {
   const Entry& Slot(size_t i) const { return ring_[(newest_ - i) & (ring_.size() - 1)]; }
   void EvictTo(size_t max_bytes);
 
-  // Room for the most entries max_bytes_ can hold, rounded up to a power of two (a slot's index
-  // is masked, not divided).
+  // A power of two of slots (a slot's index is masked, not divided), doubled when full.
   std::vector<Entry> ring_;
   size_t newest_ = 0;  // The newest entry's slot, when count_ > 0.
   size_t count_ = 0;
@@ -83,16 +87,22 @@ class HpackTable {
   std::string staged_;  // An added entry's bytes, put together before anything is evicted.
 };
 
+// HTTP/2's initial SETTINGS_HEADER_TABLE_SIZE, which both tables start at.
+inline constexpr size_t kInitialTableBytes = 4096;
+
 class HpackDecoder {
  public:
-  // `max_table_bytes`: the SETTINGS_HEADER_TABLE_SIZE this side advertised (the most a peer's
-  // size update may ask for). `max_list_bytes`: the most a header list may hold, counted as
-  // SETTINGS_MAX_HEADER_LIST_SIZE counts it (names, values and 32 bytes a field).
+  // `max_table_bytes`: the SETTINGS_HEADER_TABLE_SIZE this side advertised, the most a peer's
+  // size update may ask for; the table starts at kInitialTableBytes, and a size under it is not
+  // supported (a peer may use 4,096 bytes until it has acknowledged the setting). `max_list_bytes`:
+  // the most a header list may hold, counted as SETTINGS_MAX_HEADER_LIST_SIZE counts it (names,
+  // values and 32 bytes a field).
   explicit HpackDecoder(size_t max_table_bytes = 4096, size_t max_list_bytes = 64 * 1024);
 
   // Decodes one whole header block, calling `on_field` for each field in order, with views valid
   // during that call only. InvalidArgument: the block is malformed (a COMPRESSION_ERROR: the
-  // message says where and why, and the decoder must not be used again). ResourceExhausted: the
+  // message says where and why; every later Decode fails with FailedPrecondition, since the
+  // tables no longer agree). ResourceExhausted: the
   // list went over max_list_bytes; the fields after the limit were decoded but not passed on, and
   // the decoder is still good.
   absl::Status Decode(std::string_view block,
@@ -108,6 +118,7 @@ class HpackDecoder {
   const size_t max_list_bytes_;
   std::string name_buf_;   // A Huffman-coded name, decoded.
   std::string value_buf_;  // A Huffman-coded value, decoded.
+  bool broken_ = false;    // A block was malformed.
 };
 
 class HpackEncoder {
@@ -121,12 +132,14 @@ class HpackEncoder {
   // `max_table_bytes`: the most this encoder's table holds (at most the peer's setting).
   explicit HpackEncoder(size_t max_table_bytes = 4096);
 
-  // The peer's SETTINGS_HEADER_TABLE_SIZE: the table shrinks to it if it is smaller, and the
-  // next block starts by saying so.
+  // The peer's SETTINGS_HEADER_TABLE_SIZE: the table takes that size (at most this encoder's
+  // own), and the next block starts by saying so (BeginBlock). Between blocks only.
   void SetPeerMaxTableBytes(size_t bytes);
+  // Starts a block in `out`: a size update, if one is due. Each block starts so.
+  void BeginBlock(std::string* out);
   // Appends `name: value` to the block under way in `out`. `name` must be lower case (HTTP/2).
-  // Uses an entry of the static or dynamic table where one matches, Huffman coding where it is
-  // shorter.
+  // Uses an entry of the static or dynamic table where one matches (kNever: the static table's
+  // only), Huffman coding where it is shorter.
   void Encode(std::string_view name, std::string_view value, Indexing indexing, std::string* out);
 
   const HpackTable& table() const { return table_; }
