@@ -1,0 +1,817 @@
+// H2Session: see h2_session.h.
+#include "server/h2/h2_session.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace ringkv {
+namespace {
+
+constexpr std::string_view kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+constexpr size_t kFrameHeader = 9;
+// SETTINGS_MAX_FRAME_SIZE this side keeps (HTTP/2's default; it advertises no other).
+constexpr size_t kMaxFrame = 16384;
+constexpr int64_t kMaxWindow = 0x7fffffff;
+
+enum : uint8_t {
+  kData = 0x0,
+  kHeaders = 0x1,
+  kPriority = 0x2,
+  kRstStream = 0x3,
+  kSettings = 0x4,
+  kPushPromise = 0x5,
+  kPing = 0x6,
+  kGoaway = 0x7,
+  kWindowUpdate = 0x8,
+  kContinuation = 0x9,
+};
+enum : uint8_t {
+  kEndStream = 0x1,
+  kAck = 0x1,
+  kEndHeaders = 0x4,
+  kPadded = 0x8,
+  kPriorityFlag = 0x20,
+};
+
+uint32_t Read32(const char* p) {
+  const auto* u = reinterpret_cast<const uint8_t*>(p);
+  return uint32_t{u[0]} << 24 | uint32_t{u[1]} << 16 | uint32_t{u[2]} << 8 | u[3];
+}
+
+void Put32(char* p, uint32_t v) {
+  p[0] = static_cast<char>(v >> 24);
+  p[1] = static_cast<char>(v >> 16);
+  p[2] = static_cast<char>(v >> 8);
+  p[3] = static_cast<char>(v);
+}
+
+// Fields whose values change from call to call stay out of the table.
+HpackEncoder::Indexing IndexingOf(std::string_view name) {
+  return name == "grpc-message" || name == "grpc-status-details-bin" ? HpackEncoder::kNoIndex
+                                                                     : HpackEncoder::kIndex;
+}
+
+// RFC 9110's token characters, lower case only (RFC 9113, 8.2.1: a field name with an upper-case
+// letter is malformed).
+constexpr std::array<bool, 256> MakeNameChars() {
+  std::array<bool, 256> ok{};
+  for (int c = 'a'; c <= 'z'; ++c) ok[c] = true;
+  for (int c = '0'; c <= '9'; ++c) ok[c] = true;
+  for (const char c : std::string_view("!#$%&'*+-.^_`|~")) ok[static_cast<uint8_t>(c)] = true;
+  return ok;
+}
+constexpr std::array<bool, 256> kNameChars = MakeNameChars();
+
+}  // namespace
+
+// A request's header block, checked as RFC 9113, 8.2 and 8.3 ask of a server: a malformed one
+// resets its stream with PROTOCOL_ERROR.
+struct H2Session::FieldCheck {
+  bool trailers = false;
+  bool bad = false;
+  bool regular_seen = false;  // Pseudo-header fields come first.
+  uint8_t pseudo = 0;         // :method 1, :scheme 2, :path 4, :authority 8
+  int64_t content_length = -1;
+
+  void Take(std::string_view name, std::string_view value) {
+    if (name.empty()) {
+      bad = true;
+      return;
+    }
+    for (const char c : value) {
+      if (c == '\0' || c == '\r' || c == '\n') bad = true;
+    }
+    if (!value.empty() && (value.front() == ' ' || value.front() == '\t' || value.back() == ' ' ||
+                           value.back() == '\t')) {
+      bad = true;
+    }
+    if (name[0] == ':') {
+      uint8_t bit = 0;
+      if (name == ":method") {
+        bit = 1;
+      } else if (name == ":scheme") {
+        bit = 2;
+      } else if (name == ":path") {
+        bit = 4;
+        if (value.empty()) bad = true;
+      } else if (name == ":authority") {
+        bit = 8;
+      }
+      if (bit == 0 || trailers || regular_seen || (pseudo & bit) != 0) bad = true;
+      pseudo |= bit;
+      return;
+    }
+    regular_seen = true;
+    for (const char c : name) {
+      if (!kNameChars[static_cast<uint8_t>(c)]) bad = true;
+    }
+    switch (name.size()) {  // Connection-specific fields (8.2.2).
+      case 2:
+        if (name == "te" && value != "trailers") bad = true;
+        break;
+      case 7:
+        if (name == "upgrade") bad = true;
+        break;
+      case 10:
+        if (name == "connection" || name == "keep-alive") bad = true;
+        break;
+      case 14:
+        if (name == "content-length") {
+          int64_t n = 0;
+          for (const char c : value) {
+            if (c < '0' || c > '9' || n > (int64_t{1} << 50)) {
+              bad = true;
+              break;
+            }
+            n = n * 10 + (c - '0');
+          }
+          if (value.empty() || (content_length >= 0 && content_length != n)) bad = true;
+          content_length = n;
+        }
+        break;
+      case 16:
+        if (name == "proxy-connection") bad = true;
+        break;
+      case 17:
+        if (name == "transfer-encoding") bad = true;
+        break;
+    }
+  }
+  // After the block: a request has a method, a scheme and a path.
+  bool ok() const { return !bad && (trailers || (pseudo & 7) == 7); }
+};
+
+struct H2Session::Stream {
+  int32_t id = 0;
+  bool remote_ended = false;  // The client sent END_STREAM.
+  bool local_ended = false;   // This side did.
+  bool in_ready = false;      // Listed in ready_.
+  bool has_trailers = false;
+  std::vector<std::pair<std::string, std::string>> trailers;
+  int64_t send_window = 0;      // What this side may still send on the stream.
+  int64_t recv_window = 0;      // What the client may.
+  size_t recv_consumed = 0;     // Consumed since the last WINDOW_UPDATE.
+  int64_t content_length = -1;  // The request's content-length, if it gave one ...
+  int64_t received = 0;         // ... and the DATA received, to hold it to it.
+};
+
+H2Session::H2Session(Listener& listener, const Settings& settings, SendQueue& out)
+    : listener_(listener),
+      settings_(settings),
+      out_(out),
+      decoder_(4096, settings.max_header_list_bytes),
+      encoder_(4096),
+      recv_window_(settings.connection_window),
+      reset_tokens_(settings.reset_burst) {
+  char frame[3 * 6];
+  const std::pair<uint16_t, uint32_t> entries[] = {
+      {0x3, settings.max_concurrent_streams},                // MAX_CONCURRENT_STREAMS
+      {0x4, static_cast<uint32_t>(settings.stream_window)},  // INITIAL_WINDOW_SIZE
+      {0x6, settings.max_header_list_bytes},                 // MAX_HEADER_LIST_SIZE
+  };
+  for (size_t i = 0; i < std::size(entries); ++i) {
+    frame[6 * i] = static_cast<char>(entries[i].first >> 8);
+    frame[6 * i + 1] = static_cast<char>(entries[i].first);
+    Put32(frame + 6 * i + 2, entries[i].second);
+  }
+  WriteFrameHeader(sizeof(frame), kSettings, 0, 0);
+  out_.Append(std::string_view(frame, sizeof(frame)));
+  if (settings.connection_window > 65535) WriteWindowUpdate(0, settings.connection_window - 65535);
+}
+
+H2Session::~H2Session() {
+  for (auto& [id, s] : streams_) delete s;
+}
+
+H2Session::Stream* H2Session::Find(int32_t id) const {
+  if (id == last_found_id_ && last_found_ != nullptr) return last_found_;
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return nullptr;
+  last_found_id_ = id;
+  last_found_ = it->second;
+  return it->second;
+}
+
+bool H2Session::RemoteEnded(int32_t id) const {
+  const Stream* s = Find(id);
+  return s == nullptr || s->remote_ended;
+}
+
+bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
+  const char* p = data;
+  const char* const end = data + length;
+  while (p < end && !failed_) {
+    switch (parse_) {
+      case Parse::kPreface: {
+        const size_t take = std::min<size_t>(kPreface.size() - pending_.size(), end - p);
+        if (std::string_view(p, take) != kPreface.substr(pending_.size(), take)) {
+          return Fail(H2Error::kProtocol, "not an HTTP/2 client preface");
+        }
+        pending_.append(p, take);
+        p += take;
+        if (pending_.size() == kPreface.size()) {
+          pending_.clear();
+          parse_ = Parse::kHeader;
+        }
+        break;
+      }
+      case Parse::kHeader: {
+        const char* h = p;
+        if (!pending_.empty() || end - p < static_cast<ptrdiff_t>(kFrameHeader)) {
+          const size_t take = std::min<size_t>(kFrameHeader - pending_.size(), end - p);
+          pending_.append(p, take);
+          p += take;
+          if (pending_.size() < kFrameHeader) break;
+          h = pending_.data();
+        } else {
+          p += kFrameHeader;
+        }
+        length_ = Read32(h) >> 8;
+        type_ = static_cast<uint8_t>(h[3]);
+        flags_ = static_cast<uint8_t>(h[4]);
+        id_ = static_cast<int32_t>(Read32(h + 5) & 0x7fffffff);
+        pending_.clear();
+        if (length_ > kMaxFrame) {
+          return Fail(H2Error::kFrameSize,
+                      absl::StrCat("a frame of ", length_, " bytes, over SETTINGS_MAX_FRAME_SIZE (",
+                                   kMaxFrame, ")"));
+        }
+        if (!greeted_ && type_ != kSettings) {
+          return Fail(H2Error::kProtocol, "the client's first frame is not SETTINGS");
+        }
+        if (block_id_ != 0 && type_ != kContinuation) {
+          return Fail(H2Error::kProtocol, "a frame inside a header block");
+        }
+        if (type_ == kData) {
+          if (!OnDataStart(flags_, id_, length_)) return false;
+          if (length_ == 0) {
+            if (!OnDataEnd()) return false;
+          } else {
+            parse_ = Parse::kData;
+          }
+        } else if (length_ == 0) {
+          if (!OnFrame(type_, flags_, id_, nullptr, 0)) return false;
+        } else {
+          parse_ = Parse::kPayload;
+        }
+        break;
+      }
+      case Parse::kPayload: {
+        const char* payload = p;
+        if (!pending_.empty() || static_cast<size_t>(end - p) < length_) {
+          const size_t take = std::min<size_t>(length_ - pending_.size(), end - p);
+          pending_.append(p, take);
+          p += take;
+          if (pending_.size() < length_) break;
+          payload = pending_.data();
+        } else {
+          p += length_;
+        }
+        parse_ = Parse::kHeader;
+        const bool ok = type_ == kRstStream ? OnRstStream(id_, payload, length_, now_ns)
+                                            : OnFrame(type_, flags_, id_, payload, length_);
+        pending_.clear();
+        if (!ok) return false;
+        break;
+      }
+      case Parse::kData: {
+        const size_t take = std::min<size_t>(data_left_, end - p);
+        OnDataPiece(p, take);
+        p += take;
+        if (failed_) return false;
+        if (data_left_ == 0) {
+          parse_ = Parse::kHeader;
+          if (!OnDataEnd()) return false;
+        }
+        break;
+      }
+    }
+  }
+  return !failed_;
+}
+
+bool H2Session::OnFrame(uint8_t type, uint8_t flags, int32_t id, const char* p, size_t n) {
+  switch (type) {
+    case kHeaders:
+      return OnHeaders(flags, id, p, n);
+    case kContinuation:
+      return OnContinuation(flags, id, p, n);
+    case kSettings:
+      return OnSettings(flags, id, p, n);
+    case kWindowUpdate:
+      return OnWindowUpdate(id, p, n);
+    case kRstStream:
+      return OnRstStream(id, p, n, 0);
+    case kPing:
+      if (id != 0) return Fail(H2Error::kProtocol, "PING on a stream");
+      if (n != 8) return Fail(H2Error::kFrameSize, "PING of other than 8 bytes");
+      if ((flags & kAck) == 0) {
+        WriteFrameHeader(8, kPing, kAck, 0);
+        out_.Append(std::string_view(p, 8));
+      }
+      return true;
+    case kPriority:
+      if (id == 0) return Fail(H2Error::kProtocol, "PRIORITY on stream 0");
+      if (n != 5) {
+        WriteRst(id, H2Error::kFrameSize);
+        if (Stream* s = Find(id)) Close(s, H2Error::kFrameSize);
+        return true;
+      }
+      if (static_cast<int32_t>(Read32(p) & 0x7fffffff) == id) {
+        WriteRst(id, H2Error::kProtocol);
+        if (Stream* s = Find(id)) Close(s, H2Error::kProtocol);
+      }
+      return true;
+    case kGoaway:
+      if (id != 0) return Fail(H2Error::kProtocol, "GOAWAY on a stream");
+      if (n < 8) return Fail(H2Error::kFrameSize, "GOAWAY of less than 8 bytes");
+      return true;
+    case kPushPromise:
+      return Fail(H2Error::kProtocol, "PUSH_PROMISE from a client");
+    default:
+      return true;  // Unknown frames are ignored (RFC 9113, 5.5).
+  }
+}
+
+bool H2Session::OnDataStart(uint8_t flags, int32_t id, size_t length) {
+  if (id == 0) return Fail(H2Error::kProtocol, "DATA on stream 0");
+  if (static_cast<int64_t>(length) > recv_window_) {
+    return Fail(H2Error::kFlowControl,
+                absl::StrCat("DATA of ", length, " bytes past the connection's window"));
+  }
+  recv_window_ -= length;
+  data_left_ = length;
+  data_pad_ = 0;
+  data_pad_known_ = (flags & kPadded) == 0;
+  data_consume_rest_ = false;
+  if (!data_pad_known_ && length == 0) return Fail(H2Error::kProtocol, "padded DATA of 0 bytes");
+  data_stream_ = Find(id);
+  if (data_stream_ == nullptr) {
+    if (id > last_peer_id_) return Fail(H2Error::kProtocol, "DATA on an idle stream");
+    WriteRst(id, H2Error::kStreamClosed);
+  } else if (data_stream_->remote_ended) {
+    Reset(id, H2Error::kStreamClosed);
+    data_stream_ = nullptr;
+  } else if (static_cast<int64_t>(length) > data_stream_->recv_window) {
+    Reset(id, H2Error::kFlowControl);
+    data_stream_ = nullptr;
+  } else {
+    data_stream_->recv_window -= length;
+  }
+  if (data_stream_ == nullptr) ConsumeConnection(length);  // Nobody will.
+  return true;
+}
+
+void H2Session::OnDataPiece(const char* p, size_t n) {
+  const int32_t id = id_;
+  if (!data_pad_known_ && n > 0) {
+    data_pad_ = static_cast<uint8_t>(*p);
+    data_pad_known_ = true;
+    if (data_pad_ >= length_) {
+      Fail(H2Error::kProtocol, "DATA whose padding is longer than the frame");
+      return;
+    }
+    ++p;
+    --n;
+    --data_left_;
+    if (data_stream_ != nullptr) {
+      Consume(id, 1);
+    } else if (data_consume_rest_) {
+      ConsumeConnection(1);
+    }
+  }
+  // The last data_pad_ bytes of the frame are padding.
+  const size_t payload_left = data_left_ > data_pad_ ? data_left_ - data_pad_ : 0;
+  const size_t payload = std::min(n, payload_left);
+  data_left_ -= n;
+  if (data_stream_ == nullptr) {
+    if (data_consume_rest_) ConsumeConnection(n);
+    return;
+  }
+  data_stream_->received += payload;
+  if (data_stream_->content_length >= 0 && data_stream_->received > data_stream_->content_length) {
+    Reset(id, H2Error::kProtocol);  // More DATA than its content-length said.
+    data_stream_ = nullptr;
+    data_consume_rest_ = true;
+    ConsumeConnection(n);
+    return;
+  }
+  if (payload > 0) listener_.OnData(id, p, payload);
+  data_stream_ = Find(id);  // The Listener may have reset it: the rest is nobody's.
+  if (data_stream_ == nullptr) {
+    data_consume_rest_ = true;
+    ConsumeConnection(n - payload);
+  } else if (n > payload) {
+    Consume(id, n - payload);
+  }
+}
+
+bool H2Session::OnDataEnd() {
+  Stream* s = data_stream_;
+  data_stream_ = nullptr;
+  if (s == nullptr || (flags_ & kEndStream) == 0) return true;
+  if (s->content_length >= 0 && s->received != s->content_length) {
+    Reset(s->id, H2Error::kProtocol);  // Less DATA than its content-length said.
+    return true;
+  }
+  s->remote_ended = true;
+  listener_.OnRemoteEnd(s->id);
+  if ((s = Find(id_)) != nullptr && s->local_ended) Close(s, H2Error::kNoError);
+  return true;
+}
+
+bool H2Session::OnHeaders(uint8_t flags, int32_t id, const char* p, size_t n) {
+  if (id == 0) return Fail(H2Error::kProtocol, "HEADERS on stream 0");
+  size_t pos = 0;
+  size_t pad = 0;
+  if (flags & kPadded) {
+    if (n < 1) return Fail(H2Error::kFrameSize, "padded HEADERS of 0 bytes");
+    pad = static_cast<uint8_t>(p[0]);
+    pos = 1;
+  }
+  block_error_ = H2Error::kNoError;
+  if (flags & kPriorityFlag) {
+    if (n - pos < 5) return Fail(H2Error::kFrameSize, "HEADERS too short for its priority");
+    if (static_cast<int32_t>(Read32(p + pos) & 0x7fffffff) == id) block_error_ = H2Error::kProtocol;
+    pos += 5;
+  }
+  if (pad > n - pos) return Fail(H2Error::kProtocol, "HEADERS whose padding is longer than it");
+  block_id_ = id;
+  block_flags_ = flags;
+  block_.assign(p + pos, n - pos - pad);
+  return (flags & kEndHeaders) ? OnHeaderBlock() : true;
+}
+
+bool H2Session::OnContinuation(uint8_t flags, int32_t id, const char* p, size_t n) {
+  if (block_id_ == 0) return Fail(H2Error::kProtocol, "CONTINUATION without HEADERS");
+  if (id != block_id_) return Fail(H2Error::kProtocol, "CONTINUATION of another stream");
+  // A header block is at most what its list may hold, and HPACK only ever shrinks a list by
+  // so much: the bound stops a stream of CONTINUATIONs that never ends.
+  if (block_.size() + n > 2 * size_t{settings_.max_header_list_bytes} + kMaxFrame) {
+    return Fail(
+        H2Error::kEnhanceYourCalm,
+        absl::StrCat("a header block over ", 2 * settings_.max_header_list_bytes, " bytes"));
+  }
+  block_.append(p, n);
+  return (flags & kEndHeaders) ? OnHeaderBlock() : true;
+}
+
+bool H2Session::OnHeaderBlock() {
+  const int32_t id = block_id_;
+  const bool end_stream = (block_flags_ & kEndStream) != 0;
+  block_id_ = 0;
+  Stream* s = Find(id);
+  bool open = false;
+  if (s == nullptr) {
+    if ((id & 1) == 0) return Fail(H2Error::kProtocol, "HEADERS on an even-numbered stream");
+    if (id <= last_peer_id_) return Fail(H2Error::kStreamClosed, "HEADERS on a closed stream");
+    last_peer_id_ = id;
+    open = block_error_ == H2Error::kNoError && id <= goaway_last_id_ &&
+           streams_.size() < settings_.max_concurrent_streams;
+    if (open) {
+      if (free_.empty()) {
+        s = new Stream();
+      } else {
+        s = free_.back().release();
+        free_.pop_back();
+        *s = Stream();
+      }
+      s->id = id;
+      s->send_window = peer_stream_window_;
+      s->recv_window = settings_.stream_window;
+      streams_[id] = s;
+      listener_.OnBeginStream(id);
+    }
+  }
+  // Decoded whatever happens to the stream: the table must stay in step with the client's.
+  FieldCheck check;
+  check.trailers = s != nullptr && !open;
+  const absl::Status status = decoder_.Decode(block_, [&](std::string_view n, std::string_view v) {
+    if (s == nullptr || check.bad) return;
+    check.Take(n, v);
+    if (open && !check.bad) listener_.OnHeader(id, n, v);
+  });
+  block_.clear();
+  if (status.code() == absl::StatusCode::kInvalidArgument) {
+    return Fail(H2Error::kCompression, std::string(status.message()));
+  }
+  if (s != nullptr && !check.ok()) {
+    Reset(id, H2Error::kProtocol);
+    return true;
+  }
+  if (s == nullptr) {  // Refused: past the limit of streams, after a GOAWAY, or malformed.
+    WriteRst(id, block_error_ != H2Error::kNoError ? block_error_ : H2Error::kRefusedStream);
+    return true;
+  }
+  if (!open) {  // A second block on an open stream: trailers, which must end it.
+    if (s->remote_ended) {
+      Reset(id, H2Error::kStreamClosed);
+    } else if (!end_stream) {
+      Reset(id, H2Error::kProtocol);
+    } else {
+      s->remote_ended = true;
+      listener_.OnRemoteEnd(id);
+      if ((s = Find(id)) != nullptr && s->local_ended) Close(s, H2Error::kNoError);
+    }
+    return true;
+  }
+  s->content_length = check.content_length;
+  listener_.OnHeadersDone(id, status.code() == absl::StatusCode::kResourceExhausted);
+  if (end_stream && (s = Find(id)) != nullptr) {
+    if (s->content_length > 0) {
+      Reset(id, H2Error::kProtocol);
+      return true;
+    }
+    s->remote_ended = true;
+    listener_.OnRemoteEnd(id);
+    if ((s = Find(id)) != nullptr && s->local_ended) Close(s, H2Error::kNoError);
+  }
+  return true;
+}
+
+bool H2Session::OnSettings(uint8_t flags, int32_t id, const char* p, size_t n) {
+  if (id != 0) return Fail(H2Error::kProtocol, "SETTINGS on a stream");
+  if (flags & kAck) {
+    return n == 0 ? true : Fail(H2Error::kFrameSize, "a SETTINGS acknowledgement with a payload");
+  }
+  if (n % 6 != 0) return Fail(H2Error::kFrameSize, "SETTINGS not a whole number of entries");
+  for (size_t i = 0; i < n; i += 6) {
+    const uint16_t key =
+        static_cast<uint16_t>(static_cast<uint8_t>(p[i]) << 8 | static_cast<uint8_t>(p[i + 1]));
+    const uint32_t value = Read32(p + i + 2);
+    switch (key) {
+      case 0x1:  // HEADER_TABLE_SIZE
+        encoder_.SetPeerMaxTableBytes(value);
+        break;
+      case 0x2:  // ENABLE_PUSH
+        if (value > 1) return Fail(H2Error::kProtocol, "SETTINGS_ENABLE_PUSH other than 0 or 1");
+        break;
+      case 0x4: {  // INITIAL_WINDOW_SIZE
+        if (value > kMaxWindow) {
+          return Fail(H2Error::kFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE over 2^31 - 1");
+        }
+        const int64_t delta = int64_t{value} - peer_stream_window_;
+        for (auto& [sid, s] : streams_) {
+          s->send_window += delta;
+          if (s->send_window > kMaxWindow) {
+            return Fail(H2Error::kFlowControl, "a stream's window over 2^31 - 1");
+          }
+        }
+        peer_stream_window_ = value;
+        break;
+      }
+      case 0x5:  // MAX_FRAME_SIZE
+        if (value < 16384 || value > 16777215) {
+          return Fail(H2Error::kProtocol, "SETTINGS_MAX_FRAME_SIZE out of its range");
+        }
+        peer_max_frame_ = value;
+        break;
+      default:  // MAX_CONCURRENT_STREAMS and MAX_HEADER_LIST_SIZE bind a server that pushes, or
+        break;  // are advice; unknown settings are ignored.
+    }
+  }
+  greeted_ = true;
+  WriteFrameHeader(0, kSettings, kAck, 0);
+  return true;
+}
+
+bool H2Session::OnWindowUpdate(int32_t id, const char* p, size_t n) {
+  if (n != 4) return Fail(H2Error::kFrameSize, "WINDOW_UPDATE of other than 4 bytes");
+  const uint32_t increment = Read32(p) & 0x7fffffff;
+  if (id == 0) {
+    if (increment == 0) return Fail(H2Error::kProtocol, "a WINDOW_UPDATE of 0");
+    send_window_ += increment;
+    if (send_window_ > kMaxWindow) {
+      return Fail(H2Error::kFlowControl, "the connection's window over 2^31 - 1");
+    }
+    return true;
+  }
+  Stream* s = Find(id);
+  if (s == nullptr) {
+    return id > last_peer_id_ ? Fail(H2Error::kProtocol, "WINDOW_UPDATE on an idle stream") : true;
+  }
+  if (increment == 0) {
+    Reset(id, H2Error::kProtocol);
+  } else if ((s->send_window += increment) > kMaxWindow) {
+    Reset(id, H2Error::kFlowControl);
+  }
+  return true;
+}
+
+bool H2Session::OnRstStream(int32_t id, const char* p, size_t n, int64_t now_ns) {
+  if (n != 4) return Fail(H2Error::kFrameSize, "RST_STREAM of other than 4 bytes");
+  if (id == 0) return Fail(H2Error::kProtocol, "RST_STREAM on stream 0");
+  Stream* s = Find(id);
+  if (s == nullptr) {
+    return id > last_peer_id_ ? Fail(H2Error::kProtocol, "RST_STREAM on an idle stream") : true;
+  }
+  reset_tokens_ =
+      std::min<double>(settings_.reset_burst, reset_tokens_ + (now_ns - reset_refill_ns_) * 1e-9 *
+                                                                  settings_.resets_per_second);
+  reset_refill_ns_ = now_ns;
+  if (reset_tokens_ < 1) {
+    return Fail(H2Error::kEnhanceYourCalm,
+                absl::StrCat("streams reset faster than ", settings_.resets_per_second,
+                             " a second after a burst of ", settings_.reset_burst));
+  }
+  reset_tokens_ -= 1;
+  Close(s, static_cast<H2Error>(Read32(p)));
+  return true;
+}
+
+bool H2Session::Fail(H2Error error, std::string_view why) {
+  if (!failed_) {
+    failed_ = true;
+    error_ = std::string(why);
+    SubmitGoaway(error, why);
+  }
+  return false;
+}
+
+void H2Session::WriteFrameHeader(size_t length, uint8_t type, uint8_t flags, int32_t id) {
+  char h[kFrameHeader];
+  Put32(h, static_cast<uint32_t>(length) << 8 | type);
+  h[4] = static_cast<char>(flags);
+  Put32(h + 5, static_cast<uint32_t>(id));
+  out_.Append(std::string_view(h, kFrameHeader));
+}
+
+void H2Session::WriteHeaderBlock(int32_t id, const std::string& block, bool end_stream) {
+  size_t pos = 0;
+  uint8_t type = kHeaders;
+  do {
+    const size_t n = std::min<size_t>(block.size() - pos, peer_max_frame_);
+    const bool last = pos + n == block.size();
+    const uint8_t flags = static_cast<uint8_t>((last ? kEndHeaders : 0) |
+                                               (type == kHeaders && end_stream ? kEndStream : 0));
+    WriteFrameHeader(n, type, flags, id);
+    out_.Append(std::string_view(block).substr(pos, n));
+    pos += n;
+    type = kContinuation;
+  } while (pos < block.size());
+}
+
+void H2Session::WriteWindowUpdate(int32_t id, uint32_t increment) {
+  WriteFrameHeader(4, kWindowUpdate, 0, id);
+  char p[4];
+  Put32(p, increment);
+  out_.Append(std::string_view(p, 4));
+}
+
+void H2Session::WriteRst(int32_t id, H2Error error) {
+  WriteFrameHeader(4, kRstStream, 0, id);
+  char p[4];
+  Put32(p, static_cast<uint32_t>(error));
+  out_.Append(std::string_view(p, 4));
+}
+
+void H2Session::SubmitHeaders(int32_t id, std::initializer_list<Field> fields, bool end_stream) {
+  Stream* s = Find(id);
+  if (s == nullptr || s->local_ended || failed_) return;
+  std::string block;
+  encoder_.BeginBlock(&block);
+  for (const auto& [name, value] : fields) encoder_.Encode(name, value, IndexingOf(name), &block);
+  WriteHeaderBlock(id, block, end_stream);
+  if (end_stream) EndLocal(s);
+}
+
+void H2Session::SubmitTrailers(int32_t id,
+                               std::vector<std::pair<std::string, std::string>> fields) {
+  Stream* s = Find(id);
+  if (s == nullptr || s->local_ended) return;
+  s->trailers = std::move(fields);
+  s->has_trailers = true;
+  ResumeData(id);
+}
+
+void H2Session::ResumeData(int32_t id) {
+  Stream* s = Find(id);
+  if (s == nullptr || s->local_ended || s->in_ready) return;
+  s->in_ready = true;
+  ready_.push_back(id);
+}
+
+void H2Session::WriteData(size_t limit) {
+  if (failed_) return;
+  std::vector<int32_t> work;
+  work.swap(ready_);
+  size_t i = 0;
+  for (; i < work.size() && out_.size() < limit; ++i) {
+    Stream* s = Find(work[i]);
+    if (s == nullptr) continue;
+    s->in_ready = false;
+    for (;;) {
+      const int64_t window = std::min(send_window_, s->send_window);
+      if (out_.size() >= limit) {
+        s->in_ready = true;
+        ready_.push_back(s->id);
+        break;
+      }
+      bool last = false;
+      const size_t max = static_cast<size_t>(std::clamp<int64_t>(window, 0, peer_max_frame_));
+      const size_t n = listener_.DataReady(s->id, max, &last);
+      if (n == 0 && !last) {
+        // Nothing now, or a window closed on what there is: then a WINDOW_UPDATE or SETTINGS
+        // lets it go on, and the stream stays listed.
+        if (max == 0) {
+          s->in_ready = true;
+          ready_.push_back(s->id);
+        }
+        break;
+      }
+      const bool end = last && !s->has_trailers;
+      if (n > 0 || end) {
+        WriteFrameHeader(n, kData, end ? kEndStream : 0, s->id);
+        if (n > 0) listener_.TakeData(s->id, n, out_);
+        send_window_ -= n;
+        s->send_window -= n;
+      }
+      if (last) {
+        EndLocal(s);
+        break;
+      }
+    }
+  }
+  for (; i < work.size(); ++i) ready_.push_back(work[i]);
+}
+
+void H2Session::EndLocal(Stream* s) {
+  if (s->has_trailers) {
+    std::string block;
+    encoder_.BeginBlock(&block);
+    for (const auto& [name, value] : s->trailers) {
+      encoder_.Encode(name, value, IndexingOf(name), &block);
+    }
+    WriteHeaderBlock(s->id, block, /*end_stream=*/true);
+  }
+  s->local_ended = true;
+  if (!s->remote_ended) {
+    // The answer is out before the request is all in (an error, or a call that did not need
+    // the rest): RST_STREAM NO_ERROR stops the client sending (RFC 9113, 8.1).
+    WriteRst(s->id, H2Error::kNoError);
+  }
+  Close(s, H2Error::kNoError);
+}
+
+void H2Session::Reset(int32_t id, H2Error error) {
+  Stream* s = Find(id);
+  if (s == nullptr) return;
+  WriteRst(id, error);
+  Close(s, error);
+}
+
+void H2Session::Close(Stream* s, H2Error error) {
+  const int32_t id = s->id;
+  streams_.erase(id);
+  if (last_found_ == s) last_found_ = nullptr;
+  s->trailers.clear();
+  free_.emplace_back(s);
+  listener_.OnStreamClose(id, error);
+}
+
+void H2Session::Consume(int32_t id, size_t length) {
+  if (Stream* s = Find(id); s != nullptr && !s->remote_ended) {
+    s->recv_consumed += length;
+    if (s->recv_consumed >= static_cast<size_t>(settings_.stream_window) / 2) {
+      WriteWindowUpdate(id, static_cast<uint32_t>(s->recv_consumed));
+      s->recv_window += s->recv_consumed;
+      s->recv_consumed = 0;
+    }
+  }
+  ConsumeConnection(length);
+}
+
+void H2Session::ConsumeConnection(size_t length) {
+  recv_consumed_ += length;
+  if (recv_consumed_ >= static_cast<size_t>(settings_.connection_window) / 2) {
+    WriteWindowUpdate(0, static_cast<uint32_t>(recv_consumed_));
+    recv_window_ += recv_consumed_;
+    recv_consumed_ = 0;
+  }
+}
+
+void H2Session::SubmitShutdownNotice() {
+  if (goaway_sent_) return;
+  WriteFrameHeader(8, kGoaway, 0, 0);
+  char p[8];
+  Put32(p, 0x7fffffff);
+  Put32(p + 4, static_cast<uint32_t>(H2Error::kNoError));
+  out_.Append(std::string_view(p, 8));
+}
+
+void H2Session::SubmitGoaway(H2Error error, std::string_view debug) {
+  if (goaway_sent_) return;
+  goaway_sent_ = true;
+  goaway_last_id_ = last_peer_id_;
+  WriteFrameHeader(8 + debug.size(), kGoaway, 0, 0);
+  char p[8];
+  Put32(p, static_cast<uint32_t>(last_peer_id_));
+  Put32(p + 4, static_cast<uint32_t>(error));
+  out_.Append(std::string_view(p, 8));
+  out_.Append(debug);
+}
+
+}  // namespace ringkv

@@ -1,0 +1,219 @@
+// H2Session: the server side of one HTTP/2 connection (RFC 9113), ringkv's own, for what gRPC
+// needs; the second piece of the codec that is to take nghttp2's place on the server's call path
+// (issue 25, docs/architecture.md "Toward an HTTP/2 codec of ringkv's own"). Not used by the
+// server yet.
+//
+// It parses what the client sends (the preface, then frames, possibly split anywhere between
+// Feed calls) and tells its Listener about streams: a request's header fields as HPACK decodes
+// them, its DATA as it arrives, its end, and a reset. It writes what the server sends straight
+// into the connection's output (a SendQueue): control frames at once, a response's HEADERS when
+// submitted, DATA as both flow-control windows allow when the connection asks for them
+// (WriteData), pulled from the Listener without a copy, then the trailers.
+//
+// Errors, as RFC 9113 names them: a connection error queues a GOAWAY with its code and a debug
+// text that says what was wrong, and Feed returns false (the connection flushes and closes); a
+// stream error resets that stream alone (RST_STREAM), its Listener told by OnStreamClose. A header
+// list over the limit is not an error of the protocol: OnHeadersDone says so, and the Listener
+// answers as it sees fit (a gRPC error that names the limit).
+//
+// Flow control: the client's DATA counts against the windows this side grants (Settings), which
+// grow again only as the Listener consumes what it took (Consume, ConsumeConnection), so a call
+// that stops reading holds its client back, as with nghttp2's no_auto_window_update. DATA the
+// session drops (on a stream reset or closed) it consumes itself.
+//
+// What is left out, since gRPC does not use it: server push, priorities (PRIORITY frames and
+// fields are checked and ignored), padding on what this side sends, HTTP/1.1 upgrade.
+//
+// Threads: the connection's thread only.
+//
+//   H2Session session(listener, settings, out);   // queues the server's SETTINGS
+//   if (!session.Feed(bytes, n)) { flush out, close }
+//   session.SubmitHeaders(id, {{":status", "200"}, ...}, /*end_stream=*/false);
+//   session.ResumeData(id);                        // the Listener has bytes for it
+//   session.WriteData(limit);                      // DATA frames, then trailers, into out
+#ifndef RINGKV_SERVER_H2_H2_SESSION_H_
+#define RINGKV_SERVER_H2_H2_SESSION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "net/hpack.h"
+#include "net/send_queue.h"
+
+namespace ringkv {
+
+// RFC 9113, 7: error codes.
+enum class H2Error : uint32_t {
+  kNoError = 0x0,
+  kProtocol = 0x1,
+  kInternal = 0x2,
+  kFlowControl = 0x3,
+  kSettingsTimeout = 0x4,
+  kStreamClosed = 0x5,
+  kFrameSize = 0x6,
+  kRefusedStream = 0x7,
+  kCancel = 0x8,
+  kCompression = 0x9,
+  kEnhanceYourCalm = 0xb,
+};
+
+class H2Session {
+ public:
+  // What this side advertises and grants.
+  struct Settings {
+    uint32_t max_concurrent_streams = 100;
+    int32_t stream_window = 1 << 20;       // SETTINGS_INITIAL_WINDOW_SIZE (at least 65,535)
+    int32_t connection_window = 16 << 20;  // raised to at start (at least 65,535)
+    uint32_t max_header_list_bytes = 64 * 1024;
+    // Client resets (RST_STREAM) a connection may send in a burst, then per second: a flood of
+    // requests reset at once (CVE-2023-44487) ends the connection with ENHANCE_YOUR_CALM.
+    uint32_t reset_burst = 1000;
+    uint32_t resets_per_second = 100;
+  };
+  using Field = std::pair<std::string_view, std::string_view>;
+
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    // A new stream's request headers: begun, then each field (views valid during the call).
+    virtual void OnBeginStream(int32_t id) = 0;
+    virtual void OnHeader(int32_t id, std::string_view name, std::string_view value) = 0;
+    // All of them are in; `list_too_long`: fields past max_header_list_bytes were dropped.
+    virtual void OnHeadersDone(int32_t id, bool list_too_long) = 0;
+    // Request DATA, as it comes; the Listener consumes it (Consume) as it takes it.
+    virtual void OnData(int32_t id, const char* data, size_t length) = 0;
+    // The client has ended its side (END_STREAM).
+    virtual void OnRemoteEnd(int32_t id) = 0;
+    // The stream is gone: both sides ended (kNoError), or reset by either (its code). Nothing
+    // more is said of it, and anything submitted for it is dropped.
+    virtual void OnStreamClose(int32_t id, H2Error error) = 0;
+    // Response DATA for WriteData: how many bytes the stream has ready now (up to `max` count),
+    // and whether they are its last (then its trailers, if submitted, follow).
+    virtual size_t DataReady(int32_t id, size_t max, bool* last) = 0;
+    // Moves `length` of those bytes to `out`, right after their frame's header.
+    virtual void TakeData(int32_t id, size_t length, SendQueue& out) = 0;
+  };
+
+  // Queues this side's SETTINGS and the connection window's raise into `out`.
+  H2Session(Listener& listener, const Settings& settings, SendQueue& out);
+  ~H2Session();
+  H2Session(const H2Session&) = delete;
+  H2Session& operator=(const H2Session&) = delete;
+
+  // Takes bytes from the client, at `now_ns` (the steady clock, for the reset limit). False
+  // after a connection error (its GOAWAY queued) or the client's preface going wrong: read no
+  // more, flush and close.
+  bool Feed(const char* data, size_t length, int64_t now_ns);
+  // The client's preface and first SETTINGS are in.
+  bool greeted() const { return greeted_; }
+  // The error that ended the connection, or empty.
+  const std::string& error() const { return error_; }
+
+  // Response headers (with END_STREAM: a trailers-only response, the stream's end), encoded now.
+  void SubmitHeaders(int32_t id, std::initializer_list<Field> fields, bool end_stream);
+  // The stream's trailers, after all of its DATA (end_stream). Encoded when written.
+  void SubmitTrailers(int32_t id, std::vector<std::pair<std::string, std::string>> fields);
+  // The Listener has DATA for the stream (DataReady will say how much).
+  void ResumeData(int32_t id);
+  // Writes DATA frames (and the trailers after the last) of the streams with data, as the
+  // windows allow, until `out` holds `limit` bytes.
+  void WriteData(size_t limit);
+  // Resets a stream: RST_STREAM with `error`; OnStreamClose follows at once.
+  void Reset(int32_t id, H2Error error);
+  // The Listener took `length` bytes of the stream's DATA (or of the connection's only: bytes of
+  // a stream it no longer has): the windows grow again (WINDOW_UPDATE once a good share is due).
+  void Consume(int32_t id, size_t length);
+  void ConsumeConnection(size_t length);
+  // GOAWAY: with the highest stream id (2^31 - 1 as a first notice of a shutdown, new streams
+  // still taken), or with the last stream taken (streams past it refused from now on).
+  void SubmitShutdownNotice();
+  void SubmitGoaway(H2Error error, std::string_view debug);
+
+  size_t open_streams() const { return streams_.size(); }
+  int32_t last_stream_id() const { return last_peer_id_; }
+  // Whether the stream's client side has ended.
+  bool RemoteEnded(int32_t id) const;
+
+ private:
+  struct Stream;
+  struct FieldCheck;
+  enum class Parse { kPreface, kHeader, kPayload, kData };
+
+  // Frames, whole: a DATA frame's payload comes in pieces (OnDataPiece).
+  bool OnFrame(uint8_t type, uint8_t flags, int32_t id, const char* p, size_t n);
+  bool OnDataStart(uint8_t flags, int32_t id, size_t length);
+  void OnDataPiece(const char* p, size_t n);
+  bool OnDataEnd();
+  bool OnHeaders(uint8_t flags, int32_t id, const char* p, size_t n);
+  bool OnContinuation(uint8_t flags, int32_t id, const char* p, size_t n);
+  bool OnHeaderBlock();
+  bool OnSettings(uint8_t flags, int32_t id, const char* p, size_t n);
+  bool OnWindowUpdate(int32_t id, const char* p, size_t n);
+  bool OnRstStream(int32_t id, const char* p, size_t n, int64_t now_ns);
+
+  // A connection error: GOAWAY, and Feed returns false.
+  bool Fail(H2Error error, std::string_view why);
+  void WriteFrameHeader(size_t length, uint8_t type, uint8_t flags, int32_t id);
+  void WriteHeaderBlock(int32_t id, const std::string& block, bool end_stream);
+  void WriteWindowUpdate(int32_t id, uint32_t increment);
+  void WriteRst(int32_t id, H2Error error);
+  // The stream's trailers (or an empty DATA with END_STREAM): the server's side is done.
+  void EndLocal(Stream* s);
+  Stream* Find(int32_t id) const;
+  void Close(Stream* s, H2Error error);
+
+  Listener& listener_;
+  const Settings settings_;
+  SendQueue& out_;
+  HpackDecoder decoder_;
+  HpackEncoder encoder_;
+
+  Parse parse_ = Parse::kPreface;
+  std::string pending_;  // A frame's header or payload not all in yet.
+  // The frame being read.
+  uint8_t type_ = 0;
+  uint8_t flags_ = 0;
+  int32_t id_ = 0;
+  size_t length_ = 0;
+  // A DATA frame being read: its stream (null: dropped), what is left of it, padding at its end.
+  Stream* data_stream_ = nullptr;
+  size_t data_left_ = 0;
+  size_t data_pad_ = 0;
+  bool data_pad_known_ = true;
+  bool data_consume_rest_ = false;  // Its stream went mid-frame: the rest is consumed here.
+  // A header block under way (HEADERS without END_HEADERS, then CONTINUATIONs).
+  std::string block_;
+  int32_t block_id_ = 0;
+  uint8_t block_flags_ = 0;
+  H2Error block_error_ = H2Error::kNoError;  // Its HEADERS's priority depends on the stream.
+
+  bool greeted_ = false;
+  bool failed_ = false;
+  bool goaway_sent_ = false;
+  std::string error_;
+  int32_t last_peer_id_ = 0;            // The highest stream the client has opened.
+  int32_t goaway_last_id_ = INT32_MAX;  // Streams past it are refused (a GOAWAY went).
+  uint32_t peer_max_frame_ = 16384;
+  int64_t peer_stream_window_ = 65535;  // The client's SETTINGS_INITIAL_WINDOW_SIZE.
+  int64_t send_window_ = 65535;         // The connection's, toward the client.
+  int64_t recv_window_;                 // What the client may still send on the connection ...
+  size_t recv_consumed_ = 0;            // ... and what was consumed since the last update.
+  double reset_tokens_;
+  int64_t reset_refill_ns_ = 0;
+
+  absl::flat_hash_map<int32_t, Stream*> streams_;
+  std::vector<std::unique_ptr<Stream>> free_;  // Streams to use again.
+  std::vector<int32_t> ready_;                 // Streams with DATA to write (ResumeData).
+  mutable int32_t last_found_id_ = 0;
+  mutable Stream* last_found_ = nullptr;
+};
+
+}  // namespace ringkv
+
+#endif  // RINGKV_SERVER_H2_H2_SESSION_H_
