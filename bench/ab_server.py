@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Two ringkv-server binaries, like for like: does a change leave the service's speed alone?
 
-Usage: [SERVER_FLAGS=...] bench/ab_server.py BASE_SERVER [ROUNDS] [SECONDS] [SHAPE...]
+Usage: [SERVER_FLAGS=...] [CURRENT_FLAGS=...] [BASE_FLAGS=...] bench/ab_server.py BASE_SERVER
+       [ROUNDS] [SECONDS] [SHAPE...]
 (after scripts/setup.sh)
 
 A SHAPE argument keeps only the shapes whose name contains it ("stream", "grpc").
@@ -21,8 +22,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 
 # SERVER_FLAGS="--spin-us=0": flags for both servers in every shape (with spin, a server that
-# waits for its client counts the spin in its CPU per call).
+# waits for its client counts the spin in its CPU per call). CURRENT_FLAGS and BASE_FLAGS: for
+# one of them only (the same binary twice: CURRENT_FLAGS=--h2=ringkv bench/ab_server.py
+# build/server/ringkv-server compares two ways of running it).
 EXTRA_FLAGS = os.environ.get("SERVER_FLAGS", "").split()
+SIDE_FLAGS = {"current": os.environ.get("CURRENT_FLAGS", "").split(),
+              "base": os.environ.get("BASE_FLAGS", "").split()}
 LARGE = ["--keys=1000", "--value-size=81920"]  # After --keys=100000: the last one counts.
 SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
     "h2 unary GET, 50 connections x 1": ([], ["--connections=50", "--concurrency=50"]),
@@ -46,6 +51,7 @@ SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
 
 
 def run(binary, server_flags, client_flags, seconds, workdir):
+    """One loadgen run against a fresh server: (ops/s, server us per call)."""
     log = os.path.join(workdir, "server.log")
     proc, addr = benchlib.start_ringkv(log, ["--threads=1", *EXTRA_FLAGS, *server_flags],
                                        binary=binary)
@@ -75,7 +81,8 @@ def main():
             for shape, (server_flags, client_flags) in shapes.items():
                 order = list(binaries) if r % 2 == 0 else list(reversed(binaries))
                 for name in order:
-                    ops, us = run(binaries[name], server_flags, client_flags, seconds, workdir)
+                    ops, us = run(binaries[name], server_flags + SIDE_FLAGS[name], client_flags,
+                                  seconds, workdir)
                     results[(shape, name)][0].append(ops)
                     results[(shape, name)][1].append(us)
                     print(f"round {r + 1} {shape:38} {name:8} ops/s {ops:9,.0f}  "

@@ -423,6 +423,7 @@ absl::Status HpackDecoder::Decode(
     if (index) table_.Add(name, value);
   }
   broken_ = false;
+  last_list_bytes_ = list_bytes;
   if (list_bytes > max_list_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat("hpack: a header list of ", list_bytes,
                                                      " bytes, over the limit of ", max_list_bytes_,

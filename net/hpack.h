@@ -109,16 +109,17 @@ class HpackDecoder {
                       absl::FunctionRef<void(std::string_view, std::string_view)> on_field);
 
   const HpackTable& table() const { return table_; }
+  // The size of the list the last Decode went through, counted as the limit counts.
+  size_t last_list_bytes() const { return last_list_bytes_; }
 
  private:
-  absl::Status Field(std::string_view name, std::string_view value, bool index);
-
   HpackTable table_;
   const size_t max_table_bytes_;
   const size_t max_list_bytes_;
   std::string name_buf_;   // A Huffman-coded name, decoded.
   std::string value_buf_;  // A Huffman-coded value, decoded.
   bool broken_ = false;    // A block was malformed.
+  size_t last_list_bytes_ = 0;
 };
 
 class HpackEncoder {

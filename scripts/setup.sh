@@ -33,7 +33,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Tools, pinned: grpcurl (reflection client), ghz (a gRPC load generator), Python's
+# Tools, pinned: grpcurl (reflection client), ghz (a gRPC load generator), h2spec (HTTP/2
+# conformance, for server/h2_conformance_test.py), Python's
 # grpcio/grpcio-tools for the interop tests and h2 (an HTTP/2 implementation) for the hostile-
 # input tests.
 tools=$PWD/.tools
@@ -44,6 +45,11 @@ fi
 if [ ! -x "$tools/bin/ghz" ]; then
   echo "setup: installing ghz v0.121.0 into .tools/bin" >&2
   GOBIN="$tools/bin" GOFLAGS=-mod=mod go install github.com/bojand/ghz/cmd/ghz@v0.121.0
+fi
+if [ ! -x "$tools/bin/h2spec" ]; then
+  echo "setup: installing h2spec v2.2.1 into .tools/bin" >&2
+  GOBIN="$tools/bin" GOFLAGS=-mod=mod \
+    go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
 fi
 if ! "$tools/venv/bin/python3" -c 'import grpc, grpc_tools, h2' 2>/dev/null; then
   echo "setup: installing grpcio, grpcio-tools and h2 into .tools/venv" >&2

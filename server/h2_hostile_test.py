@@ -242,6 +242,18 @@ class IoUringTest(unittest.TestCase):
             self.assertIn(message, r.stderr)
 
 
+@unittest.skipIf(GRPCPP, "the h2 transport's flag")
+class H2FlagTest(unittest.TestCase):
+    def test_a_bad_h2_flag_is_a_usage_error(self):
+        for args, message in ((["--h2=h2o"], "--h2 must be ringkv or nghttp2, got 'h2o'"),
+                              (["--h2=nghttp2", "--transport=grpc"],
+                               "--h2 needs --transport=h2")):
+            r = subprocess.run([SERVER, "--listen=127.0.0.1:0", *args], capture_output=True,
+                               text=True, timeout=10)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(message, r.stderr)
+
+
 @unittest.skipIf(GRPCPP, "what the h2 transport answers")
 class ProtocolTest(ServerCase):
     def call(self, path="/ringkv.v1.KV/Put", body=grpc_message(put_request(b"k", b"v")), **kw):
@@ -519,6 +531,29 @@ class IdleTimeoutTest(ServerCase):
         finally:
             for connection in connections:
                 connection.close()
+        self.assertServing()
+
+    def test_a_call_the_client_resets_after_another_call_ends_goes(self):
+        # The reset call's stream is not the last one the connection heard of: its end must
+        # still reach it (the call goes, and its connection becomes idle and is closed).
+        connection = RawConnection(self.port)
+        try:
+            held = connection.open_call("/ringkv.v1.KV/Put")  # Open, silent.
+            unary = connection.open_call("/ringkv.v1.KV/Get", grpc_message(field(1, b"k")))
+            while connection.receive(0.1) and not connection.ended(unary):
+                pass
+            connection.sock.sendall(frame(RST_STREAM, 0, held, b"\0\0\0\x08"))  # CANCEL
+            deadline = time.time() + 3.5
+            while time.time() < deadline and connection.receive(0.1) and \
+                    not connection.goaways():
+                pass
+            goaways = connection.goaways()
+            self.assertTrue(goaways, "a reset call still holds its connection busy")
+            # grpc++ says "enter idle" (see the test above).
+            self.assertIn(b"enter idle" if GRPCPP else b"idle for longer than --idle-timeout=1s",
+                          goaways[0][1])
+        finally:
+            connection.close()
         self.assertServing()
 
 

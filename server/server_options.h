@@ -25,12 +25,16 @@ enum class TransportKind { kH2, kGrpc };
 // How the h2 transport's workers do their socket I/O: epoll readiness and a recv or send per
 // socket, or io_uring completions (server/h2/uring.h).
 enum class IoKind { kEpoll, kUring };
+// Whose HTTP/2 the h2 transport's connections run: ringkv's own session (server/h2/h2_session.h),
+// or nghttp2's, the reference.
+enum class H2Kind { kRingkv, kNghttp2 };
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";
   uint32_t threads = 1;
   TransportKind transport = TransportKind::kH2;
   IoKind io = IoKind::kEpoll;
+  H2Kind h2 = H2Kind::kRingkv;
   bool lock_engine = false;  // --engine=lock: the lock baseline instead of rings.
   RingKind ring = RingKind::kRteSpsc;
   size_t ring_capacity = 1 << 14;

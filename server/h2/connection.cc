@@ -29,6 +29,30 @@ constexpr int kFlushRounds = 8;
 
 Connection* Of(void* user_data) { return static_cast<Connection*>(user_data); }
 
+// nghttp2's data provider: the call's response, pulled without a copy (OnSendData frames it).
+ssize_t ReadResponse(nghttp2_session*, int32_t, uint8_t*, size_t length, uint32_t* data_flags,
+                     nghttp2_data_source* source, void*) {
+  bool last = false;
+  const size_t n = static_cast<H2Call*>(source->ptr)->ReadyResponse(length, &last);
+  if (n == 0 && !last) return NGHTTP2_ERR_DEFERRED;
+  if (n > 0) *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  // The trailers end the stream, right after this last DATA frame.
+  if (last) *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+  return static_cast<ssize_t>(n);
+}
+
+// Header fields for nghttp2, which copies them (NO_COPY would need them to outlive the frame).
+std::vector<nghttp2_nv> Nva(std::span<const HeaderField> fields) {
+  std::vector<nghttp2_nv> nva;
+  nva.reserve(fields.size());
+  for (const auto& [name, value] : fields) {
+    nva.push_back({reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
+                   reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(),
+                   value.size(), NGHTTP2_NV_FLAG_NONE});
+  }
+  return nva;
+}
+
 // A sendmsg's header for `pieces` iovecs.
 msghdr Message(iovec* iov, int pieces) {
   msghdr message{};
@@ -45,15 +69,25 @@ Connection::Connection(H2Io& io, int fd, int64_t now_ns, int64_t greet_by_ns)
     ssl_ = tls->NewSession(fd);  // Null (out of memory): the handshake closes the connection.
     handshaking_ = true;
   }
-  nghttp2_session_server_new2(&session_, io.callbacks(), this, io.option());
-  const nghttp2_settings_entry settings[] = {
-      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
-       io.loop().context().options().max_concurrent_streams},
-      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, kStreamWindow},
-      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, H2Call::kMaxHeaderListBytes},
-  };
-  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
-  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
+  const ServerOptions& options = io.loop().context().options();
+  if (options.h2 == H2Kind::kRingkv) {
+    own_ = std::make_unique<H2Session>(
+        events_,
+        H2Session::Settings{.max_concurrent_streams = options.max_concurrent_streams,
+                            .stream_window = kStreamWindow,
+                            .connection_window = kConnectionWindow,
+                            .max_header_list_bytes = H2Call::kMaxHeaderListBytes},
+        out_);
+  } else {
+    nghttp2_session_server_new2(&session_, io.callbacks(), this, io.option());
+    const nghttp2_settings_entry settings[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, kStreamWindow},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, H2Call::kMaxHeaderListBytes},
+    };
+    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
+    nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
+  }
   // No shutdown notice here even while the server drains: gRPC clients drop a new connection
   // whose first frames include a GOAWAY, and one that connects now wants a health check
   // answered (other calls are refused with UNAVAILABLE).
@@ -67,14 +101,16 @@ Connection::~Connection() {
   }
   if (held_fd_ >= 0) close(held_fd_);
   SSL_free(ssl_);
-  nghttp2_session_del(session_);
+  if (session_ != nullptr) nghttp2_session_del(session_);
 }
 
 H2Call* Connection::CallOf(int32_t stream_id) {
   // nghttp2's callbacks come a header at a time: remember the last stream asked for.
   if (stream_id != last_stream_id_) {
     last_stream_id_ = stream_id;
-    last_call_ = static_cast<H2Call*>(nghttp2_session_get_stream_user_data(session_, stream_id));
+    last_call_ = static_cast<H2Call*>(
+        own_ != nullptr ? own_->StreamData(stream_id)
+                        : nghttp2_session_get_stream_user_data(session_, stream_id));
   }
   return last_call_;
 }
@@ -168,6 +204,17 @@ ssize_t Connection::Transmit() {
 }
 
 bool Connection::Feed(const char* data, size_t length) {
+  if (own_ != nullptr) {
+    const bool ok = own_->Feed(data, length, LoopIo::NowNs());
+    greeted_ = own_->greeted();
+    if (ok) return true;
+    // Its GOAWAY says why; the flush sends it, and the connection closes once it is out.
+    Log(LogLevel::kDebug, "closing a connection: %s", own_->error().c_str());
+    reading_done_ = true;
+    MarkDirty();
+    UpdateInterest();
+    return false;
+  }
   const ssize_t used =
       nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(data), length);
   if (used < 0) {  // Not HTTP/2 at all, a flood, or out of memory: nothing to answer.
@@ -262,6 +309,11 @@ void Connection::SendRest() {
 }
 
 bool Connection::GatherFrames() {
+  if (own_ != nullptr) {  // Its control frames are in out_ already; DATA as room allows.
+    if (Unsent() < kOutputChunk)
+      own_->WriteData(kOutputChunk - std::min(kOutputChunk, sending_.size()));
+    return true;
+  }
   if (Unsent() < kOutputChunk && nghttp2_session_want_write(session_)) {
     const int rv = nghttp2_session_send(session_);
     if (rv != 0) {
@@ -274,8 +326,10 @@ bool Connection::GatherFrames() {
 }
 
 void Connection::EndFlush() {
-  if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_) &&
-      Unsent() == 0) {
+  const bool done = own_ != nullptr ? own_->Done()
+                                    : !nghttp2_session_want_read(session_) &&
+                                          !nghttp2_session_want_write(session_);
+  if (done && Unsent() == 0) {
     Close();  // Both sides are done: after a GOAWAY, or a protocol error nghttp2 answered.
     return;
   }
@@ -318,18 +372,21 @@ void Connection::UpdateInterest() {
   }
   if (completions_) {
     if (closed()) return;
-    if (!read_paused_ && !receiving_) {
+    if (!read_paused_ && !reading_done_ && !receiving_) {
       receiving_ = true;
       ++ops_;
       io_.Receive(this);
-    } else if (read_paused_ && receiving_ && !cancelling_) {
+    } else if ((read_paused_ || reading_done_) && receiving_ && !cancelling_) {
       cancelling_ = true;
       io_.CancelReceive(this);
     }
     return;
   }
-  const uint32_t want = (read_paused_ ? 0u : uint32_t{EPOLLIN}) |
-                        (Unsent() > 0 || tls_wants_write_ ? uint32_t{EPOLLOUT} : 0u);
+  // Frames wait in out_ during a TLS handshake (ringkv's session writes its SETTINGS at once):
+  // the handshake, not they, says when the socket is wanted writable.
+  const uint32_t want =
+      (read_paused_ || reading_done_ ? 0u : uint32_t{EPOLLIN}) |
+      ((Unsent() > 0 && !handshaking_) || tls_wants_write_ ? uint32_t{EPOLLOUT} : 0u);
   if (want != interest_) {
     interest_ = want;
     io_.Watch(this, want);
@@ -346,20 +403,30 @@ bool Connection::AppendData(const uint8_t* frame_header, H2Call& call, size_t le
 
 void Connection::SendShutdownNotice() {
   if (closed()) return;
-  nghttp2_submit_shutdown_notice(session_);
+  if (own_ != nullptr) {
+    own_->SubmitShutdownNotice();
+  } else {
+    nghttp2_submit_shutdown_notice(session_);
+  }
   MarkDirty();
 }
 
 void Connection::Terminate(std::string_view why) {
   if (closed() || FencedOut()) return;
   for (H2Call* call : std::vector<H2Call*>(calls_.begin(), calls_.end())) call->Stop();
-  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
-                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
-                        reinterpret_cast<const uint8_t*>(why.data()), why.size());
+  if (own_ != nullptr) {
+    own_->SubmitGoaway(H2Error::kNoError, why);
+  } else {
+    nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                          nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                          reinterpret_cast<const uint8_t*>(why.data()), why.size());
+  }
   if (completions_) {
     // One try, now: what a send already out holds goes first, so nothing is sent beside it.
-    if (nghttp2_session_want_write(session_) && nghttp2_session_send(session_) == 0 &&
-        sending_.empty() && !out_.empty()) {
+    const bool gathered = own_ != nullptr ? (own_->WriteData(kOutputChunk), true)
+                                          : nghttp2_session_want_write(session_) &&
+                                                nghttp2_session_send(session_) == 0;
+    if (gathered && sending_.empty() && !out_.empty()) {
       [[maybe_unused]] ssize_t n = SendFront(MSG_NOSIGNAL | MSG_DONTWAIT);
     }
   } else {
@@ -414,15 +481,34 @@ int Connection::OnSendData(nghttp2_session*, nghttp2_frame*, const uint8_t* fram
              : NGHTTP2_ERR_WOULDBLOCK;
 }
 
-int Connection::OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame,
-                               void* user_data) {
+void Connection::BeginCall(int32_t stream_id) {
+  auto* call = new H2Call(*this, stream_id);
+  calls_.insert(call);
+  if (own_ != nullptr) {
+    own_->SetStreamData(stream_id, call);
+  } else {
+    nghttp2_session_set_stream_user_data(session_, stream_id, call);
+  }
+  last_stream_id_ = stream_id;
+  last_call_ = call;
+}
+
+void Connection::EndCall(H2Call* call, uint32_t error_code) {
+  active_ = true;  // Its idle time starts now, not when the call began.
+  if (call != nullptr) {
+    calls_.erase(call);
+    last_stream_id_ = 0;  // The call may be deleted from here on.
+    last_call_ = nullptr;
+    // Every frame of the stream is in the output by now (either session closes a stream only
+    // once its last frame is out of its hands).
+    if (call->TakeAckAtClose()) AckFramed();
+    call->OnStreamClose(error_code);
+  }
+}
+
+int Connection::OnBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-  Connection* c = Of(user_data);
-  auto* call = new H2Call(*c, frame->hd.stream_id);
-  c->calls_.insert(call);
-  nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, call);
-  c->last_stream_id_ = frame->hd.stream_id;
-  c->last_call_ = call;
+  Of(user_data)->BeginCall(frame->hd.stream_id);
   return 0;
 }
 
@@ -462,16 +548,7 @@ int Connection::OnDataChunkRecv(nghttp2_session* session, uint8_t, int32_t strea
 int Connection::OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code,
                               void* user_data) {
   Connection* c = Of(user_data);
-  c->active_ = true;  // Its idle time starts now, not when the call began.
-  if (H2Call* call = c->CallOf(stream_id)) {
-    c->calls_.erase(call);
-    c->last_stream_id_ = 0;  // The call may be deleted from here on.
-    c->last_call_ = nullptr;
-    // Every frame of the stream is in the output by now (nghttp2 closes a stream only after
-    // the send callback took its last frame).
-    if (call->TakeAckAtClose()) c->AckFramed();
-    call->OnStreamClose(error_code);
-  }
+  c->EndCall(c->CallOf(stream_id), error_code);
   return 0;
 }
 
@@ -484,6 +561,124 @@ int Connection::OnFrameSend(nghttp2_session* session, const nghttp2_frame* frame
     nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
   }
   return 0;
+}
+
+// CallConnection: either session.
+
+void Connection::Consume(int32_t stream_id, size_t bytes) {
+  if (own_ != nullptr) {
+    own_->Consume(stream_id, bytes);
+  } else {
+    nghttp2_session_consume(session_, stream_id, bytes);
+  }
+}
+
+void Connection::ConsumeConnection(size_t bytes) {
+  if (own_ != nullptr) {
+    own_->ConsumeConnection(bytes);
+  } else {
+    nghttp2_session_consume_connection(session_, bytes);
+  }
+}
+
+void Connection::SubmitResponse(H2Call& call) {
+  const int32_t id = call.stream_id();
+  if (own_ != nullptr) {
+    own_->SubmitHeaders(id,
+                        {{":status", "200"},
+                         {"content-type", "application/grpc"},
+                         {"grpc-accept-encoding", "identity"}},
+                        /*end_stream=*/false);
+    own_->ResumeData(id);
+    return;
+  }
+  static constexpr uint8_t kNoCopy = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+  static const char* const kFields[][2] = {{":status", "200"},
+                                           {"content-type", "application/grpc"},
+                                           {"grpc-accept-encoding", "identity"}};
+  nghttp2_nv headers[3];
+  for (size_t i = 0; i < 3; ++i) {
+    headers[i] = {reinterpret_cast<uint8_t*>(const_cast<char*>(kFields[i][0])),
+                  reinterpret_cast<uint8_t*>(const_cast<char*>(kFields[i][1])),
+                  strlen(kFields[i][0]), strlen(kFields[i][1]), kNoCopy};
+  }
+  nghttp2_data_provider provider;
+  provider.source.ptr = &call;
+  provider.read_callback = ReadResponse;
+  nghttp2_submit_response(session_, id, headers, std::size(headers), &provider);
+}
+
+void Connection::ResumeData(int32_t stream_id) {
+  if (own_ != nullptr) {
+    own_->ResumeData(stream_id);
+  } else {
+    nghttp2_session_resume_data(session_, stream_id);
+  }
+}
+
+void Connection::SubmitTrailers(int32_t stream_id, std::span<const HeaderField> fields) {
+  if (own_ != nullptr) {
+    std::vector<std::pair<std::string, std::string>> trailers;
+    trailers.reserve(fields.size());
+    for (const auto& [name, value] : fields) trailers.emplace_back(name, value);
+    own_->SubmitTrailers(stream_id, std::move(trailers));
+    return;
+  }
+  const std::vector<nghttp2_nv> nva = Nva(fields);
+  nghttp2_submit_trailer(session_, stream_id, nva.data(), nva.size());
+}
+
+void Connection::SubmitHeadersOnly(int32_t stream_id, std::span<const HeaderField> fields) {
+  if (own_ != nullptr) {
+    own_->SubmitHeaders(stream_id, fields, /*end_stream=*/true);
+    return;
+  }
+  const std::vector<nghttp2_nv> nva = Nva(fields);
+  nghttp2_submit_response(session_, stream_id, nva.data(), nva.size(), nullptr);
+}
+
+// --h2=ringkv: the session's events.
+
+void Connection::SessionEvents::OnBeginStream(int32_t id) { c_.BeginCall(id); }
+
+void Connection::SessionEvents::OnHeader(int32_t id, std::string_view name,
+                                         std::string_view value) {
+  if (H2Call* call = c_.CallOf(id)) call->OnHeader(name, value);
+}
+
+void Connection::SessionEvents::OnHeadersDone(int32_t id, size_t list_bytes_over) {
+  if (H2Call* call = c_.CallOf(id)) {
+    if (list_bytes_over > 0) call->OnHeaderListOver(list_bytes_over);
+    call->OnHeadersDone();
+  }
+}
+
+void Connection::SessionEvents::OnData(int32_t id, const char* data, size_t length) {
+  if (H2Call* call = c_.CallOf(id)) {
+    call->OnData(reinterpret_cast<const uint8_t*>(data), length);
+  } else {
+    c_.own_->Consume(id, length);
+  }
+}
+
+void Connection::SessionEvents::OnRemoteEnd(int32_t id) {
+  if (H2Call* call = c_.CallOf(id)) call->OnRemoteEnd();
+}
+
+void Connection::SessionEvents::OnStreamClose(int32_t, H2Error error, void* call) {
+  c_.EndCall(static_cast<H2Call*>(call), static_cast<uint32_t>(error));
+}
+
+size_t Connection::SessionEvents::DataReady(int32_t id, size_t max, bool* last) {
+  H2Call* call = c_.CallOf(id);
+  return call != nullptr ? call->ReadyResponse(max, last) : 0;
+}
+
+void Connection::SessionEvents::TakeData(int32_t id, size_t length, SendQueue& out) {
+  H2Call* call = c_.CallOf(id);
+  if (call == nullptr) return;
+  call->TakeResponse(length, out, /*share=*/c_.ssl_ == nullptr);  // OpenSSL copies anyway.
+  if (call->TakeFramedAck()) c_.AckFramed();
 }
 
 }  // namespace ringkv

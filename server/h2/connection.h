@@ -1,7 +1,9 @@
-// Connection: one client's TCP connection on the h2 transport, with its nghttp2 server session.
-// nghttp2 does HTTP/2 itself (framing, HPACK, flow control, SETTINGS, PING, GOAWAY); the
-// connection feeds it the socket's bytes, routes its stream events to H2Calls, and gathers what
-// it sends into one output buffer that goes to the socket with one send per turn.
+// Connection: one client's TCP connection on the h2 transport, with its HTTP/2 server session:
+// ringkv's own (H2Session, --h2=ringkv, the default) or nghttp2's (--h2=nghttp2). The session
+// does HTTP/2 itself (framing, HPACK, flow control, SETTINGS, PING, GOAWAY); the connection
+// feeds it the socket's bytes, routes its stream events to H2Calls (SessionEvents, or nghttp2's
+// callbacks), and gathers what it sends into one output buffer that goes to the socket with one
+// send per turn. Everything below holds for both.
 //
 // Flow control and memory:
 //   - Received DATA is acknowledged (WINDOW_UPDATE) only as the calls take it (H2Call), so a
@@ -63,6 +65,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +76,7 @@
 #include "server/auth/authenticator.h"
 #include "server/h2/h2_call.h"
 #include "server/h2/h2_io.h"
+#include "server/h2/h2_session.h"
 
 namespace ringkv {
 
@@ -133,7 +137,12 @@ class Connection final : public CallConnection {
 
   // CallConnection, for H2Call.
   H2Io& io() override { return io_; }
-  nghttp2_session* session() override { return session_; }
+  void Consume(int32_t stream_id, size_t bytes) override;
+  void ConsumeConnection(size_t bytes) override;
+  void SubmitResponse(H2Call& call) override;
+  void ResumeData(int32_t stream_id) override;
+  void SubmitTrailers(int32_t stream_id, std::span<const HeaderField> fields) override;
+  void SubmitHeadersOnly(int32_t stream_id, std::span<const HeaderField> fields) override;
   void MarkDirty() override;
   RoleCache& role_cache() override { return role_cache_; }
   std::string peer_host() const override { return fd_ >= 0 ? PeerHost(fd_) : std::string(); }
@@ -173,6 +182,28 @@ class Connection final : public CallConnection {
   // flushes.
   friend class H2LoopIo;
 
+  // --h2=ringkv: ringkv's own session's events, to the calls as nghttp2's callbacks route them.
+  class SessionEvents final : public H2Session::Listener {
+   public:
+    explicit SessionEvents(Connection& c) : c_(c) {}
+    void OnBeginStream(int32_t id) override;
+    void OnHeader(int32_t id, std::string_view name, std::string_view value) override;
+    void OnHeadersDone(int32_t id, size_t list_bytes_over) override;
+    void OnData(int32_t id, const char* data, size_t length) override;
+    void OnRemoteEnd(int32_t id) override;
+    void OnStreamClose(int32_t id, H2Error error, void* call) override;
+    size_t DataReady(int32_t id, size_t max, bool* last) override;
+    void TakeData(int32_t id, size_t length, SendQueue& out) override;
+
+   private:
+    Connection& c_;
+  };
+  // A new stream's call (either session).
+  void BeginCall(int32_t stream_id);
+  // A stream's end (either session): its call, if any, learns it, and any answer it held is
+  // framed.
+  void EndCall(H2Call* call, uint32_t error_code);
+
   H2Call* CallOf(int32_t stream_id);
   // An answer held by a call is framed: it leaves with the output gathered so far.
   void AckFramed();
@@ -206,13 +237,17 @@ class Connection final : public CallConnection {
   bool tls_wants_write_ = false;  // OpenSSL needs the socket writable to go on.
   bool greeted_ = false;
   int64_t greet_by_ns_;
-  bool active_ = false;    // Bytes received or a call ended since the last sweep.
-  int64_t idle_since_ns_;  // The sweep's clock: last seen busy (or accepted).
-  nghttp2_session* session_ = nullptr;
+  bool active_ = false;                 // Bytes received or a call ended since the last sweep.
+  int64_t idle_since_ns_;               // The sweep's clock: last seen busy (or accepted).
+  nghttp2_session* session_ = nullptr;  // --h2=nghttp2, or own_ below.
   absl::flat_hash_set<H2Call*> calls_;  // Open streams' calls.
   int32_t last_stream_id_ = 0;          // CallOf's last answer (0: none).
   H2Call* last_call_ = nullptr;
-  SendQueue out_;               // Frames for the socket, not sent.
+  SendQueue out_;  // Frames for the socket, not sent.
+  // --h2=ringkv: ringkv's own session, which writes its frames into out_.
+  SessionEvents events_{*this};
+  std::unique_ptr<H2Session> own_;
+  bool reading_done_ = false;   // It failed: its GOAWAY goes, and nothing more is read.
   uint64_t sent_ = 0;           // Bytes the socket has taken, ever.
   uint32_t acks_unframed_ = 0;  // Calls holding an answer not framed yet (H2Call::HoldAck).
   uint64_t acks_end_ = 0;       // sent_ once the framed answers are all in the kernel.

@@ -17,26 +17,11 @@
 namespace ringkv {
 namespace {
 
-constexpr uint8_t kNoCopy = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
 // A request buffer drops the bytes already handed on once they are this many and at least half
 // of it.
 constexpr size_t kCompactBytes = 64 * 1024;
 // A varint's bytes at most (64 bits).
 constexpr size_t kMaxVarintBytes = 10;
-
-// A header whose name and value outlive the frame (string literals).
-template <size_t N, size_t M>
-nghttp2_nv StaticHeader(const char (&name)[N], const char (&value)[M]) {
-  return {reinterpret_cast<uint8_t*>(const_cast<char*>(name)),
-          reinterpret_cast<uint8_t*>(const_cast<char*>(value)), N - 1, M - 1, kNoCopy};
-}
-// A header whose value nghttp2 copies.
-template <size_t N>
-nghttp2_nv CopiedHeader(const char (&name)[N], const std::string& value) {
-  return {reinterpret_cast<uint8_t*>(const_cast<char*>(name)),
-          reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), N - 1, value.size(),
-          NGHTTP2_NV_FLAG_NO_COPY_NAME};
-}
 
 // grpc-status-details-bin for `status` (binary headers are base64, unpadded), or empty.
 std::string DetailsHeader(const absl::Status& status) {
@@ -45,11 +30,6 @@ std::string DetailsHeader(const absl::Status& status) {
   std::string encoded = absl::Base64Escape(details);
   while (!encoded.empty() && encoded.back() == '=') encoded.pop_back();
   return encoded;
-}
-
-ssize_t ReadResponse(nghttp2_session*, int32_t, uint8_t*, size_t length, uint32_t* data_flags,
-                     nghttp2_data_source* source, void*) {
-  return static_cast<H2Call*>(source->ptr)->PullResponse(length, data_flags);
 }
 
 }  // namespace
@@ -175,7 +155,7 @@ void H2Call::Start() {
 void H2Call::OnData(const uint8_t* data, size_t length) {
   if (handler_ == nullptr || handler_done_ || cancelled_) {
     // Nobody will read it: acknowledge it at once, so the connection's window stays open.
-    nghttp2_session_consume(connection_->session(), stream_id_, length);
+    connection_->Consume(stream_id_, length);
     return;
   }
   const bool bidi = headers_.method->kind == MethodKind::kBidiStreaming;
@@ -185,7 +165,8 @@ void H2Call::OnData(const uint8_t* data, size_t length) {
   if (!bidi && in_.empty() && length >= kMessagePrefixBytes &&
       length ==
           kMessagePrefixBytes + ReadMessagePrefix(reinterpret_cast<const char*>(data)).length) {
-    // The usual unary request: one whole message in one chunk, parsed where nghttp2 holds it.
+    // The usual unary request: one whole message in one chunk, parsed where the session holds
+    // it.
     in_base_ += length;
     ParseRequest(reinterpret_cast<const char*>(data), length);
     return;
@@ -296,7 +277,7 @@ void H2Call::Consume() {
     upto += available;
   }
   if (upto <= consumed_) return;
-  nghttp2_session_consume(connection_->session(), stream_id_, upto - consumed_);
+  connection_->Consume(stream_id_, upto - consumed_);
   consumed_ = upto;
   connection_->MarkDirty();  // A WINDOW_UPDATE may be due.
 }
@@ -377,16 +358,7 @@ bool H2Call::ShareField(uint32_t field, std::string& bytes) {
 }
 
 void H2Call::StartResponse() {
-  nghttp2_nv headers[] = {
-      StaticHeader(":status", "200"),
-      StaticHeader("content-type", "application/grpc"),
-      StaticHeader("grpc-accept-encoding", "identity"),
-  };
-  nghttp2_data_provider provider;
-  provider.source.ptr = this;
-  provider.read_callback = ReadResponse;
-  nghttp2_submit_response(connection_->session(), stream_id_, headers, std::size(headers),
-                          &provider);
+  connection_->SubmitResponse(*this);
   response_started_ = true;
 }
 
@@ -395,7 +367,7 @@ void H2Call::ResumeResponse() {
     StartResponse();
   } else if (data_deferred_) {
     data_deferred_ = false;
-    nghttp2_session_resume_data(connection_->session(), stream_id_);
+    connection_->ResumeData(stream_id_);
   }
 }
 
@@ -435,21 +407,17 @@ void H2Call::Finish(const absl::Status& status, const google::protobuf::MessageL
   MaybeRetire();
 }
 
-ssize_t H2Call::PullResponse(size_t length, uint32_t* data_flags) {
+size_t H2Call::ReadyResponse(size_t max, bool* last) {
   const size_t unsent = Unsent();
   if (unsent == 0 && !final_status_.has_value()) {
     data_deferred_ = true;
-    return NGHTTP2_ERR_DEFERRED;
+    return 0;
   }
-  const size_t n = std::min(length, unsent);
-  if (n > 0) *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  const size_t n = std::min(max, unsent);
   promised_ = n;
-  if (n == unsent && final_status_.has_value()) {
-    // The trailers end the stream, right after this last DATA frame.
-    *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-    SubmitTrailers();
-  }
-  return static_cast<ssize_t>(n);
+  *last = n == unsent && final_status_.has_value();
+  if (*last) SubmitTrailers();  // They end the stream, right after this last DATA frame.
+  return n;
 }
 
 void H2Call::TakeResponse(size_t length, SendQueue& to, bool share) {
@@ -462,20 +430,20 @@ void H2Call::TakeResponse(size_t length, SendQueue& to, bool share) {
 void H2Call::SubmitTrailers() {
   ended_ = true;
   const absl::Status& status = *final_status_;
-  if (status.ok()) {  // The common case, with nothing for nghttp2 to copy.
-    nghttp2_nv ok[] = {StaticHeader("grpc-status", "0")};
-    nghttp2_submit_trailer(connection_->session(), stream_id_, ok, 1);
+  if (status.ok()) {  // The common case.
+    const HeaderField ok[] = {{"grpc-status", "0"}};
+    connection_->SubmitTrailers(stream_id_, ok);
     return;
   }
   const std::string code = std::to_string(static_cast<int>(status.code()));
   const std::string message =
       PercentEncode(std::string_view(status.message().data(), status.message().size()));
   const std::string details = DetailsHeader(status);
-  nghttp2_nv trailers[3] = {CopiedHeader("grpc-status", code)};
+  HeaderField trailers[3] = {{"grpc-status", code}};
   size_t n = 1;
-  if (!message.empty()) trailers[n++] = CopiedHeader("grpc-message", message);
-  if (!details.empty()) trailers[n++] = CopiedHeader("grpc-status-details-bin", details);
-  nghttp2_submit_trailer(connection_->session(), stream_id_, trailers, n);
+  if (!message.empty()) trailers[n++] = {"grpc-message", message};
+  if (!details.empty()) trailers[n++] = {"grpc-status-details-bin", details};
+  connection_->SubmitTrailers(stream_id_, std::span<const HeaderField>(trailers, n));
 }
 
 void H2Call::SendTrailersOnly(const absl::Status& status, const char* http_status) {
@@ -484,20 +452,23 @@ void H2Call::SendTrailersOnly(const absl::Status& status, const char* http_statu
       PercentEncode(std::string_view(status.message().data(), status.message().size()));
   const std::string http(http_status);
   const std::string details = DetailsHeader(status);
-  nghttp2_nv headers[6] = {
-      CopiedHeader(":status", http),
-      StaticHeader("content-type", "application/grpc"),
-      StaticHeader("grpc-accept-encoding", "identity"),
-      CopiedHeader("grpc-status", code),
+  HeaderField headers[6] = {
+      {":status", http},
+      {"content-type", "application/grpc"},
+      {"grpc-accept-encoding", "identity"},
+      {"grpc-status", code},
   };
   size_t n = 4;
-  if (!message.empty()) headers[n++] = CopiedHeader("grpc-message", message);
-  if (!details.empty()) headers[n++] = CopiedHeader("grpc-status-details-bin", details);
-  nghttp2_submit_response(connection_->session(), stream_id_, headers, n, nullptr);
+  if (!message.empty()) headers[n++] = {"grpc-message", message};
+  if (!details.empty()) headers[n++] = {"grpc-status-details-bin", details};
+  // Ended before the submission: ringkv's session closes the stream within it (nghttp2's
+  // once the frame is sent), and the close must find the call ended, not cancel it.
   ended_ = true;
   final_status_ = status;
   ClearDeadline();
-  connection_->MarkDirty();
+  CallConnection* connection = connection_;
+  connection->SubmitHeadersOnly(stream_id_, std::span<const HeaderField>(headers, n));
+  connection->MarkDirty();
 }
 
 void H2Call::Fail(const absl::Status& status) {
@@ -506,7 +477,7 @@ void H2Call::Fail(const absl::Status& status) {
     if (!response_started_) {
       SendTrailersOnly(status);
     } else {
-      // Messages not yet framed are dropped; the trailers say why. A DATA frame nghttp2 has
+      // Messages not yet framed are dropped; the trailers say why. A DATA frame the session has
       // been promised (and retries when the connection has room) keeps its bytes.
       taken_ += out_.size() - promised_;
       out_.Truncate(promised_);
@@ -531,7 +502,7 @@ void H2Call::Cancel() {
 void H2Call::ReleaseInput() {
   if (connection_ == nullptr || stream_closed_ || consumed_ == in_base_ + in_.size()) return;
   // What no handler will read: acknowledged, or the connection's window shrinks for good.
-  nghttp2_session_consume(connection_->session(), stream_id_, in_base_ + in_.size() - consumed_);
+  connection_->Consume(stream_id_, in_base_ + in_.size() - consumed_);
   consumed_ = in_base_ + in_.size();
 }
 
@@ -544,7 +515,7 @@ void H2Call::OnStreamClose(uint32_t /*error_code*/) {
   ClearDeadline();
   if (connection_ != nullptr && consumed_ < in_base_ + in_.size()) {
     // The stream is gone, the connection's window is not: give back what was never read.
-    nghttp2_session_consume_connection(connection_->session(), in_base_ + in_.size() - consumed_);
+    connection_->ConsumeConnection(in_base_ + in_.size() - consumed_);
     consumed_ = in_base_ + in_.size();
   }
   stream_closed_ = true;

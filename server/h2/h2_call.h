@@ -9,8 +9,8 @@
 // reading holds the client back.
 //
 // Response side: Write appends a framed message to the call's queue and Finish the status;
-// the first of them submits the response headers with a data provider that nghttp2 pulls from
-// that queue (no copy until the connection's output, and none there for a field the handler
+// the first of them submits the response headers, and the connection's session pulls the DATA
+// from that queue (no copy until the connection's output, and none there for a field the handler
 // shared: ShareField, a large GET's value); once it is drained after Finish, the
 // trailers (grpc-status, grpc-message percent-encoded) end the stream. An error before any
 // message is a trailers-only response. A call the server ends while the client is still
@@ -35,11 +35,10 @@
 #ifndef RINGKV_SERVER_H2_H2_CALL_H_
 #define RINGKV_SERVER_H2_H2_CALL_H_
 
-#include <nghttp2/nghttp2.h>
-
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,11 +53,27 @@
 
 namespace ringkv {
 
-// What an H2Call asks of the connection it came on; Connection implements it.
+// A header field of a response: name and value.
+using HeaderField = std::pair<std::string_view, std::string_view>;
+
+// What an H2Call asks of the connection it came on; Connection implements it, on whichever
+// HTTP/2 session it runs (nghttp2's, or ringkv's own: --h2).
 class CallConnection {
  public:
   virtual H2Io& io() = 0;
-  virtual nghttp2_session* session() = 0;
+  // The call took `bytes` of its stream's DATA: the stream's window and the connection's grow
+  // again ...
+  virtual void Consume(int32_t stream_id, size_t bytes) = 0;
+  // ... or only the connection's (bytes of a stream that is gone).
+  virtual void ConsumeConnection(size_t bytes) = 0;
+  // The response's headers; its DATA is then pulled from the call (ReadyResponse, TakeResponse).
+  virtual void SubmitResponse(H2Call& call) = 0;
+  // The response has more ready, after ReadyResponse found none.
+  virtual void ResumeData(int32_t stream_id) = 0;
+  // Trailers that end the stream, after the response's DATA ...
+  virtual void SubmitTrailers(int32_t stream_id, std::span<const HeaderField> fields) = 0;
+  // ... or headers that end it at once (a trailers-only response).
+  virtual void SubmitHeadersOnly(int32_t stream_id, std::span<const HeaderField> fields) = 0;
   // The connection has frames to send (it is flushed at the end of the turn).
   virtual void MarkDirty() = 0;
   // The role of the client's last authorization header: it sends the same one on every call.
@@ -86,18 +101,22 @@ class H2Call final : public CallSink {
   H2Call(const H2Call&) = delete;
   H2Call& operator=(const H2Call&) = delete;
 
-  // From the connection's nghttp2 callbacks.
+  // From the connection's HTTP/2 session.
   void OnHeader(std::string_view name, std::string_view value);
+  // The header list was `bytes` (counted as HTTP/2 counts it), over kMaxHeaderListBytes: the
+  // session dropped the fields past the limit, and Start refuses the call.
+  void OnHeaderListOver(size_t bytes) { headers_.bytes = bytes; }
   void OnHeadersDone();
   void OnData(const uint8_t* data, size_t length);
   void OnRemoteEnd();
   // The stream is closed: both sides ended, or a reset. `error_code` is HTTP/2's.
   void OnStreamClose(uint32_t error_code);
-  // nghttp2's data provider pulls up to `length` bytes of the response (no copy; the bytes go
-  // in Connection::AppendData); returns how many, or NGHTTP2_ERR_DEFERRED.
-  ssize_t PullResponse(size_t length, uint32_t* data_flags);
-  // AppendData's part: the next `length` bytes of the response, now framed, moved to `to` (the
-  // connection's output; `share`: shared ranges stay shared, SendQueue::MoveTo).
+  // The session's pull of the response: how many of its bytes are ready for a DATA frame of at
+  // most `max` (0: none now; the call resumes the stream when there are), and whether they are
+  // its last, the trailers (submitted now) following them.
+  size_t ReadyResponse(size_t max, bool* last);
+  // The next `length` bytes of the response, now framed, moved to `to` (the connection's
+  // output; `share`: shared ranges stay shared, SendQueue::MoveTo). No copy until there.
   void TakeResponse(size_t length, SendQueue& to, bool share);
 
   // From the loop.
@@ -118,7 +137,7 @@ class H2Call final : public CallSink {
   bool ShareField(uint32_t field, std::string& bytes) override;
 
   // For the connection's count of answers that acknowledge writes and are not framed yet
-  // (Connection::HoldsAck): true once, when the held answer has been taken by nghttp2 (after a
+  // (Connection::HoldsAck): true once, when the held answer has been taken by the session (after a
   // DATA frame: its bytes through the acknowledging message), ...
   bool TakeFramedAck() {
     if (!ack_held_ || taken_ < ack_until_) return false;
@@ -127,6 +146,8 @@ class H2Call final : public CallSink {
   }
   // ... or when the stream closes (its trailers are framed, or the client reset it).
   bool TakeAckAtClose() { return std::exchange(ack_held_, false); }
+
+  int32_t stream_id() const { return stream_id_; }
 
   // For the loop's ready list and retirement.
   bool queued = false;
@@ -175,7 +196,7 @@ class H2Call final : public CallSink {
   void AppendMessage(const google::protobuf::MessageLite& message,
                      SendQueue::Shared shared = nullptr, uint32_t field = 0);
   void StartResponse();
-  // The response has something new to send: starts it, or wakes nghttp2's data provider.
+  // The response has something new to send: starts it, or resumes the session's pull.
   void ResumeResponse();
   // Acknowledges to the flow-control windows every byte received that no handler will read.
   void ReleaseInput();
@@ -209,17 +230,17 @@ class H2Call final : public CallSink {
   bool read_wanted_ = false;     // The handler's Read is outstanding.
   bool remote_ended_ = false;
 
-  // Response side. out_ is framed response not yet taken by nghttp2.
+  // Response side. out_ is framed response not yet taken by the session.
   SendQueue out_;
-  uint64_t taken_ = 0;         // Bytes of the response taken by nghttp2 (or dropped).
-  size_t promised_ = 0;        // Bytes PullResponse gave nghttp2's DATA frame, not yet taken.
+  uint64_t taken_ = 0;         // Bytes of the response taken by the session (or dropped).
+  size_t promised_ = 0;        // Bytes ReadyResponse gave a DATA frame, not yet taken.
   SendQueue::Shared shared_;   // ShareField's bytes, for Finish's response ...
   uint32_t shared_field_ = 0;  // ... as this field.
   bool ack_next_ = false;      // Acknowledges() came: the next Write or Finish acknowledges.
   bool ack_held_ = false;      // Counted in the connection's answers not framed (HoldAck).
   uint64_t ack_until_ = 0;
   bool response_started_ = false;  // Headers submitted with the data provider.
-  bool data_deferred_ = false;     // The data provider said DEFERRED; resume it on new data.
+  bool data_deferred_ = false;     // ReadyResponse had none; resume the stream on new data.
   bool write_pending_ = false;     // The handler's Write is outstanding.
   std::optional<absl::Status> final_status_;  // Set by Finish or Fail: trailers to send.
   bool ended_ = false;  // Our END_STREAM is submitted: nothing more for the client.

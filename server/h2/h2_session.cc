@@ -154,6 +154,7 @@ struct H2Session::Stream {
   int64_t send_window = 0;      // What this side may still send on the stream.
   int64_t recv_window = 0;      // What the client may.
   size_t recv_consumed = 0;     // Consumed since the last WINDOW_UPDATE.
+  void* data = nullptr;         // The Listener's.
   int64_t content_length = -1;  // The request's content-length, if it gave one ...
   int64_t received = 0;         // ... and the DATA received, to hold it to it.
 };
@@ -195,12 +196,22 @@ H2Session::Stream* H2Session::Find(int32_t id) const {
   return it->second;
 }
 
+void* H2Session::StreamData(int32_t id) const {
+  const Stream* s = Find(id);
+  return s != nullptr ? s->data : nullptr;
+}
+
+void H2Session::SetStreamData(int32_t id, void* data) {
+  if (Stream* s = Find(id)) s->data = data;
+}
+
 bool H2Session::RemoteEnded(int32_t id) const {
   const Stream* s = Find(id);
   return s == nullptr || s->remote_ended;
 }
 
 bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
+  now_ns_ = now_ns;
   const char* p = data;
   const char* const end = data + length;
   while (p < end && !failed_) {
@@ -271,8 +282,7 @@ bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
           p += length_;
         }
         parse_ = Parse::kHeader;
-        const bool ok = type_ == kRstStream ? OnRstStream(id_, payload, length_, now_ns)
-                                            : OnFrame(type_, flags_, id_, payload, length_);
+        const bool ok = OnFrame(type_, flags_, id_, payload, length_);
         pending_.clear();
         if (!ok) return false;
         break;
@@ -304,7 +314,7 @@ bool H2Session::OnFrame(uint8_t type, uint8_t flags, int32_t id, const char* p, 
     case kWindowUpdate:
       return OnWindowUpdate(id, p, n);
     case kRstStream:
-      return OnRstStream(id, p, n, 0);
+      return OnRstStream(id, p, n);
     case kPing:
       if (id != 0) return Fail(H2Error::kProtocol, "PING on a stream");
       if (n != 8) return Fail(H2Error::kFrameSize, "PING of other than 8 bytes");
@@ -315,14 +325,16 @@ bool H2Session::OnFrame(uint8_t type, uint8_t flags, int32_t id, const char* p, 
       return true;
     case kPriority:
       if (id == 0) return Fail(H2Error::kProtocol, "PRIORITY on stream 0");
-      if (n != 5) {
-        WriteRst(id, H2Error::kFrameSize);
-        if (Stream* s = Find(id)) Close(s, H2Error::kFrameSize);
-        return true;
-      }
-      if (static_cast<int32_t>(Read32(p) & 0x7fffffff) == id) {
-        WriteRst(id, H2Error::kProtocol);
-        if (Stream* s = Find(id)) Close(s, H2Error::kProtocol);
+      if (n != 5 || static_cast<int32_t>(Read32(p) & 0x7fffffff) == id) {
+        const H2Error error = n != 5 ? H2Error::kFrameSize : H2Error::kProtocol;
+        // No RST_STREAM on an idle stream (RFC 9113, 6.4): the connection's error instead.
+        if (Idle(id)) return Fail(error, "a malformed PRIORITY on an idle stream");
+        if (Find(id) != nullptr) {
+          Reset(id, error);
+        } else {
+          WriteRst(id, error);
+        }
+        return !failed_;
       }
       return true;
     case kGoaway:
@@ -348,20 +360,24 @@ bool H2Session::OnDataStart(uint8_t flags, int32_t id, size_t length) {
   data_pad_known_ = (flags & kPadded) == 0;
   data_consume_rest_ = false;
   if (!data_pad_known_ && length == 0) return Fail(H2Error::kProtocol, "padded DATA of 0 bytes");
-  data_stream_ = Find(id);
-  if (data_stream_ == nullptr) {
-    if (id > last_peer_id_) return Fail(H2Error::kProtocol, "DATA on an idle stream");
-    WriteRst(id, H2Error::kStreamClosed);
-  } else if (data_stream_->remote_ended) {
+  // data_stream_ is set only once the frame is taken: a Reset here must not find it.
+  Stream* s = Find(id);
+  if (s == nullptr) {
+    if (Idle(id)) return Fail(H2Error::kProtocol, "DATA on an idle stream");
+    // Frames already on their way when this side reset the stream are ignored (RFC 9113,
+    // 5.1); others on a closed stream are an error of the stream.
+    if (!ResetByUs(id)) WriteRst(id, H2Error::kStreamClosed);
+  } else if (s->remote_ended) {
     Reset(id, H2Error::kStreamClosed);
-    data_stream_ = nullptr;
-  } else if (static_cast<int64_t>(length) > data_stream_->recv_window) {
+    s = nullptr;
+  } else if (static_cast<int64_t>(length) > s->recv_window) {
     Reset(id, H2Error::kFlowControl);
-    data_stream_ = nullptr;
+    s = nullptr;
   } else {
-    data_stream_->recv_window -= length;
+    s->recv_window -= length;
   }
-  if (data_stream_ == nullptr) ConsumeConnection(length);  // Nobody will.
+  data_stream_ = s;
+  if (s == nullptr) ConsumeConnection(length);  // Nobody will.
   return true;
 }
 
@@ -459,73 +475,98 @@ bool H2Session::OnContinuation(uint8_t flags, int32_t id, const char* p, size_t 
   return (flags & kEndHeaders) ? OnHeaderBlock() : true;
 }
 
+H2Session::Stream* H2Session::NewStream(int32_t id) {
+  Stream* s;
+  if (free_.empty()) {
+    s = new Stream();
+  } else {
+    s = free_.back().release();
+    free_.pop_back();
+    *s = Stream();
+  }
+  s->id = id;
+  s->send_window = peer_stream_window_;
+  s->recv_window = settings_.stream_window;
+  streams_[id] = s;
+  return s;
+}
+
 bool H2Session::OnHeaderBlock() {
   const int32_t id = block_id_;
   const bool end_stream = (block_flags_ & kEndStream) != 0;
   block_id_ = 0;
   Stream* s = Find(id);
-  bool open = false;
+  const bool trailers = s != nullptr;  // A second block on an open stream, which must end it.
+  bool late = false;                   // On a stream this side reset: decoded, then dropped.
   if (s == nullptr) {
     if ((id & 1) == 0) return Fail(H2Error::kProtocol, "HEADERS on an even-numbered stream");
-    if (id <= last_peer_id_) return Fail(H2Error::kStreamClosed, "HEADERS on a closed stream");
-    last_peer_id_ = id;
-    open = block_error_ == H2Error::kNoError && id <= goaway_last_id_ &&
-           streams_.size() < settings_.max_concurrent_streams;
-    if (open) {
-      if (free_.empty()) {
-        s = new Stream();
-      } else {
-        s = free_.back().release();
-        free_.pop_back();
-        *s = Stream();
+    if (id <= last_peer_id_) {
+      if (!ResetByUs(id)) return Fail(H2Error::kStreamClosed, "HEADERS on a closed stream");
+      late = true;
+    } else {
+      last_peer_id_ = id;
+      if (block_error_ == H2Error::kNoError && id <= goaway_last_id_ &&
+          streams_.size() < settings_.max_concurrent_streams) {
+        s = NewStream(id);
+        listener_.OnBeginStream(id);
       }
-      s->id = id;
-      s->send_window = peer_stream_window_;
-      s->recv_window = settings_.stream_window;
-      streams_[id] = s;
-      listener_.OnBeginStream(id);
     }
   }
+  const bool opened = s != nullptr && !trailers;
   // Decoded whatever happens to the stream: the table must stay in step with the client's.
   FieldCheck check;
-  check.trailers = s != nullptr && !open;
+  check.trailers = trailers;
   const absl::Status status = decoder_.Decode(block_, [&](std::string_view n, std::string_view v) {
     if (s == nullptr || check.bad) return;
     check.Take(n, v);
-    if (open && !check.bad) listener_.OnHeader(id, n, v);
+    if (opened && !check.bad && Find(id) != nullptr) listener_.OnHeader(id, n, v);
   });
-  block_.clear();
+  if (block_.capacity() > 4 * kMaxFrame) {
+    std::string().swap(block_);  // A big block's room is not kept.
+  } else {
+    block_.clear();
+  }
   if (status.code() == absl::StatusCode::kInvalidArgument) {
     return Fail(H2Error::kCompression, std::string(status.message()));
   }
-  if (s != nullptr && !check.ok()) {
-    Reset(id, H2Error::kProtocol);
-    return true;
-  }
+  if (late) return true;
   if (s == nullptr) {  // Refused: past the limit of streams, after a GOAWAY, or malformed.
+    // Not charged as a reset: no work started for it (the output's backlog, which stops the
+    // connection's reading, bounds a flood of them).
     WriteRst(id, block_error_ != H2Error::kNoError ? block_error_ : H2Error::kRefusedStream);
     return true;
   }
-  if (!open) {  // A second block on an open stream: trailers, which must end it.
-    if (s->remote_ended) {
-      Reset(id, H2Error::kStreamClosed);
-    } else if (!end_stream) {
+  if ((s = Find(id)) == nullptr) return true;  // The Listener ended it meanwhile.
+  if (trailers && s->remote_ended) {           // Half-closed (remote): whatever the block says.
+    Reset(id, H2Error::kStreamClosed);
+    return !failed_;
+  }
+  if (!check.ok()) {
+    Reset(id, H2Error::kProtocol);
+    return !failed_;
+  }
+  if (trailers) {
+    if (!end_stream || (s->content_length >= 0 && s->received != s->content_length)) {
       Reset(id, H2Error::kProtocol);
     } else {
       s->remote_ended = true;
       listener_.OnRemoteEnd(id);
       if ((s = Find(id)) != nullptr && s->local_ended) Close(s, H2Error::kNoError);
     }
-    return true;
+    return !failed_;
   }
   s->content_length = check.content_length;
-  listener_.OnHeadersDone(id, status.code() == absl::StatusCode::kResourceExhausted);
-  if (end_stream && (s = Find(id)) != nullptr) {
+  if (end_stream) {
     if (s->content_length > 0) {
       Reset(id, H2Error::kProtocol);
-      return true;
+      return !failed_;
     }
+    // Before OnHeadersDone: an answer given within it ends the stream with no reset.
     s->remote_ended = true;
+  }
+  listener_.OnHeadersDone(
+      id, status.code() == absl::StatusCode::kResourceExhausted ? decoder_.last_list_bytes() : 0);
+  if (end_stream && Find(id) != nullptr) {
     listener_.OnRemoteEnd(id);
     if ((s = Find(id)) != nullptr && s->local_ended) Close(s, H2Error::kNoError);
   }
@@ -591,7 +632,7 @@ bool H2Session::OnWindowUpdate(int32_t id, const char* p, size_t n) {
   }
   Stream* s = Find(id);
   if (s == nullptr) {
-    return id > last_peer_id_ ? Fail(H2Error::kProtocol, "WINDOW_UPDATE on an idle stream") : true;
+    return Idle(id) ? Fail(H2Error::kProtocol, "WINDOW_UPDATE on an idle stream") : true;
   }
   if (increment == 0) {
     Reset(id, H2Error::kProtocol);
@@ -601,23 +642,14 @@ bool H2Session::OnWindowUpdate(int32_t id, const char* p, size_t n) {
   return true;
 }
 
-bool H2Session::OnRstStream(int32_t id, const char* p, size_t n, int64_t now_ns) {
+bool H2Session::OnRstStream(int32_t id, const char* p, size_t n) {
   if (n != 4) return Fail(H2Error::kFrameSize, "RST_STREAM of other than 4 bytes");
   if (id == 0) return Fail(H2Error::kProtocol, "RST_STREAM on stream 0");
   Stream* s = Find(id);
   if (s == nullptr) {
-    return id > last_peer_id_ ? Fail(H2Error::kProtocol, "RST_STREAM on an idle stream") : true;
+    return Idle(id) ? Fail(H2Error::kProtocol, "RST_STREAM on an idle stream") : true;
   }
-  reset_tokens_ =
-      std::min<double>(settings_.reset_burst, reset_tokens_ + (now_ns - reset_refill_ns_) * 1e-9 *
-                                                                  settings_.resets_per_second);
-  reset_refill_ns_ = now_ns;
-  if (reset_tokens_ < 1) {
-    return Fail(H2Error::kEnhanceYourCalm,
-                absl::StrCat("streams reset faster than ", settings_.resets_per_second,
-                             " a second after a burst of ", settings_.reset_burst));
-  }
-  reset_tokens_ -= 1;
+  if (!ChargeReset()) return false;
   Close(s, static_cast<H2Error>(Read32(p)));
   return true;
 }
@@ -626,6 +658,7 @@ bool H2Session::Fail(H2Error error, std::string_view why) {
   if (!failed_) {
     failed_ = true;
     error_ = std::string(why);
+    goaway_sent_ = false;  // A graceful GOAWAY before it does not say what went wrong.
     SubmitGoaway(error, why);
   }
   return false;
@@ -662,13 +695,14 @@ void H2Session::WriteWindowUpdate(int32_t id, uint32_t increment) {
 }
 
 void H2Session::WriteRst(int32_t id, H2Error error) {
+  reset_ids_[reset_next_++ % reset_ids_.size()] = id;  // Its late frames are ignored.
   WriteFrameHeader(4, kRstStream, 0, id);
   char p[4];
   Put32(p, static_cast<uint32_t>(error));
   out_.Append(std::string_view(p, 4));
 }
 
-void H2Session::SubmitHeaders(int32_t id, std::initializer_list<Field> fields, bool end_stream) {
+void H2Session::SubmitHeaders(int32_t id, std::span<const Field> fields, bool end_stream) {
   Stream* s = Find(id);
   if (s == nullptr || s->local_ended || failed_) return;
   std::string block;
@@ -696,46 +730,45 @@ void H2Session::ResumeData(int32_t id) {
 
 void H2Session::WriteData(size_t limit) {
   if (failed_) return;
+  // A frame per stream in turn, so that one large response does not hold up the others.
   std::vector<int32_t> work;
   work.swap(ready_);
   size_t i = 0;
   for (; i < work.size() && out_.size() < limit; ++i) {
-    Stream* s = Find(work[i]);
-    if (s == nullptr) continue;
-    s->in_ready = false;
-    for (;;) {
-      const int64_t window = std::min(send_window_, s->send_window);
-      if (out_.size() >= limit) {
-        s->in_ready = true;
-        ready_.push_back(s->id);
-        break;
-      }
-      bool last = false;
-      const size_t max = static_cast<size_t>(std::clamp<int64_t>(window, 0, peer_max_frame_));
-      const size_t n = listener_.DataReady(s->id, max, &last);
-      if (n == 0 && !last) {
-        // Nothing now, or a window closed on what there is: then a WINDOW_UPDATE or SETTINGS
-        // lets it go on, and the stream stays listed.
-        if (max == 0) {
-          s->in_ready = true;
-          ready_.push_back(s->id);
-        }
-        break;
-      }
-      const bool end = last && !s->has_trailers;
-      if (n > 0 || end) {
-        WriteFrameHeader(n, kData, end ? kEndStream : 0, s->id);
-        if (n > 0) listener_.TakeData(s->id, n, out_);
-        send_window_ -= n;
-        s->send_window -= n;
-      }
-      if (last) {
-        EndLocal(s);
-        break;
-      }
+    const int32_t id = work[i];
+    Stream* s = Find(id);
+    if (s == nullptr || !s->in_ready) continue;
+    const int64_t window = std::min(send_window_, s->send_window);
+    const size_t max = static_cast<size_t>(std::clamp<int64_t>(window, 0, peer_max_frame_));
+    if (max == 0) {  // A window closed on it: a WINDOW_UPDATE or SETTINGS lets it go on.
+      ready_.push_back(id);
+      continue;
+    }
+    bool last = false;
+    const size_t n = std::min(listener_.DataReady(id, max, &last), max);
+    if ((s = Find(id)) == nullptr) continue;  // The Listener ended it.
+    if (n == 0 && !last) {                    // Nothing now: the Listener resumes it (ResumeData).
+      s->in_ready = false;
+      continue;
+    }
+    const bool end = last && !s->has_trailers;
+    if (n > 0 || end) {
+      WriteFrameHeader(n, kData, end ? kEndStream : 0, id);
+      if (n > 0) listener_.TakeData(id, n, out_);
+      send_window_ -= n;
+      if ((s = Find(id)) == nullptr) continue;
+      s->send_window -= n;
+    }
+    if (last) {
+      s->in_ready = false;
+      EndLocal(s);
+    } else {
+      work.push_back(id);  // More may be ready: its turn comes again.
     }
   }
-  for (; i < work.size(); ++i) ready_.push_back(work[i]);
+  for (; i < work.size(); ++i) {
+    if (Find(work[i]) != nullptr) ready_.push_back(work[i]);
+  }
 }
 
 void H2Session::EndLocal(Stream* s) {
@@ -761,15 +794,42 @@ void H2Session::Reset(int32_t id, H2Error error) {
   if (s == nullptr) return;
   WriteRst(id, error);
   Close(s, error);
+  // A stream the client made this side reset frees its slot as a client's reset would: the
+  // same limit (CVE-2025-8671, "MadeYouReset").
+  if (error != H2Error::kNoError) ChargeReset();
 }
 
 void H2Session::Close(Stream* s, H2Error error) {
   const int32_t id = s->id;
-  streams_.erase(id);
+  if (streams_.erase(id) == 0) return;  // Closed already.
   if (last_found_ == s) last_found_ = nullptr;
+  if (data_stream_ == s) {  // A DATA frame of it is half read: the rest is nobody's.
+    data_stream_ = nullptr;
+    data_consume_rest_ = true;
+  }
+  void* const data = s->data;
   s->trailers.clear();
   free_.emplace_back(s);
-  listener_.OnStreamClose(id, error);
+  listener_.OnStreamClose(id, error, data);
+}
+
+bool H2Session::ResetByUs(int32_t id) const {
+  return std::find(reset_ids_.begin(), reset_ids_.end(), id) != reset_ids_.end();
+}
+
+bool H2Session::ChargeReset() {
+  const int64_t elapsed = std::max<int64_t>(0, now_ns_ - reset_refill_ns_);
+  reset_tokens_ = std::min<double>(settings_.reset_burst,
+                                   reset_tokens_ + elapsed * 1e-9 * settings_.resets_per_second);
+  reset_refill_ns_ = std::max(reset_refill_ns_, now_ns_);
+  if (reset_tokens_ < 1) {
+    Fail(H2Error::kEnhanceYourCalm,
+         absl::StrCat("streams reset faster than ", settings_.resets_per_second,
+                      " a second after a burst of ", settings_.reset_burst));
+    return false;
+  }
+  reset_tokens_ -= 1;
+  return true;
 }
 
 void H2Session::Consume(int32_t id, size_t length) {
@@ -794,7 +854,8 @@ void H2Session::ConsumeConnection(size_t length) {
 }
 
 void H2Session::SubmitShutdownNotice() {
-  if (goaway_sent_) return;
+  if (goaway_sent_ || notice_sent_) return;
+  notice_sent_ = true;
   WriteFrameHeader(8, kGoaway, 0, 0);
   char p[8];
   Put32(p, 0x7fffffff);
@@ -805,10 +866,11 @@ void H2Session::SubmitShutdownNotice() {
 void H2Session::SubmitGoaway(H2Error error, std::string_view debug) {
   if (goaway_sent_) return;
   goaway_sent_ = true;
-  goaway_last_id_ = last_peer_id_;
+  // A later GOAWAY (a failure after a graceful one) may not raise the last stream id.
+  goaway_last_id_ = std::min(goaway_last_id_, last_peer_id_);
   WriteFrameHeader(8 + debug.size(), kGoaway, 0, 0);
   char p[8];
-  Put32(p, static_cast<uint32_t>(last_peer_id_));
+  Put32(p, static_cast<uint32_t>(goaway_last_id_));
   Put32(p + 4, static_cast<uint32_t>(error));
   out_.Append(std::string_view(p, 8));
   out_.Append(debug);

@@ -34,9 +34,11 @@
 #ifndef RINGKV_SERVER_H2_H2_SESSION_H_
 #define RINGKV_SERVER_H2_H2_SESSION_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -84,15 +86,18 @@ class H2Session {
     // A new stream's request headers: begun, then each field (views valid during the call).
     virtual void OnBeginStream(int32_t id) = 0;
     virtual void OnHeader(int32_t id, std::string_view name, std::string_view value) = 0;
-    // All of them are in; `list_too_long`: fields past max_header_list_bytes were dropped.
-    virtual void OnHeadersDone(int32_t id, bool list_too_long) = 0;
+    // All of them are in. `list_bytes_over`: 0, or the size of a header list over
+    // max_header_list_bytes (counted as SETTINGS_MAX_HEADER_LIST_SIZE counts), whose fields
+    // past the limit were dropped.
+    virtual void OnHeadersDone(int32_t id, size_t list_bytes_over) = 0;
     // Request DATA, as it comes; the Listener consumes it (Consume) as it takes it.
     virtual void OnData(int32_t id, const char* data, size_t length) = 0;
     // The client has ended its side (END_STREAM).
     virtual void OnRemoteEnd(int32_t id) = 0;
-    // The stream is gone: both sides ended (kNoError), or reset by either (its code). Nothing
-    // more is said of it, and anything submitted for it is dropped.
-    virtual void OnStreamClose(int32_t id, H2Error error) = 0;
+    // The stream is gone: both sides ended (kNoError), or reset by either (its code), with the
+    // pointer kept with it (SetStreamData; StreamData no longer finds it). Nothing more is said
+    // of it, and anything submitted for it is dropped.
+    virtual void OnStreamClose(int32_t id, H2Error error, void* data) = 0;
     // Response DATA for WriteData: how many bytes the stream has ready now (up to `max` count),
     // and whether they are its last (then its trailers, if submitted, follow).
     virtual size_t DataReady(int32_t id, size_t max, bool* last) = 0;
@@ -114,9 +119,21 @@ class H2Session {
   bool greeted() const { return greeted_; }
   // The error that ended the connection, or empty.
   const std::string& error() const { return error_; }
+  bool failed() const { return failed_; }
+  // Nothing more to read: the connection failed, or this side's GOAWAY went (not a shutdown
+  // notice, after which new streams are still taken) and no stream is left. Once its output is
+  // sent, the connection can close. (A client's GOAWAY leaves the closing to the client, or to
+  // the idle sweep: it may still send PINGs and SETTINGS.)
+  bool Done() const { return failed_ || (goaway_sent_ && streams_.empty()); }
+  // A pointer the Listener keeps with a stream (its call), or null.
+  void* StreamData(int32_t id) const;
+  void SetStreamData(int32_t id, void* data);
 
   // Response headers (with END_STREAM: a trailers-only response, the stream's end), encoded now.
-  void SubmitHeaders(int32_t id, std::initializer_list<Field> fields, bool end_stream);
+  void SubmitHeaders(int32_t id, std::span<const Field> fields, bool end_stream);
+  void SubmitHeaders(int32_t id, std::initializer_list<Field> fields, bool end_stream) {
+    SubmitHeaders(id, std::span<const Field>(fields.begin(), fields.size()), end_stream);
+  }
   // The stream's trailers, after all of its DATA (end_stream). Encoded when written.
   void SubmitTrailers(int32_t id, std::vector<std::pair<std::string, std::string>> fields);
   // The Listener has DATA for the stream (DataReady will say how much).
@@ -155,7 +172,17 @@ class H2Session {
   bool OnHeaderBlock();
   bool OnSettings(uint8_t flags, int32_t id, const char* p, size_t n);
   bool OnWindowUpdate(int32_t id, const char* p, size_t n);
-  bool OnRstStream(int32_t id, const char* p, size_t n, int64_t now_ns);
+  bool OnRstStream(int32_t id, const char* p, size_t n);
+  Stream* NewStream(int32_t id);
+  // A stream the client has not opened: above the last it opened, or even-numbered (a client's
+  // are odd, and this side pushes none).
+  bool Idle(int32_t id) const { return (id & 1) == 0 || id > last_peer_id_; }
+  // Whether this side reset the stream lately (its late frames are then ignored).
+  bool ResetByUs(int32_t id) const;
+  // Takes a token for a reset of a stream whose request had begun (the client's, or one it
+  // made this side send); false, the connection failed with ENHANCE_YOUR_CALM, when there is
+  // none.
+  bool ChargeReset();
 
   // A connection error: GOAWAY, and Feed returns false.
   bool Fail(H2Error error, std::string_view why);
@@ -196,6 +223,7 @@ class H2Session {
   bool greeted_ = false;
   bool failed_ = false;
   bool goaway_sent_ = false;
+  bool notice_sent_ = false;
   std::string error_;
   int32_t last_peer_id_ = 0;            // The highest stream the client has opened.
   int32_t goaway_last_id_ = INT32_MAX;  // Streams past it are refused (a GOAWAY went).
@@ -206,6 +234,9 @@ class H2Session {
   size_t recv_consumed_ = 0;            // ... and what was consumed since the last update.
   double reset_tokens_;
   int64_t reset_refill_ns_ = 0;
+  int64_t now_ns_ = 0;                   // Feed's clock.
+  std::array<int32_t, 64> reset_ids_{};  // Streams this side reset lately, a ring.
+  size_t reset_next_ = 0;
 
   absl::flat_hash_map<int32_t, Stream*> streams_;
   std::vector<std::unique_ptr<Stream>> free_;  // Streams to use again.

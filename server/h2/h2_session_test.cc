@@ -64,13 +64,16 @@ class Server : public H2Session::Listener {
     session.SubmitTrailers(id, {{"grpc-status", "0"}});
   }
 
-  void OnBeginStream(int32_t id) override { streams[id] = Stream(); }
+  void OnBeginStream(int32_t id) override {
+    streams[id] = Stream();
+    session.SetStreamData(id, &streams[id]);
+  }
   void OnHeader(int32_t id, std::string_view name, std::string_view value) override {
     streams[id].headers.emplace_back(name, value);
   }
-  void OnHeadersDone(int32_t id, bool list_too_long) override {
+  void OnHeadersDone(int32_t id, size_t list_bytes_over) override {
     streams[id].headers_done = true;
-    streams[id].list_too_long = list_too_long;
+    streams[id].list_too_long = list_bytes_over > 0;
   }
   void OnData(int32_t id, const char* data, size_t length) override {
     streams[id].data.append(data, length);
@@ -85,7 +88,9 @@ class Server : public H2Session::Listener {
     streams[id].remote_ended = true;
     if (echo) Answer(id, "echo:" + streams[id].data);
   }
-  void OnStreamClose(int32_t id, H2Error error) override {
+  void OnStreamClose(int32_t id, H2Error error, void* data) override {
+    EXPECT_EQ(data, &streams[id]) << "the stream's own pointer, stream " << id;
+    EXPECT_EQ(session.StreamData(id), nullptr) << "gone already, stream " << id;
     streams[id].closed = true;
     streams[id].close_error = error;
   }

@@ -24,7 +24,7 @@ class Echo : public ringkv::H2Session::Listener {
   Echo() : session(*this, {}, out) {}
   void OnBeginStream(int32_t id) override { bodies[id].clear(); }
   void OnHeader(int32_t, std::string_view, std::string_view) override {}
-  void OnHeadersDone(int32_t, bool) override {}
+  void OnHeadersDone(int32_t, size_t) override {}
   void OnData(int32_t id, const char* data, size_t length) override {
     bodies[id].append(data, length);
     session.Consume(id, length);
@@ -34,7 +34,7 @@ class Echo : public ringkv::H2Session::Listener {
     session.SubmitHeaders(id, {{":status", "200"}, {"content-type", "text/plain"}}, false);
     session.ResumeData(id);
   }
-  void OnStreamClose(int32_t id, ringkv::H2Error) override { bodies.erase(id); }
+  void OnStreamClose(int32_t id, ringkv::H2Error, void*) override { bodies.erase(id); }
   size_t DataReady(int32_t id, size_t max, bool* last) override {
     const std::string& b = bodies[id];
     const size_t n = std::min(max, b.size());
