@@ -200,31 +200,34 @@ void WriteInt(uint8_t first, int prefix, size_t v, std::string* out) {
   out->push_back(static_cast<char>(v));
 }
 
-// Reads a string literal (RFC 7541, 5.2) at in[*pos]: a view into `in`, or into `buf` if it was
-// Huffman-coded.
-absl::Status ReadString(std::string_view in, size_t* pos, std::string* buf, std::string_view* out) {
+// Reads a string literal (RFC 7541, 5.2) at in[*pos]: its bytes, as they are on the wire, and
+// whether they are Huffman-coded.
+absl::Status ReadLiteral(std::string_view in, size_t* pos, std::string_view* bytes, bool* huffman) {
   if (*pos >= in.size()) return Malformed("a field cut short", *pos);
   const size_t start = *pos;
-  const bool huffman = (static_cast<uint8_t>(in[*pos]) & 0x80) != 0;
+  *huffman = (static_cast<uint8_t>(in[*pos]) & 0x80) != 0;
   uint32_t len = 0;
   if (absl::Status s = ReadInt(in, pos, 7, &len); !s.ok()) return s;
   if (len > in.size() - *pos) {
     return Malformed(absl::StrCat("a string of ", len, " bytes past the block's end"), start);
   }
-  const std::string_view bytes = in.substr(*pos, len);
+  *bytes = in.substr(*pos, len);
   *pos += len;
-  if (!huffman) {
-    *out = bytes;
-    return absl::OkStatus();
-  }
+  return absl::OkStatus();
+}
+
+// Decodes Huffman-coded `bytes` (of the literal at byte `start`) into `buf`.
+absl::Status Unhuffman(std::string_view bytes, size_t start, std::string* buf) {
   buf->clear();
   if (absl::Status s = HuffmanDecode(bytes, buf); !s.ok()) {
     return Malformed(
         absl::StrCat("a string whose Huffman code is bad (", std::string(s.message()), ")"), start);
   }
-  *out = *buf;
   return absl::OkStatus();
 }
+
+// Huffman-coded values memoized at most this long.
+constexpr size_t kMemoBytes = 64;
 
 void WriteString(std::string_view s, std::string* out) {
   const size_t huffman = HuffmanEncodedBytes(s);
@@ -313,6 +316,7 @@ void HpackTable::EvictTo(size_t max_bytes) {
     Entry& oldest = ring_[(newest_ - (count_ - 1)) & (ring_.size() - 1)];
     bytes_ -= oldest.bytes.size() + kEntryOverhead;
     --count_;
+    ++changes_;
     // A dead entry keeps a small string's room for the next one, not a big one's: entries that
     // evict one another would otherwise leave a big string in every slot of the ring.
     if (oldest.bytes.capacity() > kKeptBytes) std::string().swap(oldest.bytes);
@@ -322,6 +326,7 @@ void HpackTable::EvictTo(size_t max_bytes) {
 void HpackTable::SetMaxBytes(size_t max_bytes) {
   EvictTo(max_bytes);
   max_bytes_ = max_bytes;
+  ++changes_;
 }
 
 void HpackTable::Add(std::string_view name, std::string_view value) {
@@ -347,6 +352,7 @@ void HpackTable::Add(std::string_view name, std::string_view value) {
   if (staged_.capacity() > kKeptBytes) std::string().swap(staged_);
   e.name_len = name.size();
   ++count_;
+  ++changes_;
   bytes_ += size;
 }
 
@@ -404,7 +410,13 @@ absl::Status HpackDecoder::Decode(
       index = (b & 0xc0) == 0x40;
       if (absl::Status s = ReadInt(block, &pos, index ? 6 : 4, &i); !s.ok()) return s;
       if (i == 0) {
-        if (absl::Status s = ReadString(block, &pos, &name_buf_, &name); !s.ok()) return s;
+        const size_t at = pos;
+        bool huffman;
+        if (absl::Status s = ReadLiteral(block, &pos, &name, &huffman); !s.ok()) return s;
+        if (huffman) {
+          if (absl::Status s = Unhuffman(name, at, &name_buf_); !s.ok()) return s;
+          name = name_buf_;
+        }
       } else if (i <= kStaticEntries) {
         name = kStatic[i - 1].name;
       } else if (i - kStaticEntries <= table_.size()) {
@@ -414,7 +426,26 @@ absl::Status HpackDecoder::Decode(
                                       kStaticEntries + table_.size(), " entries"),
                          start);
       }
-      if (absl::Status s = ReadString(block, &pos, &value_buf_, &value); !s.ok()) return s;
+      const size_t at = pos;
+      bool huffman;
+      if (absl::Status s = ReadLiteral(block, &pos, &value, &huffman); !s.ok()) return s;
+      if (huffman) {
+        const HuffmanMemo* memo = nullptr;
+        for (const HuffmanMemo& m : memos_) {
+          if (m.coded == value) memo = &m;
+        }
+        if (memo == nullptr) {
+          if (absl::Status s = Unhuffman(value, at, &value_buf_); !s.ok()) return s;
+          if (value.size() <= kMemoBytes) {
+            HuffmanMemo& m = memos_[next_memo_++ % std::size(memos_)];
+            m.coded = value;
+            m.decoded = value_buf_;
+          }
+          value = value_buf_;
+        } else {
+          value = memo->decoded;
+        }
+      }
     }
     fields = true;
     // Counted as SETTINGS_MAX_HEADER_LIST_SIZE counts; past the limit, decoded but not passed.

@@ -64,6 +64,9 @@ class HpackTable {
   void SetMaxBytes(size_t max_bytes);
   // The heap the table holds: its entries' strings with their room (for tests).
   size_t held_bytes() const;
+  // How many times entries were added or evicted or the size changed: an encoding made at one
+  // count is the same at the same count.
+  uint64_t changes() const { return changes_; }
   // Adds an entry, evicting what it needs. One bigger than the whole table empties it and is not
   // added (RFC 7541, 4.4). `name` and `value` may lie in an entry this evicts.
   void Add(std::string_view name, std::string_view value);
@@ -84,6 +87,7 @@ class HpackTable {
   size_t count_ = 0;
   size_t bytes_ = 0;
   size_t max_bytes_;
+  uint64_t changes_ = 0;
   std::string staged_;  // An added entry's bytes, put together before anything is evicted.
 };
 
@@ -118,7 +122,15 @@ class HpackDecoder {
   const size_t max_list_bytes_;
   std::string name_buf_;   // A Huffman-coded name, decoded.
   std::string value_buf_;  // A Huffman-coded value, decoded.
-  bool broken_ = false;    // A block was malformed.
+  // The last Huffman-coded values decoded, by their code: a client that does not index a field
+  // (nghttp2's never indexes :path) sends the same code call after call.
+  struct HuffmanMemo {
+    std::string coded;
+    std::string decoded;
+  };
+  HuffmanMemo memos_[2];
+  size_t next_memo_ = 0;
+  bool broken_ = false;  // A block was malformed.
   size_t last_list_bytes_ = 0;
 };
 
@@ -138,6 +150,7 @@ class HpackEncoder {
   void SetPeerMaxTableBytes(size_t bytes);
   // Starts a block in `out`: a size update, if one is due. Each block starts so.
   void BeginBlock(std::string* out);
+  bool update_pending() const { return pending_update_ != SIZE_MAX; }
   // Appends `name: value` to the block under way in `out`. `name` must be lower case (HTTP/2).
   // Uses an entry of the static or dynamic table where one matches (kNever: the static table's
   // only), Huffman coding where it is shorter.

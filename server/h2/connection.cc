@@ -618,10 +618,7 @@ void Connection::ResumeData(int32_t stream_id) {
 
 void Connection::SubmitTrailers(int32_t stream_id, std::span<const HeaderField> fields) {
   if (own_ != nullptr) {
-    std::vector<std::pair<std::string, std::string>> trailers;
-    trailers.reserve(fields.size());
-    for (const auto& [name, value] : fields) trailers.emplace_back(name, value);
-    own_->SubmitTrailers(stream_id, std::move(trailers));
+    own_->SubmitTrailers(stream_id, fields);
     return;
   }
   const std::vector<nghttp2_nv> nva = Nva(fields);

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 
 namespace ringkv {
@@ -64,6 +65,12 @@ constexpr std::array<bool, 256> MakeNameChars() {
   return ok;
 }
 constexpr std::array<bool, 256> kNameChars = MakeNameChars();
+// What no field value may hold (RFC 9113, 8.2.1): NUL, CR, LF.
+constexpr std::array<bool, 256> kBadValueChars = [] {
+  std::array<bool, 256> bad{};
+  bad['\0'] = bad['\r'] = bad['\n'] = true;
+  return bad;
+}();
 
 }  // namespace
 
@@ -81,9 +88,7 @@ struct H2Session::FieldCheck {
       bad = true;
       return;
     }
-    for (const char c : value) {
-      if (c == '\0' || c == '\r' || c == '\n') bad = true;
-    }
+    for (const char c : value) bad |= kBadValueChars[static_cast<uint8_t>(c)];
     if (!value.empty() && (value.front() == ' ' || value.front() == '\t' || value.back() == ' ' ||
                            value.back() == '\t')) {
       bad = true;
@@ -105,9 +110,7 @@ struct H2Session::FieldCheck {
       return;
     }
     regular_seen = true;
-    for (const char c : name) {
-      if (!kNameChars[static_cast<uint8_t>(c)]) bad = true;
-    }
+    for (const char c : name) bad |= !kNameChars[static_cast<uint8_t>(c)];
     switch (name.size()) {  // Connection-specific fields (8.2.2).
       case 2:
         if (name == "te" && value != "trailers") bad = true;
@@ -150,6 +153,7 @@ struct H2Session::Stream {
   bool local_ended = false;   // This side did.
   bool in_ready = false;      // Listed in ready_.
   bool has_trailers = false;
+  bool trailers_ok = false;  // They are grpc-status 0 alone; else in `trailers`.
   std::vector<std::pair<std::string, std::string>> trailers;
   int64_t send_window = 0;      // What this side may still send on the stream.
   int64_t recv_window = 0;      // What the client may.
@@ -702,22 +706,52 @@ void H2Session::WriteRst(int32_t id, H2Error error) {
   out_.Append(std::string_view(p, 4));
 }
 
+const std::string& H2Session::Encode(std::span<const Field> fields) {
+  // The same list on an unchanged table encodes to the same block: a gRPC server's response
+  // headers and its trailers of a call that succeeded, once the table holds them.
+  const uint64_t changes = encoder_.table().changes();
+  const bool update = encoder_.update_pending();  // Then the block starts with it: not kept.
+  if (!update) {
+    for (const BlockMemo& memo : memos_) {
+      if (memo.changes == changes && memo.fields.size() == fields.size() &&
+          std::equal(fields.begin(), fields.end(), memo.fields.begin(),
+                     [](const Field& a, const auto& b) {
+                       return a.first == b.first && a.second == b.second;
+                     })) {
+        return memo.block;
+      }
+    }
+  }
+  block_out_.clear();
+  encoder_.BeginBlock(&block_out_);
+  for (const auto& [name, value] : fields) {
+    encoder_.Encode(name, value, IndexingOf(name), &block_out_);
+  }
+  if (!update && encoder_.table().changes() == changes) {  // Kept if the table stayed.
+    BlockMemo& memo = memos_[next_memo_++ % memos_.size()];
+    memo.fields.assign(fields.begin(), fields.end());
+    memo.block = block_out_;
+    memo.changes = changes;
+  }
+  return block_out_;
+}
+
 void H2Session::SubmitHeaders(int32_t id, std::span<const Field> fields, bool end_stream) {
   Stream* s = Find(id);
   if (s == nullptr || s->local_ended || failed_) return;
-  std::string block;
-  encoder_.BeginBlock(&block);
-  for (const auto& [name, value] : fields) encoder_.Encode(name, value, IndexingOf(name), &block);
-  WriteHeaderBlock(id, block, end_stream);
+  WriteHeaderBlock(id, Encode(fields), end_stream);
   if (end_stream) EndLocal(s);
 }
 
-void H2Session::SubmitTrailers(int32_t id,
-                               std::vector<std::pair<std::string, std::string>> fields) {
+void H2Session::SubmitTrailers(int32_t id, std::span<const Field> fields) {
   Stream* s = Find(id);
   if (s == nullptr || s->local_ended) return;
-  s->trailers = std::move(fields);
   s->has_trailers = true;
+  if (fields.size() == 1 && fields[0].first == "grpc-status" && fields[0].second == "0") {
+    s->trailers_ok = true;  // The usual trailers, kept without a copy.
+  } else {
+    s->trailers.assign(fields.begin(), fields.end());
+  }
   ResumeData(id);
 }
 
@@ -772,13 +806,12 @@ void H2Session::WriteData(size_t limit) {
 }
 
 void H2Session::EndLocal(Stream* s) {
-  if (s->has_trailers) {
-    std::string block;
-    encoder_.BeginBlock(&block);
-    for (const auto& [name, value] : s->trailers) {
-      encoder_.Encode(name, value, IndexingOf(name), &block);
-    }
-    WriteHeaderBlock(s->id, block, /*end_stream=*/true);
+  if (s->trailers_ok) {
+    static constexpr Field kOk[] = {{"grpc-status", "0"}};
+    WriteHeaderBlock(s->id, Encode(kOk), /*end_stream=*/true);
+  } else if (s->has_trailers) {
+    absl::InlinedVector<Field, 4> fields(s->trailers.begin(), s->trailers.end());
+    WriteHeaderBlock(s->id, Encode(fields), /*end_stream=*/true);
   }
   s->local_ended = true;
   if (!s->remote_ended) {

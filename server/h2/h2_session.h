@@ -135,7 +135,10 @@ class H2Session {
     SubmitHeaders(id, std::span<const Field>(fields.begin(), fields.size()), end_stream);
   }
   // The stream's trailers, after all of its DATA (end_stream). Encoded when written.
-  void SubmitTrailers(int32_t id, std::vector<std::pair<std::string, std::string>> fields);
+  void SubmitTrailers(int32_t id, std::span<const Field> fields);
+  void SubmitTrailers(int32_t id, std::initializer_list<Field> fields) {
+    SubmitTrailers(id, std::span<const Field>(fields.begin(), fields.size()));
+  }
   // The Listener has DATA for the stream (DataReady will say how much).
   void ResumeData(int32_t id);
   // Writes DATA frames (and the trailers after the last) of the streams with data, as the
@@ -188,6 +191,8 @@ class H2Session {
   bool Fail(H2Error error, std::string_view why);
   void WriteFrameHeader(size_t length, uint8_t type, uint8_t flags, int32_t id);
   void WriteHeaderBlock(int32_t id, const std::string& block, bool end_stream);
+  // `fields`' header block, valid until the next Encode.
+  const std::string& Encode(std::span<const Field> fields);
   void WriteWindowUpdate(int32_t id, uint32_t increment);
   void WriteRst(int32_t id, H2Error error);
   // The stream's trailers (or an empty DATA with END_STREAM): the server's side is done.
@@ -237,6 +242,16 @@ class H2Session {
   int64_t now_ns_ = 0;                   // Feed's clock.
   std::array<int32_t, 64> reset_ids_{};  // Streams this side reset lately, a ring.
   size_t reset_next_ = 0;
+
+  // The last header lists encoded that left the table as it was, with their blocks.
+  struct BlockMemo {
+    std::vector<std::pair<std::string, std::string>> fields;
+    std::string block;
+    uint64_t changes = UINT64_MAX;  // The encoder table's changes() they were encoded at.
+  };
+  std::array<BlockMemo, 2> memos_;
+  size_t next_memo_ = 0;
+  std::string block_out_;  // Encode's block when no memo has it.
 
   absl::flat_hash_map<int32_t, Stream*> streams_;
   std::vector<std::unique_ptr<Stream>> free_;  // Streams to use again.

@@ -368,6 +368,25 @@ TEST(H2Session, AClientWithoutAHeaderTableGetsAnswers) {
   EXPECT_EQ(client.goaway_error, UINT32_MAX);
 }
 
+TEST(H2Session, TheClientsTableSizeChangingBetweenCallsKeepsAnswersReadable) {
+  // The session keeps the blocks of its usual answers while the table stays; each new size
+  // must show in the next block, not a kept one.
+  Server server;
+  Client client;
+  int calls = 0;
+  for (const uint32_t size : {4096u, 0u, 64u, 4096u, 100u}) {
+    const nghttp2_settings_entry entry = {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, size};
+    nghttp2_submit_settings(client.session(), NGHTTP2_FLAG_NONE, &entry, 1);
+    for (int i = 0; i < 3; ++i) {
+      const std::string body = "call " + std::to_string(calls++);
+      const int32_t id = client.Call("/t", body);
+      ASSERT_TRUE(Pump(client, server));
+      ExpectEchoed(client, server, id, body);
+    }
+  }
+  EXPECT_EQ(client.goaway_error, UINT32_MAX);
+}
+
 TEST(H2Session, AHeaderListOverTheLimitIsFlagged) {
   Server server({.max_header_list_bytes = 300});
   server.echo = false;
