@@ -50,7 +50,7 @@ ABSL_FLAG(std::string, io, "epoll",
 ABSL_FLAG(std::string, h2, "ringkv",
           "whose HTTP/2 the h2 transport's connections run: ringkv (ringkv's own session, made "
           "for gRPC: server/h2/h2_session.h) or nghttp2 (the library, the reference it "
-          "replaced: 1.7x the server's CPU per call at 1 connection x 50 in flight)");
+          "replaced: about twice the server's CPU per call at 1 connection x 50 in flight)");
 ABSL_FLAG(uint32_t, max_connections, 10000,
           "client connections open at once; past it a new one makes the longest idle "
           "connection go, or, if none has been idle for 1s, is refused at once with a GOAWAY "
