@@ -1,7 +1,6 @@
 // H2Session: the server side of one HTTP/2 connection (RFC 9113), ringkv's own, for what gRPC
-// needs; the second piece of the codec that is to take nghttp2's place on the server's call path
-// (issue 25, docs/architecture.md "Toward an HTTP/2 codec of ringkv's own"). Not used by the
-// server yet.
+// needs: the h2 transport's connections run on it by default (--h2=ringkv; --h2=nghttp2 keeps
+// nghttp2's, the reference), docs/architecture.md "ringkv's own HTTP/2 session" (issue 25).
 //
 // It parses what the client sends (the preface, then frames, possibly split anywhere between
 // Feed calls) and tells its Listener about streams: a request's header fields as HPACK decodes
