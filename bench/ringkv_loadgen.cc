@@ -16,9 +16,10 @@
 // the call's start.
 //
 // Clients (--client):
-//   h2    gRPC on libnghttp2 (net/h2_channel.h), each thread an epoll loop over its own
-//         connections: a few microseconds of CPU per call, so that on a machine shared with the
-//         server the generator costs no more than redis-benchmark does per request;
+//   h2    gRPC on ringkv's own HTTP/2 (net/h2_channel.h), each thread an epoll loop over its
+//         own connections: under a microsecond of CPU per call with calls in flight, so that on a
+//         machine shared with the server the generator costs no more than redis-benchmark does per
+//         request;
 //   grpc  grpc++'s async client, a completion queue per thread: the reference client, at
 //         several times the CPU per call.
 // The report gives the generator's own CPU (user + system, getrusage) per operation, so that a
@@ -75,7 +76,8 @@ ABSL_FLAG(std::string, etcd_ca, "", "with --etcd: TLS to etcd, trusting the CAs 
 ABSL_FLAG(std::string, etcd_cert, "", "with --etcd: the PEM client certificate etcd asks for");
 ABSL_FLAG(std::string, etcd_key, "", "the PEM private key of --etcd-cert");
 ABSL_FLAG(std::string, client, "h2",
-          "h2 (gRPC on nghttp2: the least client CPU per call) or grpc (grpc++'s async client)");
+          "h2 (gRPC on ringkv's own HTTP/2: the least client CPU per call) or grpc (grpc++'s async "
+          "client)");
 ABSL_FLAG(uint32_t, connections, 1, "TCP connections");
 ABSL_FLAG(uint32_t, concurrency, 50, "calls in flight in total");
 ABSL_FLAG(double, duration, 10, "seconds to run (ignored when --ops is set)");

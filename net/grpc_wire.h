@@ -1,5 +1,5 @@
-// The parts of gRPC over HTTP/2 that are not HTTP/2 itself, shared by the server's nghttp2
-// transport (server/h2/) and the nghttp2 client (client/h2_client.h), after gRPC's protocol
+// The parts of gRPC over HTTP/2 that are not HTTP/2 itself, shared by the server's h2
+// transport (server/h2/) and the client (net/h2_channel.h), after gRPC's protocol
 // description (doc/PROTOCOL-HTTP2.md in gRPC's repository):
 //   - every message goes as a 5-byte prefix (a compressed flag, a big-endian length) and then
 //     its bytes;

@@ -1,15 +1,23 @@
-// H2Channel: one gRPC client connection on libnghttp2, for callers that drive many calls from
-// one thread and count every microsecond of client CPU: ringkv-loadgen's default client, and a
-// replica's flows from its primary (server/repl/replica_client.h). It is
-// the client-side mirror of the server's h2 transport (server/h2/): HTTP/2 with prior knowledge
-// (h2c) or TLS with ALPN h2 (net/client_tls.h), gRPC's message framing (net/grpc_wire.h),
-// unary and bidirectional calls, grpc-timeout, a bearer token. It does no name resolution beyond
-// getaddrinfo, no retries and no compression.
+// H2Channel: one gRPC client connection, for callers that drive many calls from one thread and
+// count every microsecond of client CPU: ringkv-loadgen's default client, and a replica's flows
+// from its primary (server/repl/replica_client.h). It is the client-side mirror of the server's
+// HTTP/2 session (server/h2/h2_session.h), on the same frames (net/h2_frames.h) and HPACK
+// (net/hpack.h), ringkv's own: HTTP/2 with prior knowledge (h2c) or TLS with ALPN h2
+// (net/client_tls.h), gRPC's message framing (net/grpc_wire.h), unary and bidirectional calls,
+// grpc-timeout, a bearer token. It does no name resolution beyond getaddrinfo, no retries and no
+// compression. (It ran on nghttp2's client session until issue 25: the loadgen spent 2.4 us of
+// CPU a call there, as much as the server it measured.)
+//
+// Frames are written into the channel's output as calls start and send (HEADERS, then DATA as
+// the server's windows allow), and go to the socket at Flush; the server's frames are handled
+// whole as they are read. The server's SETTINGS_MAX_CONCURRENT_STREAMS is kept: calls past it
+// wait for a stream to end, and calls started before the server's SETTINGS came wait for them.
 //
 // The caller owns the event loop: it polls fd() for readability (and for writability while
 // WantsWrite()), calls OnReadable()/Flush(), and flushes after starting calls, so that the
 // requests of one turn go out in one send. Results come back through the CallObserver of each
-// call, from inside OnReadable().
+// call, from inside OnReadable() (or Cancel, or the destructor); an observer may start, send on
+// and cancel calls from there.
 //
 // Threads: one thread at a time per channel (a replica's worker sends on its flow's channel
 // under the flow's mutex: server/repl/sink.h); nothing is shared between channels.
@@ -22,18 +30,21 @@
 #define RINGKV_NET_H2_CHANNEL_H_
 
 #include <google/protobuf/message_lite.h>
-#include <nghttp2/nghttp2.h>
 #include <openssl/ssl.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "net/client_tls.h"
+#include "net/h2_frames.h"
+#include "net/hpack.h"
 
 namespace ringkv {
 
@@ -46,7 +57,8 @@ class CallObserver {
   // One response message; its bytes are valid during the call only.
   virtual void OnMessage(std::string_view bytes) = 0;
   // The call has ended: the server's grpc-status and grpc-message, or the reason it could not
-  // complete (UNAVAILABLE for a lost connection). The call is gone after this returns.
+  // complete (UNAVAILABLE for a lost connection, CANCELLED for Cancel). The call is gone after
+  // this returns.
   virtual void OnFinish(const absl::Status& status) = 0;
 };
 
@@ -83,21 +95,21 @@ class H2Channel {
   void Send(Call* call, const google::protobuf::MessageLite& message, bool end);
   // Closes the call's sending side (a bidirectional call's WritesDone).
   void CloseSend(Call* call);
-  // Resets the call (RST_STREAM CANCEL); its observer hears CANCELLED.
+  // Resets the call (RST_STREAM CANCEL); its observer hears CANCELLED before this returns.
   void Cancel(Call* call);
 
   int fd() const { return fd_; }
-  // Reads what the socket has and feeds it to nghttp2; observers hear of what completed.
+  // Reads what the socket has and handles its frames; observers hear of what completed.
   void OnReadable();
-  // Sends what nghttp2 has to send; call after starting or sending calls, and when the socket
-  // is writable again.
+  // Sends the frames written since the last flush; call after starting or sending calls, and
+  // when the socket is writable again.
   void Flush();
   bool WantsWrite() const { return out_sent_ < out_.size(); }
   // False once the connection is lost or the server said GOAWAY; every open call has then
   // finished (UNAVAILABLE) or will finish.
   bool usable() const { return fd_ >= 0 && !goaway_; }
   // Calls started and not yet finished.
-  size_t open_calls() const { return calls_.size(); }
+  size_t open_calls() const { return calls_.size() + waiting_.size(); }
 
  private:
   H2Channel(int fd, SSL* ssl, std::string authority, const H2ChannelOptions& options);
@@ -106,24 +118,47 @@ class H2Channel {
   ssize_t Receive(char* buffer, size_t length);
   ssize_t Transmit(const char* data, size_t length);
 
+  // Closes the connection; every call finishes with `status`.
   void Fail(const absl::Status& status);
+  // The server broke HTTP/2: UNAVAILABLE naming what it did. False, for the frame handlers.
+  bool Broken(std::string_view what);
+  // Removes the call (its stream gone), lets a waiting call have a stream, tells the observer.
   void FinishCall(Call* call, const absl::Status& status);
+  // The call's end as its trailers (or reset code) say.
+  absl::Status EndStatus(const Call& call, H2Error reset) const;
+  Call* Find(int32_t id);
 
-  // The callbacks below, in nghttp2's table; made once.
-  static const nghttp2_session_callbacks* Callbacks();
+  // Frames out, appended to out_.
+  void AppendFrameHeader(size_t length, uint8_t type, uint8_t flags, int32_t id);
+  void AppendWindowUpdate(int32_t id, uint32_t increment);
+  void AppendRst(int32_t id, H2Error error);
+  // Gives the call a stream: its HEADERS, then what it has to send.
+  void Open(Call* call);
+  // Opens waiting calls while the server's stream limit allows (once its SETTINGS came).
+  void OpenWaiting();
+  // The call's DATA frames, as the windows and the output's room allow; END_STREAM after the
+  // last once it is closed. A call that must wait goes to blocked_.
+  void WriteData(Call* call);
+  void ResumeBlocked();
+  bool OutputHasRoom() const { return out_.size() - out_sent_ < kOutputRoom; }
 
-  static ssize_t OnSend(nghttp2_session*, const uint8_t* data, size_t length, int flags,
-                        void* user_data);
-  static int OnHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name,
-                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t flags,
-                      void* user_data);
-  static int OnDataChunk(nghttp2_session*, uint8_t flags, int32_t stream_id, const uint8_t* data,
-                         size_t len, void* user_data);
-  static int OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code,
-                           void* user_data);
-  static int OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user_data);
-  static ssize_t ReadRequest(nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t length,
-                             uint32_t* data_flags, nghttp2_data_source* source, void* user_data);
+  // Frames in, each whole. False: the connection failed (Fail was called).
+  bool OnFrame(const FrameHeader& frame, const char* p);
+  bool OnData(const FrameHeader& frame, const char* p);
+  bool OnHeaders(const FrameHeader& frame, const char* p);
+  bool OnHeaderBlock(int32_t id, uint8_t flags, std::string_view block);
+  bool OnSettings(const FrameHeader& frame, const char* p);
+  bool OnWindowUpdate(const FrameHeader& frame, const char* p);
+  bool OnGoaway(const char* p, size_t n);
+  // A response's messages from DATA; false if the call went meanwhile (its observer cancelled).
+  bool Deliver(Call* call, const char* p, size_t n);
+
+  // The windows this side grants: per stream and for the connection.
+  static constexpr int64_t kStreamWindow = 1 << 20;
+  static constexpr int64_t kConnectionWindow = 16 << 20;
+  // Unsent output past which DATA waits for the socket (HEADERS and control frames do not).
+  static constexpr size_t kOutputRoom = 1 << 20;
+  static constexpr size_t kInputBytes = 96 * 1024;
 
   int fd_;
   SSL* ssl_;  // With TLS: the session on fd_.
@@ -131,9 +166,42 @@ class H2Channel {
   const std::string authorization_;  // "Bearer TOKEN", or empty.
   const std::string consistency_;
   const std::string min_replicas_;
-  nghttp2_session* session_ = nullptr;
-  absl::flat_hash_set<Call*> calls_;  // Started, not finished.
-  std::string out_;                   // Frames for the socket; out_[out_sent_..] not sent.
+
+  HpackEncoder encoder_;
+  HpackDecoder decoder_;
+  // The last request block encoded that left the encoder's table as it was (no grpc-timeout):
+  // the same path at the same table gives the same block.
+  std::string memo_path_;
+  std::string memo_block_;
+  uint64_t memo_changes_ = UINT64_MAX;
+  std::string block_out_;
+
+  absl::flat_hash_map<int32_t, Call*> calls_;  // With a stream, not finished.
+  std::deque<Call*> waiting_;                  // Started, waiting for a stream.
+  std::vector<Call*> blocked_;                 // With DATA waiting for a window or room.
+  Call* last_found_ = nullptr;
+  Call* delivering_ = nullptr;  // The call Deliver is handing messages to.
+  int32_t next_id_ = 1;
+
+  // What the server allows.
+  bool greeted_ = false;                    // Its SETTINGS came.
+  uint32_t peer_max_streams_ = UINT32_MAX;  // Unlimited unless its SETTINGS say.
+  size_t peer_max_frame_ = kDefaultMaxFrame;
+  int64_t peer_stream_window_ = 65535;
+  int64_t send_window_ = 65535;  // The connection's.
+  // What the server may still send on the connection, and what was read since the last update.
+  int64_t recv_window_ = kConnectionWindow;
+  int64_t recv_unacked_ = 0;
+
+  // Bytes read: in_[0, in_len_) not yet handled (less than a frame after OnReadable).
+  std::unique_ptr<char[]> in_;
+  size_t in_len_ = 0;
+  // A header block under way (HEADERS without END_HEADERS, then CONTINUATIONs).
+  std::string block_;
+  int32_t block_id_ = 0;
+  uint8_t block_flags_ = 0;
+
+  std::string out_;  // Frames for the socket; out_[out_sent_..] not sent.
   size_t out_sent_ = 0;
   bool goaway_ = false;
 };

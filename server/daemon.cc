@@ -39,7 +39,8 @@ const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000";
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "address to listen on, HOST:PORT; loopback unless told otherwise (port 0: any free)");
 ABSL_FLAG(std::string, transport, "h2",
-          "h2: gRPC over HTTP/2 on nghttp2, served inside each worker's own event loop; grpc: "
+          "h2: gRPC over HTTP/2 (ringkv's own, or nghttp2's: --h2), served inside each worker's "
+          "own event loop; grpc: "
           "grpc++'s server (the reference implementation)");
 ABSL_FLAG(std::string, io, "epoll",
           "how the h2 transport's workers read and write their sockets: epoll (readiness, a "

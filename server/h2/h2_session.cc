@@ -11,43 +11,8 @@
 namespace ringkv {
 namespace {
 
-constexpr std::string_view kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-constexpr size_t kFrameHeader = 9;
 // SETTINGS_MAX_FRAME_SIZE this side keeps (HTTP/2's default; it advertises no other).
-constexpr size_t kMaxFrame = 16384;
-constexpr int64_t kMaxWindow = 0x7fffffff;
-
-enum : uint8_t {
-  kData = 0x0,
-  kHeaders = 0x1,
-  kPriority = 0x2,
-  kRstStream = 0x3,
-  kSettings = 0x4,
-  kPushPromise = 0x5,
-  kPing = 0x6,
-  kGoaway = 0x7,
-  kWindowUpdate = 0x8,
-  kContinuation = 0x9,
-};
-enum : uint8_t {
-  kEndStream = 0x1,
-  kAck = 0x1,
-  kEndHeaders = 0x4,
-  kPadded = 0x8,
-  kPriorityFlag = 0x20,
-};
-
-uint32_t Read32(const char* p) {
-  const auto* u = reinterpret_cast<const uint8_t*>(p);
-  return uint32_t{u[0]} << 24 | uint32_t{u[1]} << 16 | uint32_t{u[2]} << 8 | u[3];
-}
-
-void Put32(char* p, uint32_t v) {
-  p[0] = static_cast<char>(v >> 24);
-  p[1] = static_cast<char>(v >> 16);
-  p[2] = static_cast<char>(v >> 8);
-  p[3] = static_cast<char>(v);
-}
+constexpr size_t kMaxFrame = kDefaultMaxFrame;
 
 // Fields whose values change from call to call stay out of the table.
 HpackEncoder::Indexing IndexingOf(std::string_view name) {
@@ -173,16 +138,16 @@ H2Session::H2Session(Listener& listener, const Settings& settings, SendQueue& ou
       reset_tokens_(settings.reset_burst) {
   char frame[3 * 6];
   const std::pair<uint16_t, uint32_t> entries[] = {
-      {0x3, settings.max_concurrent_streams},                // MAX_CONCURRENT_STREAMS
-      {0x4, static_cast<uint32_t>(settings.stream_window)},  // INITIAL_WINDOW_SIZE
-      {0x6, settings.max_header_list_bytes},                 // MAX_HEADER_LIST_SIZE
+      {kSettingMaxConcurrentStreams, settings.max_concurrent_streams},
+      {kSettingInitialWindowSize, static_cast<uint32_t>(settings.stream_window)},
+      {kSettingMaxHeaderListSize, settings.max_header_list_bytes},
   };
   for (size_t i = 0; i < std::size(entries); ++i) {
     frame[6 * i] = static_cast<char>(entries[i].first >> 8);
     frame[6 * i + 1] = static_cast<char>(entries[i].first);
     Put32(frame + 6 * i + 2, entries[i].second);
   }
-  WriteFrameHeader(sizeof(frame), kSettings, 0, 0);
+  WriteFrameHeader(sizeof(frame), kFrameSettings, 0, 0);
   out_.Append(std::string_view(frame, sizeof(frame)));
   if (settings.connection_window > 65535) WriteWindowUpdate(0, settings.connection_window - 65535);
 }
@@ -221,13 +186,13 @@ bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
   while (p < end && !failed_) {
     switch (parse_) {
       case Parse::kPreface: {
-        const size_t take = std::min<size_t>(kPreface.size() - pending_.size(), end - p);
-        if (std::string_view(p, take) != kPreface.substr(pending_.size(), take)) {
+        const size_t take = std::min<size_t>(kClientPreface.size() - pending_.size(), end - p);
+        if (std::string_view(p, take) != kClientPreface.substr(pending_.size(), take)) {
           return Fail(H2Error::kProtocol, "not an HTTP/2 client preface");
         }
         pending_.append(p, take);
         p += take;
-        if (pending_.size() == kPreface.size()) {
+        if (pending_.size() == kClientPreface.size()) {
           pending_.clear();
           parse_ = Parse::kHeader;
         }
@@ -235,32 +200,33 @@ bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
       }
       case Parse::kHeader: {
         const char* h = p;
-        if (!pending_.empty() || end - p < static_cast<ptrdiff_t>(kFrameHeader)) {
-          const size_t take = std::min<size_t>(kFrameHeader - pending_.size(), end - p);
+        if (!pending_.empty() || end - p < static_cast<ptrdiff_t>(kFrameHeaderBytes)) {
+          const size_t take = std::min<size_t>(kFrameHeaderBytes - pending_.size(), end - p);
           pending_.append(p, take);
           p += take;
-          if (pending_.size() < kFrameHeader) break;
+          if (pending_.size() < kFrameHeaderBytes) break;
           h = pending_.data();
         } else {
-          p += kFrameHeader;
+          p += kFrameHeaderBytes;
         }
-        length_ = Read32(h) >> 8;
-        type_ = static_cast<uint8_t>(h[3]);
-        flags_ = static_cast<uint8_t>(h[4]);
-        id_ = static_cast<int32_t>(Read32(h + 5) & 0x7fffffff);
+        const FrameHeader frame = ReadFrameHeader(h);
+        length_ = frame.length;
+        type_ = frame.type;
+        flags_ = frame.flags;
+        id_ = frame.id;
         pending_.clear();
         if (length_ > kMaxFrame) {
           return Fail(H2Error::kFrameSize,
                       absl::StrCat("a frame of ", length_, " bytes, over SETTINGS_MAX_FRAME_SIZE (",
                                    kMaxFrame, ")"));
         }
-        if (!greeted_ && type_ != kSettings) {
+        if (!greeted_ && type_ != kFrameSettings) {
           return Fail(H2Error::kProtocol, "the client's first frame is not SETTINGS");
         }
-        if (block_id_ != 0 && type_ != kContinuation) {
+        if (block_id_ != 0 && type_ != kFrameContinuation) {
           return Fail(H2Error::kProtocol, "a frame inside a header block");
         }
-        if (type_ == kData) {
+        if (type_ == kFrameData) {
           if (!OnDataStart(flags_, id_, length_)) return false;
           if (length_ == 0) {
             if (!OnDataEnd()) return false;
@@ -309,25 +275,25 @@ bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
 
 bool H2Session::OnFrame(uint8_t type, uint8_t flags, int32_t id, const char* p, size_t n) {
   switch (type) {
-    case kHeaders:
+    case kFrameHeaders:
       return OnHeaders(flags, id, p, n);
-    case kContinuation:
+    case kFrameContinuation:
       return OnContinuation(flags, id, p, n);
-    case kSettings:
+    case kFrameSettings:
       return OnSettings(flags, id, p, n);
-    case kWindowUpdate:
+    case kFrameWindowUpdate:
       return OnWindowUpdate(id, p, n);
-    case kRstStream:
+    case kFrameRstStream:
       return OnRstStream(id, p, n);
-    case kPing:
+    case kFramePing:
       if (id != 0) return Fail(H2Error::kProtocol, "PING on a stream");
       if (n != 8) return Fail(H2Error::kFrameSize, "PING of other than 8 bytes");
-      if ((flags & kAck) == 0) {
-        WriteFrameHeader(8, kPing, kAck, 0);
+      if ((flags & kFlagAck) == 0) {
+        WriteFrameHeader(8, kFramePing, kFlagAck, 0);
         out_.Append(std::string_view(p, 8));
       }
       return true;
-    case kPriority:
+    case kFramePriority:
       if (id == 0) return Fail(H2Error::kProtocol, "PRIORITY on stream 0");
       if (n != 5 || static_cast<int32_t>(Read32(p) & 0x7fffffff) == id) {
         const H2Error error = n != 5 ? H2Error::kFrameSize : H2Error::kProtocol;
@@ -341,11 +307,11 @@ bool H2Session::OnFrame(uint8_t type, uint8_t flags, int32_t id, const char* p, 
         return !failed_;
       }
       return true;
-    case kGoaway:
+    case kFrameGoaway:
       if (id != 0) return Fail(H2Error::kProtocol, "GOAWAY on a stream");
       if (n < 8) return Fail(H2Error::kFrameSize, "GOAWAY of less than 8 bytes");
       return true;
-    case kPushPromise:
+    case kFramePushPromise:
       return Fail(H2Error::kProtocol, "PUSH_PROMISE from a client");
     default:
       return true;  // Unknown frames are ignored (RFC 9113, 5.5).
@@ -361,7 +327,7 @@ bool H2Session::OnDataStart(uint8_t flags, int32_t id, size_t length) {
   recv_window_ -= length;
   data_left_ = length;
   data_pad_ = 0;
-  data_pad_known_ = (flags & kPadded) == 0;
+  data_pad_known_ = (flags & kFlagPadded) == 0;
   data_consume_rest_ = false;
   if (!data_pad_known_ && length == 0) return Fail(H2Error::kProtocol, "padded DATA of 0 bytes");
   // data_stream_ is set only once the frame is taken: a Reset here must not find it.
@@ -432,7 +398,7 @@ void H2Session::OnDataPiece(const char* p, size_t n) {
 bool H2Session::OnDataEnd() {
   Stream* s = data_stream_;
   data_stream_ = nullptr;
-  if (s == nullptr || (flags_ & kEndStream) == 0) return true;
+  if (s == nullptr || (flags_ & kFlagEndStream) == 0) return true;
   if (s->content_length >= 0 && s->received != s->content_length) {
     Reset(s->id, H2Error::kProtocol);  // Less DATA than its content-length said.
     return true;
@@ -447,13 +413,13 @@ bool H2Session::OnHeaders(uint8_t flags, int32_t id, const char* p, size_t n) {
   if (id == 0) return Fail(H2Error::kProtocol, "HEADERS on stream 0");
   size_t pos = 0;
   size_t pad = 0;
-  if (flags & kPadded) {
+  if (flags & kFlagPadded) {
     if (n < 1) return Fail(H2Error::kFrameSize, "padded HEADERS of 0 bytes");
     pad = static_cast<uint8_t>(p[0]);
     pos = 1;
   }
   block_error_ = H2Error::kNoError;
-  if (flags & kPriorityFlag) {
+  if (flags & kFlagPriority) {
     if (n - pos < 5) return Fail(H2Error::kFrameSize, "HEADERS too short for its priority");
     if (static_cast<int32_t>(Read32(p + pos) & 0x7fffffff) == id) block_error_ = H2Error::kProtocol;
     pos += 5;
@@ -462,7 +428,7 @@ bool H2Session::OnHeaders(uint8_t flags, int32_t id, const char* p, size_t n) {
   block_id_ = id;
   block_flags_ = flags;
   block_.assign(p + pos, n - pos - pad);
-  return (flags & kEndHeaders) ? OnHeaderBlock() : true;
+  return (flags & kFlagEndHeaders) ? OnHeaderBlock() : true;
 }
 
 bool H2Session::OnContinuation(uint8_t flags, int32_t id, const char* p, size_t n) {
@@ -476,7 +442,7 @@ bool H2Session::OnContinuation(uint8_t flags, int32_t id, const char* p, size_t 
         absl::StrCat("a header block over ", 2 * settings_.max_header_list_bytes, " bytes"));
   }
   block_.append(p, n);
-  return (flags & kEndHeaders) ? OnHeaderBlock() : true;
+  return (flags & kFlagEndHeaders) ? OnHeaderBlock() : true;
 }
 
 H2Session::Stream* H2Session::NewStream(int32_t id) {
@@ -497,7 +463,7 @@ H2Session::Stream* H2Session::NewStream(int32_t id) {
 
 bool H2Session::OnHeaderBlock() {
   const int32_t id = block_id_;
-  const bool end_stream = (block_flags_ & kEndStream) != 0;
+  const bool end_stream = (block_flags_ & kFlagEndStream) != 0;
   block_id_ = 0;
   Stream* s = Find(id);
   const bool trailers = s != nullptr;  // A second block on an open stream, which must end it.
@@ -579,7 +545,7 @@ bool H2Session::OnHeaderBlock() {
 
 bool H2Session::OnSettings(uint8_t flags, int32_t id, const char* p, size_t n) {
   if (id != 0) return Fail(H2Error::kProtocol, "SETTINGS on a stream");
-  if (flags & kAck) {
+  if (flags & kFlagAck) {
     return n == 0 ? true : Fail(H2Error::kFrameSize, "a SETTINGS acknowledgement with a payload");
   }
   if (n % 6 != 0) return Fail(H2Error::kFrameSize, "SETTINGS not a whole number of entries");
@@ -588,13 +554,13 @@ bool H2Session::OnSettings(uint8_t flags, int32_t id, const char* p, size_t n) {
         static_cast<uint16_t>(static_cast<uint8_t>(p[i]) << 8 | static_cast<uint8_t>(p[i + 1]));
     const uint32_t value = Read32(p + i + 2);
     switch (key) {
-      case 0x1:  // HEADER_TABLE_SIZE
+      case kSettingHeaderTableSize:
         encoder_.SetPeerMaxTableBytes(value);
         break;
-      case 0x2:  // ENABLE_PUSH
+      case kSettingEnablePush:
         if (value > 1) return Fail(H2Error::kProtocol, "SETTINGS_ENABLE_PUSH other than 0 or 1");
         break;
-      case 0x4: {  // INITIAL_WINDOW_SIZE
+      case kSettingInitialWindowSize: {
         if (value > kMaxWindow) {
           return Fail(H2Error::kFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE over 2^31 - 1");
         }
@@ -608,7 +574,7 @@ bool H2Session::OnSettings(uint8_t flags, int32_t id, const char* p, size_t n) {
         peer_stream_window_ = value;
         break;
       }
-      case 0x5:  // MAX_FRAME_SIZE
+      case kSettingMaxFrameSize:
         if (value < 16384 || value > 16777215) {
           return Fail(H2Error::kProtocol, "SETTINGS_MAX_FRAME_SIZE out of its range");
         }
@@ -619,7 +585,7 @@ bool H2Session::OnSettings(uint8_t flags, int32_t id, const char* p, size_t n) {
     }
   }
   greeted_ = true;
-  WriteFrameHeader(0, kSettings, kAck, 0);
+  WriteFrameHeader(0, kFrameSettings, kFlagAck, 0);
   return true;
 }
 
@@ -669,30 +635,28 @@ bool H2Session::Fail(H2Error error, std::string_view why) {
 }
 
 void H2Session::WriteFrameHeader(size_t length, uint8_t type, uint8_t flags, int32_t id) {
-  char h[kFrameHeader];
-  Put32(h, static_cast<uint32_t>(length) << 8 | type);
-  h[4] = static_cast<char>(flags);
-  Put32(h + 5, static_cast<uint32_t>(id));
-  out_.Append(std::string_view(h, kFrameHeader));
+  char h[kFrameHeaderBytes];
+  ::ringkv::WriteFrameHeader(h, length, type, flags, id);
+  out_.Append(std::string_view(h, kFrameHeaderBytes));
 }
 
 void H2Session::WriteHeaderBlock(int32_t id, const std::string& block, bool end_stream) {
   size_t pos = 0;
-  uint8_t type = kHeaders;
+  uint8_t type = kFrameHeaders;
   do {
     const size_t n = std::min<size_t>(block.size() - pos, peer_max_frame_);
     const bool last = pos + n == block.size();
-    const uint8_t flags = static_cast<uint8_t>((last ? kEndHeaders : 0) |
-                                               (type == kHeaders && end_stream ? kEndStream : 0));
+    const uint8_t flags = static_cast<uint8_t>(
+        (last ? kFlagEndHeaders : 0) | (type == kFrameHeaders && end_stream ? kFlagEndStream : 0));
     WriteFrameHeader(n, type, flags, id);
     out_.Append(std::string_view(block).substr(pos, n));
     pos += n;
-    type = kContinuation;
+    type = kFrameContinuation;
   } while (pos < block.size());
 }
 
 void H2Session::WriteWindowUpdate(int32_t id, uint32_t increment) {
-  WriteFrameHeader(4, kWindowUpdate, 0, id);
+  WriteFrameHeader(4, kFrameWindowUpdate, 0, id);
   char p[4];
   Put32(p, increment);
   out_.Append(std::string_view(p, 4));
@@ -700,7 +664,7 @@ void H2Session::WriteWindowUpdate(int32_t id, uint32_t increment) {
 
 void H2Session::WriteRst(int32_t id, H2Error error) {
   reset_ids_[reset_next_++ % reset_ids_.size()] = id;  // Its late frames are ignored.
-  WriteFrameHeader(4, kRstStream, 0, id);
+  WriteFrameHeader(4, kFrameRstStream, 0, id);
   char p[4];
   Put32(p, static_cast<uint32_t>(error));
   out_.Append(std::string_view(p, 4));
@@ -787,7 +751,7 @@ void H2Session::WriteData(size_t limit) {
     }
     const bool end = last && !s->has_trailers;
     if (n > 0 || end) {
-      WriteFrameHeader(n, kData, end ? kEndStream : 0, id);
+      WriteFrameHeader(n, kFrameData, end ? kFlagEndStream : 0, id);
       if (n > 0) listener_.TakeData(id, n, out_);
       send_window_ -= n;
       if ((s = Find(id)) == nullptr) continue;
@@ -889,7 +853,7 @@ void H2Session::ConsumeConnection(size_t length) {
 void H2Session::SubmitShutdownNotice() {
   if (goaway_sent_ || notice_sent_) return;
   notice_sent_ = true;
-  WriteFrameHeader(8, kGoaway, 0, 0);
+  WriteFrameHeader(8, kFrameGoaway, 0, 0);
   char p[8];
   Put32(p, 0x7fffffff);
   Put32(p + 4, static_cast<uint32_t>(H2Error::kNoError));
@@ -901,7 +865,7 @@ void H2Session::SubmitGoaway(H2Error error, std::string_view debug) {
   goaway_sent_ = true;
   // A later GOAWAY (a failure after a graceful one) may not raise the last stream id.
   goaway_last_id_ = std::min(goaway_last_id_, last_peer_id_);
-  WriteFrameHeader(8 + debug.size(), kGoaway, 0, 0);
+  WriteFrameHeader(8 + debug.size(), kFrameGoaway, 0, 0);
   char p[8];
   Put32(p, static_cast<uint32_t>(goaway_last_id_));
   Put32(p + 4, static_cast<uint32_t>(error));

@@ -44,25 +44,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "net/h2_frames.h"
 #include "net/hpack.h"
 #include "net/send_queue.h"
 
 namespace ringkv {
-
-// RFC 9113, 7: error codes.
-enum class H2Error : uint32_t {
-  kNoError = 0x0,
-  kProtocol = 0x1,
-  kInternal = 0x2,
-  kFlowControl = 0x3,
-  kSettingsTimeout = 0x4,
-  kStreamClosed = 0x5,
-  kFrameSize = 0x6,
-  kRefusedStream = 0x7,
-  kCancel = 0x8,
-  kCompression = 0x9,
-  kEnhanceYourCalm = 0xb,
-};
 
 class H2Session {
  public:
