@@ -199,16 +199,8 @@ bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
         break;
       }
       case Parse::kHeader: {
-        const char* h = p;
-        if (!pending_.empty() || end - p < static_cast<ptrdiff_t>(kFrameHeaderBytes)) {
-          const size_t take = std::min<size_t>(kFrameHeaderBytes - pending_.size(), end - p);
-          pending_.append(p, take);
-          p += take;
-          if (pending_.size() < kFrameHeaderBytes) break;
-          h = pending_.data();
-        } else {
-          p += kFrameHeaderBytes;
-        }
+        const char* h = Take(p, end, kFrameHeaderBytes);
+        if (h == nullptr) break;
         const FrameHeader frame = ReadFrameHeader(h);
         length_ = frame.length;
         type_ = frame.type;
@@ -241,16 +233,8 @@ bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
         break;
       }
       case Parse::kPayload: {
-        const char* payload = p;
-        if (!pending_.empty() || static_cast<size_t>(end - p) < length_) {
-          const size_t take = std::min<size_t>(length_ - pending_.size(), end - p);
-          pending_.append(p, take);
-          p += take;
-          if (pending_.size() < length_) break;
-          payload = pending_.data();
-        } else {
-          p += length_;
-        }
+        const char* payload = Take(p, end, length_);
+        if (payload == nullptr) break;
         parse_ = Parse::kHeader;
         const bool ok = OnFrame(type_, flags_, id_, payload, length_);
         pending_.clear();
@@ -271,6 +255,18 @@ bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
     }
   }
   return !failed_;
+}
+
+const char* H2Session::Take(const char*& p, const char* end, size_t n) {
+  if (pending_.empty() && static_cast<size_t>(end - p) >= n) {
+    const char* at = p;
+    p += n;
+    return at;
+  }
+  const size_t take = std::min<size_t>(n - pending_.size(), end - p);
+  pending_.append(p, take);
+  p += take;
+  return pending_.size() < n ? nullptr : pending_.data();
 }
 
 bool H2Session::OnFrame(uint8_t type, uint8_t flags, int32_t id, const char* p, size_t n) {

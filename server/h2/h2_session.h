@@ -150,6 +150,10 @@ class H2Session {
   struct FieldCheck;
   enum class Parse { kPreface, kHeader, kPayload, kData };
 
+  // The next `n` bytes of the frame being read, advancing `p`: straight from the input when they
+  // are all there, else gathered in pending_ (cleared by the caller once used). Null while they
+  // are not all in.
+  const char* Take(const char*& p, const char* end, size_t n);
   // Frames, whole: a DATA frame's payload comes in pieces (OnDataPiece).
   bool OnFrame(uint8_t type, uint8_t flags, int32_t id, const char* p, size_t n);
   bool OnDataStart(uint8_t flags, int32_t id, size_t length);
