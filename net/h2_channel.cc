@@ -157,7 +157,7 @@ H2Channel::Call* H2Channel::StartCall(std::string_view path, CallObserver* obser
 void H2Channel::Open(Call* call) {
   call->stream_id = next_id_;
   next_id_ += 2;
-  if (next_id_ < 0 || next_id_ > kMaxWindow - 2) goaway_ = true;  // Stream ids ran out.
+  if (next_id_ < 0 || next_id_ > kMaxWindow - 2) ids_spent_ = true;
   call->send_window = peer_stream_window_;
   calls_.emplace(call->stream_id, call);
   // The optional headers go last, each left out if empty.
@@ -214,6 +214,13 @@ void H2Channel::OpenWaiting() {
     Call* call = waiting_.front();
     waiting_.pop_front();
     Open(call);
+  }
+  if (ids_spent_ && fd_ >= 0 && !waiting_.empty()) {
+    // What waits would wait forever.
+    std::vector<Call*> stranded(waiting_.begin(), waiting_.end());
+    for (Call* call : stranded) {
+      FinishCall(call, absl::UnavailableError("the connection used up its stream ids"));
+    }
   }
 }
 
@@ -350,6 +357,7 @@ void H2Channel::Flush() {
   if (out_sent_ == out_.size()) {
     out_.clear();
     out_sent_ = 0;
+    ResumeBlocked();  // Then WantsWrite() says whether it wrote.
   }
 }
 
@@ -441,6 +449,7 @@ bool H2Channel::OnFrame(const FrameHeader& frame, const char* p) {
     case kFrameContinuation: {
       if (block_id_ == 0 || frame.id != block_id_) return Broken("a CONTINUATION out of place");
       block_.append(p, frame.length);
+      if (block_.size() > kMaxHeaderBlock) return Broken("a header block over 1 MiB");
       if ((frame.flags & kFlagEndHeaders) == 0) return true;
       const int32_t id = block_id_;
       block_id_ = 0;
@@ -626,7 +635,10 @@ bool H2Channel::OnSettings(const FrameHeader& frame, const char* p) {
       case kSettingInitialWindowSize: {
         if (value > kMaxWindow) return Broken("SETTINGS_INITIAL_WINDOW_SIZE over 2^31 - 1");
         const int64_t delta = int64_t{value} - peer_stream_window_;
-        for (auto& [id, call] : calls_) call->send_window += delta;
+        for (auto& [id, call] : calls_) {
+          if ((call->send_window += delta) > kMaxWindow)
+            return Broken("a stream's window over 2^31 - 1");
+        }
         peer_stream_window_ = value;
         break;
       }
@@ -683,7 +695,7 @@ bool H2Channel::OnGoaway(const char* p, size_t n) {
     if (fd_ < 0) return false;
   }
   while (!waiting_.empty()) FinishCall(waiting_.front(), absl::UnavailableError(why));
-  return true;
+  return fd_ >= 0;
 }
 
 }  // namespace ringkv

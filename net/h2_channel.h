@@ -50,15 +50,17 @@ namespace ringkv {
 
 class H2Channel;
 
-// What a call tells its caller. Called from inside H2Channel::OnReadable (or Flush).
+// What a call tells its caller: from inside H2Channel::OnReadable, Flush (a send that failed),
+// Cancel or the channel's destructor. An observer may start, send on and cancel calls from
+// there, but not call OnReadable.
 class CallObserver {
  public:
   virtual ~CallObserver() = default;
   // One response message; its bytes are valid during the call only.
   virtual void OnMessage(std::string_view bytes) = 0;
   // The call has ended: the server's grpc-status and grpc-message, or the reason it could not
-  // complete (UNAVAILABLE for a lost connection, CANCELLED for Cancel). The call is gone after
-  // this returns.
+  // complete (UNAVAILABLE for a lost connection, CANCELLED for Cancel). The call is gone
+  // already: its pointer may not be used from here on.
   virtual void OnFinish(const absl::Status& status) = 0;
 };
 
@@ -105,9 +107,10 @@ class H2Channel {
   // when the socket is writable again.
   void Flush();
   bool WantsWrite() const { return out_sent_ < out_.size(); }
-  // False once the connection is lost or the server said GOAWAY; every open call has then
+  // False once the connection is lost, the server said GOAWAY, or the connection's stream ids
+  // (2^30 calls) ran out; every open call has then
   // finished (UNAVAILABLE) or will finish.
-  bool usable() const { return fd_ >= 0 && !goaway_; }
+  bool usable() const { return fd_ >= 0 && !goaway_ && !ids_spent_; }
   // Calls started and not yet finished.
   size_t open_calls() const { return calls_.size() + waiting_.size(); }
 
@@ -159,6 +162,8 @@ class H2Channel {
   // Unsent output past which DATA waits for the socket (HEADERS and control frames do not).
   static constexpr size_t kOutputRoom = 1 << 20;
   static constexpr size_t kInputBytes = 96 * 1024;
+  // The most a response's header block may hold in its frames (the decoded list: 256 KiB).
+  static constexpr size_t kMaxHeaderBlock = 1 << 20;
 
   int fd_;
   SSL* ssl_;  // With TLS: the session on fd_.
@@ -204,6 +209,7 @@ class H2Channel {
   std::string out_;  // Frames for the socket; out_[out_sent_..] not sent.
   size_t out_sent_ = 0;
   bool goaway_ = false;
+  bool ids_spent_ = false;
 };
 
 }  // namespace ringkv

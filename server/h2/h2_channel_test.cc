@@ -172,11 +172,13 @@ struct Heard : CallObserver {
   void OnFinish(const absl::Status& s) override {
     finished = true;
     status = s;
+    if (on_finish) on_finish();
   }
   std::vector<std::string> values;
   bool finished = false;
   absl::Status status;
   std::function<void()> on_message;
+  std::function<void()> on_finish;
 };
 
 pb::GetResponse Message(std::string value) {
@@ -216,20 +218,31 @@ TEST_F(H2ChannelTest, CallsPastTheServersStreamLimitWaitForAStream) {
   H2Session::Settings settings;
   settings.max_concurrent_streams = 8;
   Connect(settings);
+  // 300 calls at once, and each of the first 100 starts another as it finishes (the loadgen's
+  // way): all wait their turn, none is refused.
   constexpr int kCalls = 300;
-  std::vector<Heard> heard(kCalls);
-  for (int i = 0; i < kCalls; ++i) {
+  constexpr int kFollowing = 100;
+  std::vector<Heard> heard(kCalls + kFollowing);
+  auto start = [&](int i) {
     H2Channel::Call* call = channel_->StartCall("/ringkv.v1.KV/Get", &heard[i]);
     ASSERT_NE(call, nullptr);
     channel_->Send(call, Message(absl::StrCat("v", i)), /*end=*/true);
+  };
+  for (int i = 0; i < kCalls; ++i) {
+    if (i < kFollowing) heard[i].on_finish = [&, i] { start(kCalls + i); };
+    start(i);
   }
   EXPECT_EQ(channel_->open_calls(), static_cast<size_t>(kCalls));
-  ASSERT_TRUE(RunUntil([&] { return channel_->open_calls() == 0; }));
-  for (int i = 0; i < kCalls; ++i) {
+  ASSERT_TRUE(RunUntil([&] { return heard.back().finished && channel_->open_calls() == 0; }));
+  for (int i = 0; i < kCalls + kFollowing; ++i) {
     EXPECT_TRUE(heard[i].status.ok()) << i << ": " << heard[i].status;
     EXPECT_EQ(heard[i].values, std::vector<std::string>{absl::StrCat("v", i)}) << i;
   }
-  EXPECT_LE(server_->most_streams(), 8u);
+  EXPECT_EQ(server_->most_streams(), 8u);
+  EXPECT_EQ(server_->closed().size(), static_cast<size_t>(kCalls + kFollowing));
+  for (const auto& [id, error] : server_->closed()) {
+    EXPECT_EQ(error, H2Error::kNoError) << "stream " << id;  // Not REFUSED_STREAM.
+  }
   EXPECT_FALSE(server_->failed()) << server_->session().error();
 }
 
@@ -282,8 +295,10 @@ TEST_F(H2ChannelTest, AStreamCarriesManyMessagesBothWays) {
 TEST_F(H2ChannelTest, TrailersOnlyAnswersAndCancelsAreHeard) {
   Connect();
   Heard failed, cancelled, after;
+  // The server answers before the request ends: the call ends there, and the client resets
+  // the rest of its request (RFC 9113, 8.1).
   H2Channel::Call* c1 = channel_->StartCall("/fail", &failed);
-  channel_->Send(c1, Message("q"), /*end=*/true);
+  channel_->Send(c1, Message("q"), /*end=*/false);
   H2Channel::Call* c2 = channel_->StartCall("/ringkv.v1.KV/Stream", &cancelled);
   channel_->Send(c2, Message("q"), /*end=*/false);
   ASSERT_TRUE(RunUntil([&] { return failed.finished && cancelled.values.size() == 1; }));
@@ -315,19 +330,26 @@ TEST_F(H2ChannelTest, AnObserverMayCancelItsCallMidFrame) {
 }
 
 TEST_F(H2ChannelTest, GoawayRefusesTheCallsPastItsLastStreamAndLostConnectionsFailTheRest) {
-  Connect();
-  Heard taken, refused, open;
+  H2Session::Settings settings;
+  settings.max_concurrent_streams = 2;
+  Connect(settings);
+  Heard taken, refused, waiting, open;
   H2Channel::Call* c1 = channel_->StartCall("/ringkv.v1.KV/Stream", &taken);
   channel_->Send(c1, Message("1"), false);
   ASSERT_TRUE(RunUntil([&] { return taken.values.size() == 1; }));
-  H2Channel::Call* c2 = channel_->StartCall("/ringkv.v1.KV/Get", &refused);
+  H2Channel::Call* c2 = channel_->StartCall("/ringkv.v1.KV/Stream", &refused);  // stream 3
+  H2Channel::Call* c3 = channel_->StartCall("/ringkv.v1.KV/Get", &waiting);     // no stream
   ASSERT_NE(c2, nullptr);
+  ASSERT_NE(c3, nullptr);
+  EXPECT_EQ(channel_->open_calls(), 3u);
   // The server's GOAWAY names stream 1 as the last it takes, before stream 3 reaches it.
   server_->session().SubmitGoaway(H2Error::kNoError, "going");
   server_->Turn();
-  ASSERT_TRUE(RunUntil([&] { return refused.finished; }));
-  EXPECT_TRUE(absl::IsUnavailable(refused.status)) << refused.status;
-  EXPECT_NE(refused.status.message().find("GOAWAY"), std::string_view::npos) << refused.status;
+  ASSERT_TRUE(RunUntil([&] { return refused.finished && waiting.finished; }));
+  for (const Heard* h : {&refused, &waiting}) {
+    EXPECT_TRUE(absl::IsUnavailable(h->status)) << h->status;
+    EXPECT_NE(h->status.message().find("GOAWAY"), std::string_view::npos) << h->status;
+  }
   EXPECT_FALSE(channel_->usable());
   EXPECT_EQ(channel_->StartCall("/ringkv.v1.KV/Get", &open), nullptr);
   EXPECT_FALSE(taken.finished);
