@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Two ringkv-server binaries, like for like: does a change leave the service's speed alone?
 
-Usage: [SERVER_FLAGS=...] [CURRENT_FLAGS=...] [BASE_FLAGS=...] bench/ab_server.py BASE_SERVER
+Usage: [SERVER_FLAGS=...] [CURRENT_FLAGS=...] [BASE_FLAGS=...] [BASE_LOADGEN=...]
+       bench/ab_server.py BASE_SERVER
        [ROUNDS] [SECONDS] [SHAPE...]
 (after scripts/setup.sh)
 
@@ -11,7 +12,9 @@ Runs build/server/ringkv-server ("current") and BASE_SERVER ("base", e.g. built 
 before the change) in interleaved rounds, one worker each, with the same ringkv-loadgen
 (build/bench/) in the same request shapes, and prints per shape and binary the median
 (min .. max) of ops/s and of the server's CPU per call (user+system from /proc over the run,
-divided by the calls), and current/base.
+divided by the calls), the loadgen's own CPU per call, and current/base. BASE_LOADGEN: the base
+side's ringkv-loadgen instead (a change to the client: BASE_LOADGEN=/tmp/old-loadgen
+bench/ab_server.py build/server/ringkv-server runs one server with two clients).
 """
 import os
 import re
@@ -26,6 +29,8 @@ import benchlib  # noqa: E402
 # one of them only (the same binary twice: CURRENT_FLAGS=--h2=ringkv bench/ab_server.py
 # build/server/ringkv-server compares two ways of running it).
 EXTRA_FLAGS = os.environ.get("SERVER_FLAGS", "").split()
+LOADGENS = {"current": "build/bench/ringkv-loadgen",
+            "base": os.environ.get("BASE_LOADGEN", "build/bench/ringkv-loadgen")}
 SIDE_FLAGS = {"current": os.environ.get("CURRENT_FLAGS", "").split(),
               "base": os.environ.get("BASE_FLAGS", "").split()}
 LARGE = ["--keys=1000", "--value-size=81920"]  # After --keys=100000: the last one counts.
@@ -50,19 +55,21 @@ SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
 }
 
 
-def run(binary, server_flags, client_flags, seconds, workdir):
-    """One loadgen run against a fresh server: (ops/s, server us per call)."""
+def run(binary, loadgen, server_flags, client_flags, seconds, workdir):
+    """One loadgen run against a fresh server: (ops/s, server us per call, loadgen us per
+    call)."""
     log = os.path.join(workdir, "server.log")
     proc, addr = benchlib.start_ringkv(log, ["--threads=1", *EXTRA_FLAGS, *server_flags],
                                        binary=binary)
     try:
-        cmd = ["build/bench/ringkv-loadgen", f"--addr={addr}", "--keys=100000",
+        cmd = [loadgen, f"--addr={addr}", "--keys=100000",
                f"--duration={seconds}", "--progress=false", *client_flags]
         out, cpu = benchlib.run_client(cmd, proc.pid, timeout=seconds + 60)
     finally:
         benchlib.stop(proc)
     ops = float(re.search(r"ops/s (\d+)", out)[1])
-    return ops, cpu.per_op(ops * seconds)["server_us_per_op"]
+    client = float(re.search(r"client CPU ([\d.]+) us/op", out)[1])
+    return ops, cpu.per_op(ops * seconds)["server_us_per_op"], client
 
 
 def main():
@@ -75,30 +82,31 @@ def main():
     shapes = {name: shape for name, shape in SHAPES.items()
               if not wanted or any(w in name for w in wanted)}
     binaries = {"base": base, "current": "build/server/ringkv-server"}
-    results = {(s, b): ([], []) for s in shapes for b in binaries}
+    results = {(s, b): ([], [], []) for s in shapes for b in binaries}
     with tempfile.TemporaryDirectory() as workdir:
         for r in range(rounds):
             for shape, (server_flags, client_flags) in shapes.items():
                 order = list(binaries) if r % 2 == 0 else list(reversed(binaries))
                 for name in order:
-                    ops, us = run(binaries[name], server_flags + SIDE_FLAGS[name], client_flags,
-                                  seconds, workdir)
-                    results[(shape, name)][0].append(ops)
-                    results[(shape, name)][1].append(us)
+                    ops, us, client = run(binaries[name], LOADGENS[name],
+                                          server_flags + SIDE_FLAGS[name], client_flags, seconds,
+                                          workdir)
+                    for i, v in enumerate((ops, us, client)):
+                        results[(shape, name)][i].append(v)
                     print(f"round {r + 1} {shape:38} {name:8} ops/s {ops:9,.0f}  "
-                          f"server {us:5.2f} us/call", flush=True)
+                          f"server {us:5.2f} us/call  loadgen {client:5.2f}", flush=True)
     print(f"\n{benchlib.machine()}; {rounds} rounds of {seconds:g} s, binaries alternating\n")
-    print("| shape | binary | ops/s | server µs/call | current/base ops/s |")
-    print("|---|---|---|---|---|")
+    print("| shape | binary | ops/s | server µs/call | loadgen µs/call | current/base ops/s |")
+    print("|---|---|---|---|---|---|")
     for shape in shapes:
         for name in binaries:
-            ops, us = results[(shape, name)]
+            ops, us, client = results[(shape, name)]
             ratio = ""
             if name == "current":
                 base_ops = sorted(results[(shape, "base")][0])
                 ratio = f"{sorted(ops)[len(ops) // 2] / base_ops[len(base_ops) // 2]:.2f}"
             print(f"| {shape} | {name} | {benchlib.cell(ops)} | "
-                  f"{benchlib.cell(us, '{:.2f}')} | {ratio} |")
+                  f"{benchlib.cell(us, '{:.2f}')} | {benchlib.cell(client, '{:.2f}')} | {ratio} |")
 
 
 if __name__ == "__main__":
