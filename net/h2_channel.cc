@@ -120,10 +120,10 @@ H2Channel::H2Channel(int fd, SSL* ssl, std::string authority, const H2ChannelOpt
       {kSettingEnablePush, 0},
       {kSettingInitialWindowSize, static_cast<uint32_t>(kStreamWindow)},
   };
-  AppendFrameHeader(6 * std::size(settings), kFrameSettings, 0, 0);
+  AppendFrameHeader(kSettingBytes * std::size(settings), kFrameSettings, 0, 0);
   for (const auto& [key, value] : settings) {
-    char entry[6] = {static_cast<char>(key >> 8), static_cast<char>(key)};
-    Put32(entry + 2, value);
+    char entry[kSettingBytes];
+    WriteSetting(entry, key, value);
     out_.append(entry, sizeof entry);
   }
   AppendWindowUpdate(0, static_cast<uint32_t>(kConnectionWindow - 65535));
@@ -620,11 +620,9 @@ bool H2Channel::OnHeaderBlock(int32_t id, uint8_t flags, std::string_view block)
 bool H2Channel::OnSettings(const FrameHeader& frame, const char* p) {
   if (frame.id != 0) return Broken("SETTINGS on a stream");
   if (frame.flags & kFlagAck) return true;
-  if (frame.length % 6 != 0) return Broken("SETTINGS not a whole number of entries");
-  for (size_t i = 0; i < frame.length; i += 6) {
-    const auto key =
-        static_cast<uint16_t>(static_cast<uint8_t>(p[i]) << 8 | static_cast<uint8_t>(p[i + 1]));
-    const uint32_t value = Read32(p + i + 2);
+  if (frame.length % kSettingBytes != 0) return Broken("SETTINGS not a whole number of entries");
+  for (size_t i = 0; i < frame.length; i += kSettingBytes) {
+    const auto [key, value] = ReadSetting(p + i);
     switch (key) {
       case kSettingHeaderTableSize:
         encoder_.SetPeerMaxTableBytes(value);

@@ -78,6 +78,24 @@ inline void Put32(char* p, uint32_t v) {
   p[3] = static_cast<char>(v);
 }
 
+// A SETTINGS entry: 6 bytes, an identifier and a value.
+inline constexpr size_t kSettingBytes = 6;
+struct Setting {
+  uint16_t key;
+  uint32_t value;
+};
+
+inline Setting ReadSetting(const char* p) {
+  return {static_cast<uint16_t>(static_cast<uint8_t>(p[0]) << 8 | static_cast<uint8_t>(p[1])),
+          Read32(p + 2)};
+}
+
+inline void WriteSetting(char* p, uint16_t key, uint32_t value) {
+  p[0] = static_cast<char>(key >> 8);
+  p[1] = static_cast<char>(key);
+  Put32(p + 2, value);
+}
+
 struct FrameHeader {
   size_t length;
   uint8_t type;

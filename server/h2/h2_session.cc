@@ -136,16 +136,14 @@ H2Session::H2Session(Listener& listener, const Settings& settings, SendQueue& ou
       encoder_(4096),
       recv_window_(settings.connection_window),
       reset_tokens_(settings.reset_burst) {
-  char frame[3 * 6];
+  char frame[3 * kSettingBytes];
   const std::pair<uint16_t, uint32_t> entries[] = {
       {kSettingMaxConcurrentStreams, settings.max_concurrent_streams},
       {kSettingInitialWindowSize, static_cast<uint32_t>(settings.stream_window)},
       {kSettingMaxHeaderListSize, settings.max_header_list_bytes},
   };
   for (size_t i = 0; i < std::size(entries); ++i) {
-    frame[6 * i] = static_cast<char>(entries[i].first >> 8);
-    frame[6 * i + 1] = static_cast<char>(entries[i].first);
-    Put32(frame + 6 * i + 2, entries[i].second);
+    WriteSetting(frame + kSettingBytes * i, entries[i].first, entries[i].second);
   }
   WriteFrameHeader(sizeof(frame), kFrameSettings, 0, 0);
   out_.Append(std::string_view(frame, sizeof(frame)));
@@ -544,11 +542,11 @@ bool H2Session::OnSettings(uint8_t flags, int32_t id, const char* p, size_t n) {
   if (flags & kFlagAck) {
     return n == 0 ? true : Fail(H2Error::kFrameSize, "a SETTINGS acknowledgement with a payload");
   }
-  if (n % 6 != 0) return Fail(H2Error::kFrameSize, "SETTINGS not a whole number of entries");
-  for (size_t i = 0; i < n; i += 6) {
-    const uint16_t key =
-        static_cast<uint16_t>(static_cast<uint8_t>(p[i]) << 8 | static_cast<uint8_t>(p[i + 1]));
-    const uint32_t value = Read32(p + i + 2);
+  if (n % kSettingBytes != 0) {
+    return Fail(H2Error::kFrameSize, "SETTINGS not a whole number of entries");
+  }
+  for (size_t i = 0; i < n; i += kSettingBytes) {
+    const auto [key, value] = ReadSetting(p + i);
     switch (key) {
       case kSettingHeaderTableSize:
         encoder_.SetPeerMaxTableBytes(value);
