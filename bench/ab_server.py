@@ -41,6 +41,8 @@ SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
                                               "--ratio=0:1"]),
     "h2 stream GET, 1 x 16-op messages": ([], ["--mode=stream", "--batch=16",
                                                "--concurrency=64"]),
+    "h2 MultiGet of 16, 50 connections x 1": ([], ["--mode=multi", "--batch=16",
+                                                   "--connections=50", "--concurrency=50"]),
     "grpc unary GET, 4 connections x 50": (["--transport=grpc"],
                                            ["--connections=4", "--concurrency=200"]),
     # 80 MB of values, beyond the caches, as the throughput matrix's 80 KB column.

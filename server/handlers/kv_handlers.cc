@@ -129,7 +129,7 @@ class GetHandler : public SingleKeyHandler<pb::GetRequest, pb::GetResponse> {
       response_.set_value(std::move(r.out));
     }
     response_.set_version(r.version);
-    response_.set_ttl_ms(TtlLeft(r.deadline_ms, context_.NowMs()));
+    response_.set_ttl_ms(TtlLeft(r.deadline_ms, context_));
   }
 };
 

@@ -165,8 +165,8 @@ absl::Status StatusOf(const Request& r, const ServerContext& context) {
   return absl::InternalError("the request was never run");
 }
 
-int64_t TtlLeft(int64_t deadline_ms, int64_t now_ms) {
-  return deadline_ms == 0 ? -1 : std::max<int64_t>(1, deadline_ms - now_ms);
+int64_t TtlLeft(int64_t deadline_ms, const ServerContext& context) {
+  return deadline_ms == 0 ? -1 : std::max<int64_t>(1, deadline_ms - context.NowMs());
 }
 
 void SetItem(pb::ItemResult* item, const absl::Status& status) {
@@ -188,7 +188,7 @@ void SetItem(pb::ItemResult* item, Request& r, const ServerContext& context) {
   switch (r.op) {
     case Op::kGet:
       item->set_value(std::move(r.out));
-      item->set_ttl_ms(TtlLeft(r.deadline_ms, context.NowMs()));
+      item->set_ttl_ms(TtlLeft(r.deadline_ms, context));
       break;
     case Op::kIncrement:
       item->set_number(r.number);

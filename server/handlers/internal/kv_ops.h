@@ -43,8 +43,10 @@ absl::Status StatusOf(const Request& r, const ServerContext& context);
 void SetItem(ringkv::v1::ItemResult* item, Request& r, const ServerContext& context);
 // An item that failed before reaching the engine.
 void SetItem(ringkv::v1::ItemResult* item, const absl::Status& status);
-// Milliseconds before `deadline_ms` (at least 1: an expired key is not returned); -1 for none.
-int64_t TtlLeft(int64_t deadline_ms, int64_t now_ms);
+// Milliseconds before `deadline_ms` (at least 1: an expired key is not returned); -1 for none,
+// without reading the clock (a GET of a key with no TTL, the usual one, costs no clock_gettime:
+// 3% of the server's samples at MultiGet of 16 when each item read it).
+int64_t TtlLeft(int64_t deadline_ms, const ServerContext& context);
 
 }  // namespace ringkv::internal
 
