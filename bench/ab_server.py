@@ -27,7 +27,8 @@ import benchlib  # noqa: E402
 # SERVER_FLAGS="--spin-us=0": flags for both servers in every shape (with spin, a server that
 # waits for its client counts the spin in its CPU per call). CURRENT_FLAGS and BASE_FLAGS: for
 # one of them only (the same binary twice: CURRENT_FLAGS=--h2=ringkv bench/ab_server.py
-# build/server/ringkv-server compares two ways of running it).
+# build/server/ringkv-server 3 5 "h2 " compares two ways of running it; the grpc shape refuses
+# --h2, hence the filter).
 EXTRA_FLAGS = os.environ.get("SERVER_FLAGS", "").split()
 LOADGENS = {"current": "build/bench/ringkv-loadgen",
             "base": os.environ.get("BASE_LOADGEN", "build/bench/ringkv-loadgen")}

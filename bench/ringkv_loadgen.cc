@@ -18,8 +18,8 @@
 // Clients (--client):
 //   h2    gRPC on ringkv's own HTTP/2 (net/h2_channel.h), each thread an epoll loop over its
 //         own connections: under a microsecond of CPU per call with calls in flight, so that on a
-//         machine shared with the server the generator costs no more than redis-benchmark does per
-//         request;
+//         machine shared with the server the generator costs little more than redis-benchmark
+//         does per request;
 //   grpc  grpc++'s async client, a completion queue per thread: the reference client, at
 //         several times the CPU per call.
 // The report gives the generator's own CPU (user + system, getrusage) per operation, so that a

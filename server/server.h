@@ -1,7 +1,7 @@
 // Server: the ringkv daemon in one object, and the only place that assembles it. It builds the
 // shard engine (ring or lock), one ShardLoop thread per worker, and the transport that feeds
-// them calls (server/transport.h: HTTP/2 on nghttp2, or grpc++). server/shard_loop.h tells the
-// request path. The loops, transports and handlers see the Server only as a ServerContext
+// them calls (server/transport.h: gRPC over HTTP/2 in each loop, or grpc++). server/shard_loop.h
+// tells the request path. The loops, transports and handlers see the Server only as a ServerContext
 // (server/server_context.h), and the /metrics endpoint as a MetricsSource; only the program's
 // steps (server/daemon.cc) include this header.
 //

@@ -1,6 +1,7 @@
 // Transport: how ringkv-server takes calls off the network. Two implement it:
-//   - H2Transport (server/h2/, --transport=h2, the default): HTTP/2 on libnghttp2 inside each
-//     loop's own epoll set; every loop accepts from one shared listening socket.
+//   - H2Transport (server/h2/, --transport=h2, the default): HTTP/2 (ringkv's own session, or
+//     nghttp2's with --h2=nghttp2) inside each loop's own epoll set; every loop accepts from one
+//     shared listening socket.
 //   - GrpcTransport (server/grpc/, --transport=grpc): grpc++'s async server with a completion
 //     queue per loop; the reference implementation and the fallback.
 // Both route by the method table (server/handlers/methods.h) and drive the same Handlers, so an

@@ -1,12 +1,13 @@
-// H2Transport: --transport=h2, gRPC over HTTP/2 on libnghttp2, with every loop its own network
+// H2Transport: --transport=h2, gRPC over HTTP/2 (ringkv's own session, h2_session.h; or
+// libnghttp2's with --h2=nghttp2), with every loop its own network
 // front end: an epoll set of its own (H2LoopIo) holding the connections it accepted from the one
 // shared listening socket (Listener), and no thread, lock or hand-off besides.
 //
 // A call's path (server/h2/):
-//   Listener --accept4 in some loop--> Connection (nghttp2 server session, one socket)
+//   Listener --accept4 in some loop--> Connection (an HTTP/2 server session, one socket)
 //     --HTTP/2 frames--> H2Call (one stream: headers, gRPC message framing, deadline)
 //     --messages--> Handler (server/handlers/) --Requests--> engine --answers--> Handler
-//     --CallSink--> H2Call (response message, trailers) --nghttp2--> Connection's output
+//     --CallSink--> H2Call (response message, trailers) --session--> Connection's output
 //     --one send per connection per turn--> socket
 //
 // Connections are counted across loops (--max-connections: past it a new one makes the longest

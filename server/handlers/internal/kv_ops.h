@@ -2,7 +2,8 @@
 // and stream operations alike): Prepare* fill in an engine Request from the fields a client
 // sent, or say what is wrong with them (INVALID_ARGUMENT, naming the limit); StatusOf and
 // SetItem turn a Request's outcome back into a status or a batch item. `now_ms` (the server's
-// clock, ServerContext::NowMs) turns a TTL into an absolute deadline and back.
+// clock, ServerContext::NowMs) turns a TTL into an absolute deadline, and TtlLeft a deadline back
+// into a TTL.
 #ifndef RINGKV_SERVER_HANDLERS_INTERNAL_KV_OPS_H_
 #define RINGKV_SERVER_HANDLERS_INTERNAL_KV_OPS_H_
 
