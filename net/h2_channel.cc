@@ -21,12 +21,11 @@ namespace ringkv {
 
 class H2Channel::Call {
  public:
-  Call(CallObserver* observer, std::string_view path, int64_t timeout_ns)
-      : observer(observer), path(path), timeout_ns(timeout_ns) {}
+  Call(CallObserver* observer, int64_t timeout_ns) : observer(observer), timeout_ns(timeout_ns) {}
 
   CallObserver* const observer;
-  int32_t stream_id = 0;  // 0 while the call waits for a stream.
-  std::string path;       // Until it has one.
+  int32_t stream_id = 0;  // 0 while the call waits for a stream ...
+  std::string path;       // ... with its path kept meanwhile.
   int64_t timeout_ns;
   // Request side: framed messages not yet in DATA frames, out[out_taken..].
   std::string out;
@@ -145,16 +144,17 @@ ssize_t H2Channel::Transmit(const char* data, size_t length) {
 H2Channel::Call* H2Channel::StartCall(std::string_view path, CallObserver* observer,
                                       int64_t timeout_ns) {
   if (!usable()) return nullptr;
-  auto* call = new Call(observer, path, timeout_ns);
+  auto* call = new Call(observer, timeout_ns);
   if (greeted_ && calls_.size() < peer_max_streams_ && waiting_.empty()) {
-    Open(call);
+    Open(call, path);
   } else {
+    call->path = std::string(path);
     waiting_.push_back(call);
   }
   return call;
 }
 
-void H2Channel::Open(Call* call) {
+void H2Channel::Open(Call* call, std::string_view path) {
   call->stream_id = next_id_;
   next_id_ += 2;
   if (next_id_ < 0 || next_id_ > kMaxWindow - 2) ids_spent_ = true;
@@ -163,7 +163,7 @@ void H2Channel::Open(Call* call) {
   // The optional headers go last, each left out if empty.
   const bool plain = call->timeout_ns <= 0;
   const std::string* block = &memo_block_;
-  if (!plain || call->path != memo_path_ || memo_changes_ != encoder_.table().changes() ||
+  if (!plain || path != memo_path_ || memo_changes_ != encoder_.table().changes() ||
       encoder_.update_pending()) {
     const uint64_t changes = encoder_.table().changes();
     block_out_.clear();
@@ -171,7 +171,7 @@ void H2Channel::Open(Call* call) {
     encoder_.Encode(":method", "POST", HpackEncoder::kIndex, &block_out_);
     encoder_.Encode(":scheme", ssl_ != nullptr ? "https" : "http", HpackEncoder::kIndex,
                     &block_out_);
-    encoder_.Encode(":path", call->path, HpackEncoder::kIndex, &block_out_);
+    encoder_.Encode(":path", path, HpackEncoder::kIndex, &block_out_);
     encoder_.Encode(":authority", authority_, HpackEncoder::kIndex, &block_out_);
     encoder_.Encode("content-type", "application/grpc", HpackEncoder::kIndex, &block_out_);
     encoder_.Encode("te", "trailers", HpackEncoder::kIndex, &block_out_);
@@ -190,7 +190,7 @@ void H2Channel::Open(Call* call) {
     }
     block = &block_out_;
     if (plain && encoder_.table().changes() == changes) {
-      memo_path_ = call->path;
+      memo_path_ = std::string(path);
       memo_block_ = block_out_;
       memo_changes_ = changes;
     }
@@ -204,8 +204,6 @@ void H2Channel::Open(Call* call) {
     pos += n;
     type = kFrameContinuation;
   } while (pos < block->size());
-  call->path.clear();
-  call->path.shrink_to_fit();
   WriteData(call);
 }
 
@@ -213,7 +211,8 @@ void H2Channel::OpenWaiting() {
   while (!waiting_.empty() && greeted_ && usable() && calls_.size() < peer_max_streams_) {
     Call* call = waiting_.front();
     waiting_.pop_front();
-    Open(call);
+    const std::string path = std::move(call->path);
+    Open(call, path);
   }
   if (ids_spent_ && fd_ >= 0 && !waiting_.empty()) {
     // What waits would wait forever.
@@ -229,17 +228,21 @@ void H2Channel::Send(Call* call, const google::protobuf::MessageLite& message, b
   const size_t size = message.ByteSizeLong();
   const size_t framed = kMessagePrefixBytes + size;
   call->send_closed = end;
+  // Appends the message, prefixed, to `to`.
+  auto append = [&](std::string& to) {
+    const size_t at = to.size();
+    to.resize(at + framed);
+    WriteMessagePrefix(to.data() + at, false, static_cast<uint32_t>(size));
+    message.SerializeWithCachedSizesToArray(
+        reinterpret_cast<uint8_t*>(to.data() + at + kMessagePrefixBytes));
+  };
   // The usual case: nothing of the call's is waiting, and the message fits the windows and a
   // frame. It is serialized straight into its DATA frame.
   if (call->stream_id != 0 && call->out_taken == call->out.size() && OutputHasRoom() &&
       static_cast<int64_t>(framed) <= std::min(send_window_, call->send_window) &&
       framed <= peer_max_frame_) {
     AppendFrameHeader(framed, kFrameData, end ? kFlagEndStream : 0, call->stream_id);
-    const size_t at = out_.size();
-    out_.resize(at + framed);
-    WriteMessagePrefix(out_.data() + at, false, static_cast<uint32_t>(size));
-    message.SerializeWithCachedSizesToArray(
-        reinterpret_cast<uint8_t*>(out_.data() + at + kMessagePrefixBytes));
+    append(out_);
     send_window_ -= static_cast<int64_t>(framed);
     call->send_window -= static_cast<int64_t>(framed);
     call->end_sent = end;
@@ -249,11 +252,7 @@ void H2Channel::Send(Call* call, const google::protobuf::MessageLite& message, b
     call->out.clear();
     call->out_taken = 0;
   }
-  const size_t at = call->out.size();
-  call->out.resize(at + framed);
-  WriteMessagePrefix(call->out.data() + at, false, static_cast<uint32_t>(size));
-  message.SerializeWithCachedSizesToArray(
-      reinterpret_cast<uint8_t*>(call->out.data() + at + kMessagePrefixBytes));
+  append(call->out);
   if (call->stream_id != 0 && !call->blocked) WriteData(call);
 }
 

@@ -136,7 +136,7 @@ class H2Channel {
   void AppendWindowUpdate(int32_t id, uint32_t increment);
   void AppendRst(int32_t id, H2Error error);
   // Gives the call a stream: its HEADERS, then what it has to send.
-  void Open(Call* call);
+  void Open(Call* call, std::string_view path);
   // Opens waiting calls while the server's stream limit allows (once its SETTINGS came).
   void OpenWaiting();
   // The call's DATA frames, as the windows and the output's room allow; END_STREAM after the
