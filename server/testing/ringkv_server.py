@@ -79,6 +79,8 @@ class RingkvServer:
             raise RuntimeError("ringkv-server printed no port")
 
     def stop(self):
+        if self.process.stderr.closed:
+            return  # Stopped before (and said so then, if it failed).
         self.process.send_signal(signal.SIGTERM)
         try:
             status = self.process.wait(timeout=STOP_S)
@@ -89,9 +91,16 @@ class RingkvServer:
             self.process.wait()
             raise AssertionError(f"ringkv-server did not stop within {STOP_S} s of SIGTERM; "
                                  f"its threads then:\n{stacks[-12000:]}")
+        else:
+            if status != 0:  # Say why: the end of its log (a sanitizer's report goes there).
+                try:
+                    tail = self.process.stderr.read()[-6000:]
+                except (ValueError, OSError):  # A LogReader has it, or had it closed.
+                    tail = "(its log was read elsewhere)"
+                raise AssertionError(f"ringkv-server exited {status} after SIGTERM; "
+                                     f"the end of its log:\n{tail}")
         finally:
             self.process.stderr.close()
-        assert status == 0, f"ringkv-server exited {status} after SIGTERM"
 
 
 class LogReader:
