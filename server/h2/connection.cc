@@ -94,13 +94,7 @@ Connection::Connection(H2Io& io, int fd, int64_t now_ns, int64_t greet_by_ns)
   MarkDirty();
 }
 
-// no_sanitize("vptr"): UBSan checks a vptr it has not seen before by probing the vtable's
-// memory through a pipe, which fails while the process is out of descriptors, and it then calls
-// a valid vptr invalid; connections are deleted just then when clients give up on a server out
-// of descriptors (h2_hostile_test's test of it). Neither destructor calls anything virtual.
-__attribute__((no_sanitize("vptr"))) Connection::SessionEvents::~SessionEvents() = default;
-
-__attribute__((no_sanitize("vptr"))) Connection::~Connection() {
+Connection::~Connection() {
   if (fd_ >= 0) {  // Only when the loop goes with connections still open.
     close(fd_);
     io_.gate().ReleaseConnectionSlot();

@@ -186,7 +186,6 @@ class Connection final : public CallConnection {
   class SessionEvents final : public H2Session::Listener {
    public:
     explicit SessionEvents(Connection& c) : c_(c) {}
-    ~SessionEvents() override;
     void OnBeginStream(int32_t id) override;
     void OnHeader(int32_t id, std::string_view name, std::string_view value) override;
     void OnHeadersDone(int32_t id, size_t list_bytes_over) override;
