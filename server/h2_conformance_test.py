@@ -2,7 +2,8 @@
 """HTTP/2 conformance by h2spec (an independent suite of RFC 9113 and RFC 7541 tests):
 
 - ringkv's HTTP/2 session alone (build/server/h2-session-echo, which answers every request that
-  ends) passes every test, the strict ones included;
+  ends) passes every test, the strict ones included, but one that assumes the default frame size
+  (LARGER_FRAMES);
 - ringkv-server on it fails only tests that need a stream left open after a request the server
   has already answered: h2spec's requests are not gRPC, so the server answers each at once (405
   or 415, trailers-only) and closes the stream, and what h2spec sends on it next lands on a
@@ -63,6 +64,13 @@ def h2spec(port, *args):
     assert len(failed) == int(summary[4]), (failed, summary[0])
     return int(summary[2]), failed
 
+# h2spec sends a HEADERS frame of 17,576 bytes here and expects FRAME_SIZE_ERROR, as if every
+# server kept HTTP/2's default SETTINGS_MAX_FRAME_SIZE (16,384). ringkv's session advertises
+# 256 KiB, so that a large request message comes in one DATA frame, read straight into its call's
+# buffer: the frame is within the limit, and served. A frame past 256 KiB is refused with
+# FRAME_SIZE_ERROR (h2spec's 4.2/2 for DATA; h2_session_test for any frame).
+LARGER_FRAMES = {"http2/4.2/3"}
+
 
 class ConformanceTest(unittest.TestCase):
     def test_the_session_alone_passes_every_test(self):
@@ -79,8 +87,8 @@ class ConformanceTest(unittest.TestCase):
         finally:
             echo.kill()
             echo.wait()
-        self.assertEqual(failed, [])
-        self.assertGreaterEqual(passed, 145)
+        self.assertEqual(set(failed), LARGER_FRAMES)
+        self.assertGreaterEqual(passed, 145 - len(LARGER_FRAMES))
 
     def test_the_server_fails_only_where_it_answered_already(self):
         server = RingkvServer(SERVER, *SERVER_FLAGS)
@@ -89,8 +97,8 @@ class ConformanceTest(unittest.TestCase):
             self.assertIsNone(server.process.poll(), "the server died")
         finally:
             server.stop()
-        self.assertEqual(set(failed) - ANSWERED_ALREADY, set())
-        self.assertGreaterEqual(passed, 145 - 4 - len(ANSWERED_ALREADY))
+        self.assertEqual(set(failed) - ANSWERED_ALREADY - LARGER_FRAMES, set())
+        self.assertGreaterEqual(passed, 145 - 4 - len(ANSWERED_ALREADY) - len(LARGER_FRAMES))
 
 
 if __name__ == "__main__":

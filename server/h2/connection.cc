@@ -24,6 +24,9 @@ namespace {
 
 // Reads per readiness event before the other connections get their turn.
 constexpr int kReadsPerEvent = 4;
+// A read straight into a call's buffer (H2Session::DataRoom) for at least this much; less is
+// read with what follows it, into the loop's buffer.
+constexpr size_t kMinInPlaceRead = 4096;
 // Rounds of "nghttp2 to buffer, buffer to socket" per flush.
 constexpr int kFlushRounds = 8;
 
@@ -203,18 +206,23 @@ ssize_t Connection::Transmit() {
   return taken;
 }
 
+bool Connection::Fed(bool ok) {
+  greeted_ = own_->greeted();
+  if (ok) return true;
+  // Its GOAWAY says why; the flush sends it, and the connection closes once it is out.
+  Log(LogLevel::kDebug, "closing a connection: %s", own_->error().c_str());
+  reading_done_ = true;
+  MarkDirty();
+  UpdateInterest();
+  return false;
+}
+
+bool Connection::FeedInPlace(size_t length) {
+  return Fed(own_->FeedInPlace(length, LoopIo::NowNs()));
+}
+
 bool Connection::Feed(const char* data, size_t length) {
-  if (own_ != nullptr) {
-    const bool ok = own_->Feed(data, length, LoopIo::NowNs());
-    greeted_ = own_->greeted();
-    if (ok) return true;
-    // Its GOAWAY says why; the flush sends it, and the connection closes once it is out.
-    Log(LogLevel::kDebug, "closing a connection: %s", own_->error().c_str());
-    reading_done_ = true;
-    MarkDirty();
-    UpdateInterest();
-    return false;
-  }
+  if (own_ != nullptr) return Fed(own_->Feed(data, length, LoopIo::NowNs()));
   const ssize_t used =
       nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(data), length);
   if (used < 0) {  // Not HTTP/2 at all, a flood, or out of memory: nothing to answer.
@@ -231,11 +239,17 @@ void Connection::OnReadable() {
   if (handshaking_ && !Handshake()) return;
   char* buffer = io_.read_buffer();
   for (int i = 0; i < kReadsPerEvent && !read_paused_; ++i) {
-    const ssize_t n = Receive(buffer, H2Io::kReadBufferBytes);
+    // The rest of a large request message goes straight to its call's buffer.
+    std::span<char> room;
+    if (own_ != nullptr && ssl_ == nullptr) room = own_->DataRoom();
+    const bool in_place = room.size() >= kMinInPlaceRead;
+    const size_t want = in_place ? room.size() : H2Io::kReadBufferBytes;
+    const ssize_t n = Receive(in_place ? room.data() : buffer, want);
     if (n > 0) {
-      if (!Feed(buffer, static_cast<size_t>(n))) return;
+      if (!(in_place ? FeedInPlace(static_cast<size_t>(n)) : Feed(buffer, static_cast<size_t>(n))))
+        return;
       // A short read emptied the socket; a TLS read stops at a record's end (16 KiB at most).
-      if (ssl_ == nullptr && static_cast<size_t>(n) < H2Io::kReadBufferBytes) break;
+      if (ssl_ == nullptr && static_cast<size_t>(n) < want) break;
       continue;
     }
     if (n == 0 || (errno != EAGAIN && errno != EINTR)) {  // The peer has gone.
@@ -656,6 +670,15 @@ void Connection::SessionEvents::OnData(int32_t id, const char* data, size_t leng
   } else {
     c_.own_->Consume(id, length);
   }
+}
+
+std::span<char> Connection::SessionEvents::DataRoom(int32_t id, size_t want) {
+  H2Call* call = c_.CallOf(id);
+  return call != nullptr ? call->DataRoom(want) : std::span<char>();
+}
+
+void Connection::SessionEvents::OnDataInPlace(int32_t id, size_t length) {
+  if (H2Call* call = c_.CallOf(id)) call->OnDataInPlace(length);
 }
 
 void Connection::SessionEvents::OnRemoteEnd(int32_t id) {

@@ -190,6 +190,8 @@ class Connection final : public CallConnection {
     void OnHeader(int32_t id, std::string_view name, std::string_view value) override;
     void OnHeadersDone(int32_t id, size_t list_bytes_over) override;
     void OnData(int32_t id, const char* data, size_t length) override;
+    std::span<char> DataRoom(int32_t id, size_t want) override;
+    void OnDataInPlace(int32_t id, size_t length) override;
     void OnRemoteEnd(int32_t id) override;
     void OnStreamClose(int32_t id, H2Error error, void* call) override;
     size_t DataReady(int32_t id, size_t max, bool* last) override;
@@ -209,8 +211,12 @@ class Connection final : public CallConnection {
   void AckFramed();
   size_t Unsent() const { return out_.size() + sending_.size(); }
   void UpdateInterest();
-  // Hands received bytes to nghttp2; false if that closed the connection.
+  // Hands received bytes to the session; false if that closed the connection.
   bool Feed(const char* data, size_t length);
+  // The same for `length` bytes read straight into the session's DataRoom (--h2=ringkv).
+  bool FeedInPlace(size_t length);
+  // What the session's Feed or FeedInPlace returned: false if the connection is closing.
+  bool Fed(bool ok);
   // nghttp2's frames to out_ while less than kOutputChunk waits; false if that closed the
   // connection.
   bool GatherFrames();

@@ -175,12 +175,32 @@ void H2Call::OnData(const uint8_t* data, size_t length) {
     // Drop what was handed over: a long stream whose buffer always ends inside a message
     // would otherwise grow without end.
     in_base_ += in_read_;
-    in_.erase(0, in_read_);
+    in_.EraseFront(in_read_);
     in_read_ = 0;
   }
   if (!bidi) ReserveRequest(reinterpret_cast<const char*>(data), length);
   in_.append(reinterpret_cast<const char*>(data), length);
   if (bidi) return Deliver();
+  TakeRequestPiece();
+}
+
+std::span<char> H2Call::DataRoom(size_t want) {
+  if (handler_ == nullptr || handler_done_ || cancelled_ || request_parsed_ ||
+      headers_.method->kind == MethodKind::kBidiStreaming || in_.size() < kMessagePrefixBytes) {
+    return {};
+  }
+  const MessagePrefix prefix = ReadMessagePrefix(in_.data());
+  const uint64_t whole = kMessagePrefixBytes + uint64_t{prefix.length};
+  if (prefix.compressed || in_.capacity() < whole || in_.size() >= whole) return {};
+  return {in_.spare(), static_cast<size_t>(std::min<uint64_t>(want, whole - in_.size()))};
+}
+
+void H2Call::OnDataInPlace(size_t length) {
+  in_.Commit(length);
+  TakeRequestPiece();
+}
+
+void H2Call::TakeRequestPiece() {
   // A unary request that came in pieces: parsed once whole (handed over at its end).
   const size_t available = in_.size();
   if (available >= kMessagePrefixBytes &&
@@ -216,7 +236,7 @@ void H2Call::ReserveRequest(const char* data, size_t length) {
   if (prefix == nullptr) return;
   const uint64_t whole = kMessagePrefixBytes + uint64_t{ReadMessagePrefix(prefix).length};
   const uint64_t have = in_.size() + length;
-  if (whole > in_.capacity() && have < whole && have * 2 >= whole &&
+  if (whole > in_.capacity() && have < whole && have * kReserveRatio >= whole &&
       whole <= kMessagePrefixBytes + io_.loop().context().options().limits.max_message_bytes()) {
     in_.reserve(whole);
   }

@@ -44,6 +44,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "net/byte_buffer.h"
 #include "net/grpc_wire.h"
 #include "net/send_queue.h"
 #include "server/auth/authenticator.h"
@@ -108,6 +109,11 @@ class H2Call final : public CallSink {
   void OnHeaderListOver(size_t bytes) { headers_.bytes = bytes; }
   void OnHeadersDone();
   void OnData(const uint8_t* data, size_t length);
+  // Where the next `want` bytes of DATA (or fewer) may be read straight to: the rest of a unary
+  // request message whose buffer is sized for it whole (ReserveRequest). Empty otherwise.
+  std::span<char> DataRoom(size_t want);
+  // `length` bytes were read to DataRoom's span.
+  void OnDataInPlace(size_t length);
   void OnRemoteEnd();
   // The stream is closed: both sides ended, or a reset. `error_code` is HTTP/2's.
   void OnStreamClose(uint32_t error_code);
@@ -180,10 +186,15 @@ class H2Call final : public CallSink {
   // in_'s, which stay put while the handler lives (Handler::ParseInPlace may keep views).
   void ParseRequest(const char* bytes, size_t length, bool stays = false);
   // A unary request in pieces: its buffer is sized once for the whole message, as the prefix
-  // says, when half of it is in (with `length` more bytes at `data`), rather than doubled to
-  // the end, which copies it again each time. As with doubling, the buffer is never more than
-  // twice what the client sent.
+  // says, once an eighth of it is in (with `length` more bytes at `data`), rather than doubled
+  // to the end, which copies it again each time. From then on the connection reads the rest
+  // straight into it (DataRoom). The buffer is never more than kReserveRatio times what the
+  // client sent.
   void ReserveRequest(const char* data, size_t length);
+  static constexpr uint64_t kReserveRatio = 8;
+  // The unary request's pieces so far: parses it once whole; else checks its prefix and
+  // acknowledges what came.
+  void TakeRequestPiece();
   // UNIMPLEMENTED for a compressed message, RESOURCE_EXHAUSTED for one over the limit.
   absl::Status CheckPrefix(const MessagePrefix& prefix) const;
   // Acknowledges received bytes up to the end of the first message not yet handed over.
@@ -222,7 +233,7 @@ class H2Call final : public CallSink {
 
   // Request side. in_[in_read_..] is received and not handed over; in_ starts at byte
   // in_base_ of the stream's DATA; bytes before consumed_ are acknowledged.
-  std::string in_;
+  ByteBuffer in_;
   size_t in_read_ = 0;
   uint64_t in_base_ = 0;
   uint64_t consumed_ = 0;

@@ -25,9 +25,11 @@ class ShardLoop;
 
 class H2Io {
  public:
-  // Bytes read from a socket per recv; one buffer per loop, since bytes are handed to nghttp2
-  // at once.
-  static constexpr size_t kReadBufferBytes = 64 * 1024;
+  // Bytes read from a socket per recv; one buffer per loop, since bytes are handed to the
+  // session at once. 16 KiB holds a turn's requests of every small-call shape, and leaves most of
+  // a large request message in the socket until its size is known: that rest is then read
+  // straight into the call's buffer (H2Session::DataRoom), not into this one and copied.
+  static constexpr size_t kReadBufferBytes = 16 * 1024;
 
   virtual ShardLoop& loop() = 0;
   virtual ConnectionGate& gate() = 0;

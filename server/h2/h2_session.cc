@@ -11,8 +11,12 @@
 namespace ringkv {
 namespace {
 
-// SETTINGS_MAX_FRAME_SIZE this side keeps (HTTP/2's default; it advertises no other).
-constexpr size_t kMaxFrame = kDefaultMaxFrame;
+// SETTINGS_MAX_FRAME_SIZE this side advertises: a large request message comes in few DATA
+// frames, each of which the connection can read straight into the call's buffer (DataRoom),
+// where 16 KiB frames would put a frame header every 16 KiB. Header blocks are still held to
+// what HTTP/2's default frame size allows (kMaxBlockSlack).
+constexpr size_t kMaxFrame = 256 << 10;
+constexpr size_t kMaxBlockSlack = kDefaultMaxFrame;
 
 // Fields whose values change from call to call stay out of the table.
 HpackEncoder::Indexing IndexingOf(std::string_view name) {
@@ -136,11 +140,12 @@ H2Session::H2Session(Listener& listener, const Settings& settings, SendQueue& ou
       encoder_(4096),
       recv_window_(settings.connection_window),
       reset_tokens_(settings.reset_burst) {
-  char frame[3 * kSettingBytes];
+  char frame[4 * kSettingBytes];
   const std::pair<uint16_t, uint32_t> entries[] = {
       {kSettingMaxConcurrentStreams, settings.max_concurrent_streams},
       {kSettingInitialWindowSize, static_cast<uint32_t>(settings.stream_window)},
       {kSettingMaxHeaderListSize, settings.max_header_list_bytes},
+      {kSettingMaxFrameSize, static_cast<uint32_t>(kMaxFrame)},
   };
   for (size_t i = 0; i < std::size(entries); ++i) {
     WriteSetting(frame + kSettingBytes * i, entries[i].first, entries[i].second);
@@ -236,23 +241,48 @@ bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
         parse_ = Parse::kHeader;
         const bool ok = OnFrame(type_, flags_, id_, payload, length_);
         pending_.clear();
+        // A frame past the default size (SETTINGS_MAX_FRAME_SIZE allows kMaxFrame) was gathered
+        // here: its memory is not kept for the connection's life.
+        if (pending_.capacity() > kDefaultMaxFrame) pending_.shrink_to_fit();
         if (!ok) return false;
         break;
       }
       case Parse::kData: {
         const size_t take = std::min<size_t>(data_left_, end - p);
-        OnDataPiece(p, take);
+        if (!TakeData(p, take, /*in_place=*/false)) return false;
         p += take;
-        if (failed_) return false;
-        if (data_left_ == 0) {
-          parse_ = Parse::kHeader;
-          if (!OnDataEnd()) return false;
-        }
         break;
       }
     }
   }
   return !failed_;
+}
+
+std::span<char> H2Session::DataRoom() {
+  // Padded frames and streams past their content-length take the pieces' path.
+  if (parse_ != Parse::kData || data_stream_ == nullptr || !data_pad_known_ || data_pad_ != 0 ||
+      failed_) {
+    return {};
+  }
+  const Stream& s = *data_stream_;
+  if (s.content_length >= 0 && s.received + static_cast<int64_t>(data_left_) > s.content_length) {
+    return {};
+  }
+  const std::span<char> room = listener_.DataRoom(id_, data_left_);
+  return room.first(std::min(room.size(), data_left_));
+}
+
+bool H2Session::FeedInPlace(size_t length, int64_t now_ns) {
+  now_ns_ = now_ns;
+  return TakeData(nullptr, length, /*in_place=*/true) && !failed_;
+}
+
+bool H2Session::TakeData(const char* p, size_t n, bool in_place) {
+  OnDataPiece(p, n, in_place);
+  if (failed_) return false;
+  if (data_left_ > 0) return true;
+  parse_ = Parse::kHeader;
+  return OnDataEnd();
 }
 
 const char* H2Session::Take(const char*& p, const char* end, size_t n) {
@@ -345,7 +375,7 @@ bool H2Session::OnDataStart(uint8_t flags, int32_t id, size_t length) {
   return true;
 }
 
-void H2Session::OnDataPiece(const char* p, size_t n) {
+void H2Session::OnDataPiece(const char* p, size_t n, bool in_place) {
   const int32_t id = id_;
   if (!data_pad_known_ && n > 0) {
     data_pad_ = static_cast<uint8_t>(*p);
@@ -379,7 +409,13 @@ void H2Session::OnDataPiece(const char* p, size_t n) {
     ConsumeConnection(n);
     return;
   }
-  if (payload > 0) listener_.OnData(id, p, payload);
+  if (payload > 0) {
+    if (in_place) {
+      listener_.OnDataInPlace(id, payload);  // DataRoom ruled out padding and an overrun.
+    } else {
+      listener_.OnData(id, p, payload);
+    }
+  }
   data_stream_ = Find(id);  // The Listener may have reset it: the rest is nobody's.
   if (data_stream_ == nullptr) {
     data_consume_rest_ = true;
@@ -430,7 +466,7 @@ bool H2Session::OnContinuation(uint8_t flags, int32_t id, const char* p, size_t 
   if (id != block_id_) return Fail(H2Error::kProtocol, "CONTINUATION of another stream");
   // A header block is at most what its list may hold, and HPACK only ever shrinks a list by
   // so much: the bound stops a stream of CONTINUATIONs that never ends.
-  if (block_.size() + n > 2 * size_t{settings_.max_header_list_bytes} + kMaxFrame) {
+  if (block_.size() + n > 2 * size_t{settings_.max_header_list_bytes} + kMaxBlockSlack) {
     return Fail(
         H2Error::kEnhanceYourCalm,
         absl::StrCat("a header block over ", 2 * settings_.max_header_list_bytes, " bytes"));
@@ -485,7 +521,7 @@ bool H2Session::OnHeaderBlock() {
     check.Take(n, v);
     if (opened && !check.bad && Find(id) != nullptr) listener_.OnHeader(id, n, v);
   });
-  if (block_.capacity() > 4 * kMaxFrame) {
+  if (block_.capacity() > 4 * kMaxBlockSlack) {
     std::string().swap(block_);  // A big block's room is not kept.
   } else {
     block_.clear();

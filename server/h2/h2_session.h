@@ -77,6 +77,11 @@ class H2Session {
     virtual void OnHeadersDone(int32_t id, size_t list_bytes_over) = 0;
     // Request DATA, as it comes; the Listener consumes it (Consume) as it takes it.
     virtual void OnData(int32_t id, const char* data, size_t length) = 0;
+    // Where the next DATA bytes of stream `id` (`want` of them at most) may be read straight to,
+    // when its receiver keeps them there (a large message's own buffer); empty if not. Those
+    // bytes then come as OnDataInPlace, not OnData.
+    virtual std::span<char> DataRoom(int32_t /*id*/, size_t /*want*/) { return {}; }
+    virtual void OnDataInPlace(int32_t /*id*/, size_t /*length*/) {}
     // The client has ended its side (END_STREAM).
     virtual void OnRemoteEnd(int32_t id) = 0;
     // The stream is gone: both sides ended (kNoError), or reset by either (its code), with the
@@ -100,6 +105,11 @@ class H2Session {
   // after a connection error (its GOAWAY queued) or the client's preface going wrong: read no
   // more, flush and close.
   bool Feed(const char* data, size_t length, int64_t now_ns);
+  // Where the next input may be read straight to: the rest of the DATA payload being read, if
+  // its stream's Listener takes it in place (Listener::DataRoom). Read up to its size there,
+  // then FeedInPlace the count (in place of Feed). Empty: input goes through Feed.
+  std::span<char> DataRoom();
+  bool FeedInPlace(size_t length, int64_t now_ns);
   // The client's preface and first SETTINGS are in.
   bool greeted() const { return greeted_; }
   // The error that ended the connection, or empty.
@@ -157,7 +167,10 @@ class H2Session {
   // Frames, whole: a DATA frame's payload comes in pieces (OnDataPiece).
   bool OnFrame(uint8_t type, uint8_t flags, int32_t id, const char* p, size_t n);
   bool OnDataStart(uint8_t flags, int32_t id, size_t length);
-  void OnDataPiece(const char* p, size_t n);
+  // `n` bytes of the DATA payload being read, at `p` or, `in_place`, already in its stream's
+  // DataRoom; the frame's end once its last byte is taken.
+  bool TakeData(const char* p, size_t n, bool in_place);
+  void OnDataPiece(const char* p, size_t n, bool in_place);
   bool OnDataEnd();
   bool OnHeaders(uint8_t flags, int32_t id, const char* p, size_t n);
   bool OnContinuation(uint8_t flags, int32_t id, const char* p, size_t n);

@@ -5,7 +5,10 @@
 #include <nghttp2/nghttp2.h>
 #include <sys/uio.h>
 
+#include <algorithm>
+#include <cstring>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,6 +59,11 @@ class Server : public H2Session::Listener {
   bool consume = true;
   // Resets a stream when its first DATA comes (without consuming it).
   bool reset_on_data = false;
+  // Offers a room of kRoomBytes for DATA to be read straight into (DataRoom), as a call with
+  // a large message's buffer does; what comes there is counted.
+  bool in_place = false;
+  static constexpr size_t kRoomBytes = 777;  // Odd: frames and pieces end inside rooms.
+  size_t in_place_bytes = 0;
 
   void Answer(int32_t id, std::string body) {
     session.SubmitHeaders(id, {{":status", "200"}, {"content-type", "application/grpc"}}, false);
@@ -84,6 +92,17 @@ class Server : public H2Session::Listener {
     }
     if (consume) session.Consume(id, length);
   }
+  std::span<char> DataRoom(int32_t id, size_t want) override {
+    if (!in_place) return {};
+    room_id_ = id;
+    room_.assign(std::min(want, kRoomBytes) + 100, '\0');  // More than asked: the session cuts.
+    return std::span<char>(room_);
+  }
+  void OnDataInPlace(int32_t id, size_t length) override {
+    EXPECT_EQ(id, room_id_);
+    in_place_bytes += length;
+    OnData(id, room_.data(), length);
+  }
   void OnRemoteEnd(int32_t id) override {
     streams[id].remote_ended = true;
     if (echo) Answer(id, "echo:" + streams[id].data);
@@ -109,7 +128,29 @@ class Server : public H2Session::Listener {
   SendQueue out;
   H2Session session;
   std::map<int32_t, Stream> streams;
+
+ private:
+  std::string room_;
+  int32_t room_id_ = 0;
 };
+
+// Feeds `bytes` to the server `piece` at most at a time, as a connection reads: into the room
+// the session offers (DataRoom) when it offers one. False once the session failed.
+bool FeedServer(Server& server, std::string_view bytes, size_t piece) {
+  bool ok = true;
+  for (size_t pos = 0; ok && pos < bytes.size();) {
+    const std::span<char> room = server.session.DataRoom();
+    const size_t len = std::min({room.empty() ? piece : room.size(), piece, bytes.size() - pos});
+    if (room.empty()) {
+      ok = server.session.Feed(bytes.data() + pos, len, 0);
+    } else {
+      std::memcpy(room.data(), bytes.data() + pos, len);
+      ok = server.session.FeedInPlace(len, 0);
+    }
+    pos += len;
+  }
+  return ok;
+}
 
 // nghttp2's client session, with what it received per stream.
 class Client {
@@ -221,10 +262,7 @@ bool Pump(Client& client, Server& server, size_t piece = SIZE_MAX) {
     while ((n = nghttp2_session_mem_send(client.session(), &data)) > 0) {
       to_server.append(reinterpret_cast<const char*>(data), n);
     }
-    for (size_t pos = 0; ok && pos < to_server.size(); pos += piece) {
-      const size_t len = std::min(piece, to_server.size() - pos);
-      ok = server.session.Feed(to_server.data() + pos, len, 0);
-    }
+    if (ok) ok = FeedServer(server, to_server, piece);
     server.session.WriteData(size_t{1} << 20);
     const std::string to_client = Drain(server.out);
     if (!to_client.empty()) {
@@ -298,6 +336,26 @@ TEST(H2Session, FlowControlBothWaysWithSmallWindows) {
   }
   ASSERT_TRUE(Pump(client, server));
   for (const auto& [id, body] : calls) ExpectEchoed(client, server, id, body);
+}
+
+TEST(H2Session, DataReadInPlaceArrivesWhole) {
+  // nghttp2's client sends DATA of 16 KiB; the server's reads of 1,000 bytes cut them, and each
+  // read inside a payload goes to the listener's room.
+  Server server;
+  server.in_place = true;
+  Client client;
+  std::vector<std::pair<int32_t, std::string>> calls;
+  size_t total = 0;
+  for (int i = 0; i < 4; ++i) {
+    std::string body(100000 + i * 977, '\0');
+    for (size_t k = 0; k < body.size(); ++k) body[k] = static_cast<char>('a' + (k * 5 + i) % 26);
+    total += body.size();
+    calls.emplace_back(client.Call("/big", body), body);
+  }
+  ASSERT_TRUE(Pump(client, server, /*piece=*/1000));
+  for (const auto& [id, body] : calls) ExpectEchoed(client, server, id, body);
+  EXPECT_GT(server.in_place_bytes, total / 2);
+  EXPECT_LT(server.in_place_bytes, total);  // Reads that began with a frame's header did not.
 }
 
 TEST(H2Session, DataWaitsUntilTheListenerConsumes) {
@@ -444,8 +502,32 @@ std::pair<uint32_t, std::string> GoawayOf(const std::string& out) {
   return {UINT32_MAX, ""};
 }
 
+TEST(H2Session, PaddedOrOverlongDataIsNeverReadInPlace) {
+  Server server;
+  server.in_place = true;
+  server.echo = false;
+  const std::string payload(3000, 'p');
+  const std::string padded = std::string(1, '\x0a') + payload + std::string(10, '\0');
+  HpackEncoder encoder;
+  std::string block;
+  for (const auto& [n, v] : Fields{{":method", "POST"}, {":scheme", "http"}, {":path", "/p"},
+                                   {":authority", "a"}, {"content-length", "10"}}) {
+    encoder.Encode(n, v, HpackEncoder::kIndex, &block);
+  }
+  const std::string bytes =
+      std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + Frame(0x4, 0, 0, "") +
+      Frame(0x1, 0x4, 1, RequestBlock()) + Frame(0x0, 0x1 | 0x8, 1, padded) +  // PADDED.
+      Frame(0x1, 0x4, 3, block) + Frame(0x0, 0x1, 3, payload);  // Past its content-length.
+  ASSERT_TRUE(FeedServer(server, bytes, 100));
+  EXPECT_EQ(server.streams[1].data, payload);
+  EXPECT_TRUE(server.streams[1].remote_ended);
+  EXPECT_TRUE(server.streams[3].closed);
+  EXPECT_EQ(server.streams[3].close_error, H2Error::kProtocol);
+  EXPECT_EQ(server.in_place_bytes, 0u);
+}
+
 TEST(H2Session, ConnectionErrorsEndWithAGoawayThatSaysWhy) {
-  const std::string huge_header = std::string("\x00\x40\x01\x00\x00\x00\x00\x00\x01", 9);
+  const std::string huge_header = std::string("\x04\x00\x01\x00\x00\x00\x00\x00\x01", 9);
   struct Case {
     const char* name;
     std::string bytes;  // After the greeting, unless `raw`.
@@ -459,7 +541,7 @@ TEST(H2Session, ConnectionErrorsEndWithAGoawayThatSaysWhy) {
       {"first frame not SETTINGS",
        std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + Frame(0x6, 0, 0, "12345678"),
        H2Error::kProtocol, "first frame is not SETTINGS", true},
-      {"frame over 16 KiB", huge_header, H2Error::kFrameSize, "a frame of 16385 bytes"},
+      {"frame over 256 KiB", huge_header, H2Error::kFrameSize, "a frame of 262145 bytes"},
       {"DATA on stream 0", Frame(0x0, 0, 0, "x"), H2Error::kProtocol, "DATA on stream 0"},
       {"DATA on an idle stream", Frame(0x0, 0, 5, "x"), H2Error::kProtocol, "idle"},
       {"HEADERS on an even stream", Frame(0x1, 0x4, 2, RequestBlock()), H2Error::kProtocol,
