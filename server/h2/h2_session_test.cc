@@ -510,8 +510,11 @@ TEST(H2Session, PaddedOrOverlongDataIsNeverReadInPlace) {
   const std::string padded = std::string(1, '\x0a') + payload + std::string(10, '\0');
   HpackEncoder encoder;
   std::string block;
-  for (const auto& [n, v] : Fields{{":method", "POST"}, {":scheme", "http"}, {":path", "/p"},
-                                   {":authority", "a"}, {"content-length", "10"}}) {
+  for (const auto& [n, v] : Fields{{":method", "POST"},
+                                   {":scheme", "http"},
+                                   {":path", "/p"},
+                                   {":authority", "a"},
+                                   {"content-length", "10"}}) {
     encoder.Encode(n, v, HpackEncoder::kIndex, &block);
   }
   const std::string bytes =
