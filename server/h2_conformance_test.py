@@ -87,7 +87,7 @@ class ConformanceTest(unittest.TestCase):
         finally:
             echo.kill()
             echo.wait()
-        self.assertEqual(set(failed), LARGER_FRAMES)
+        self.assertLessEqual(set(failed), LARGER_FRAMES)
         self.assertGreaterEqual(passed, 145 - len(LARGER_FRAMES))
 
     def test_the_server_fails_only_where_it_answered_already(self):

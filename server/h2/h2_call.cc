@@ -236,7 +236,8 @@ void H2Call::ReserveRequest(const char* data, size_t length) {
   if (prefix == nullptr) return;
   const uint64_t whole = kMessagePrefixBytes + uint64_t{ReadMessagePrefix(prefix).length};
   const uint64_t have = in_.size() + length;
-  if (whole > in_.capacity() && have < whole && have * kReserveRatio >= whole &&
+  const uint64_t ratio = whole <= kEagerReserveBytes ? kReserveRatio : 2;
+  if (whole > in_.capacity() && have < whole && have * ratio >= whole &&
       whole <= kMessagePrefixBytes + io_.loop().context().options().limits.max_message_bytes()) {
     in_.reserve(whole);
   }

@@ -186,12 +186,13 @@ class H2Call final : public CallSink {
   // in_'s, which stay put while the handler lives (Handler::ParseInPlace may keep views).
   void ParseRequest(const char* bytes, size_t length, bool stays = false);
   // A unary request in pieces: its buffer is sized once for the whole message, as the prefix
-  // says, once an eighth of it is in (with `length` more bytes at `data`), rather than doubled
-  // to the end, which copies it again each time. From then on the connection reads the rest
-  // straight into it (DataRoom). The buffer is never more than kReserveRatio times what the
-  // client sent.
+  // says, once an eighth of it is in (with `length` more bytes at `data`; half of it for a
+  // message over kEagerReserveBytes), rather than doubled to the end, which copies it again each
+  // time. From then on the connection reads the rest straight into it (DataRoom). The buffer is
+  // never more than kReserveRatio times what the client sent, nor more than twice past 1 MiB.
   void ReserveRequest(const char* data, size_t length);
   static constexpr uint64_t kReserveRatio = 8;
+  static constexpr uint64_t kEagerReserveBytes = 1 << 20;
   // The unary request's pieces so far: parses it once whole; else checks its prefix and
   // acknowledges what came.
   void TakeRequestPiece();

@@ -13,8 +13,9 @@ namespace {
 
 // SETTINGS_MAX_FRAME_SIZE this side advertises: a large request message comes in few DATA
 // frames, each of which the connection can read straight into the call's buffer (DataRoom),
-// where 16 KiB frames would put a frame header every 16 KiB. Header blocks are still held to
-// what HTTP/2's default frame size allows (kMaxBlockSlack).
+// where 16 KiB frames would put a frame header every 16 KiB. Other frames are gathered whole
+// before they are read, so they keep HTTP/2's default size, but for a header block's, which
+// keep the block's own bound (MaxBlockBytes).
 constexpr size_t kMaxFrame = 256 << 10;
 constexpr size_t kMaxBlockSlack = kDefaultMaxFrame;
 
@@ -215,6 +216,17 @@ bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
                       absl::StrCat("a frame of ", length_, " bytes, over SETTINGS_MAX_FRAME_SIZE (",
                                    kMaxFrame, ")"));
         }
+        // Frames other than DATA are gathered whole before they are read: only a header block's
+        // may pass HTTP/2's default size, and no further than the block's own bound.
+        if (length_ > kDefaultMaxFrame && type_ != kFrameData) {
+          if (type_ != kFrameHeaders && type_ != kFrameContinuation) {
+            return Fail(
+                H2Error::kFrameSize,
+                absl::StrCat("a frame of type ", static_cast<int>(type_), " of ", length_,
+                             " bytes: only DATA and header blocks may pass ", kDefaultMaxFrame));
+          }
+          if (length_ > MaxBlockBytes()) return FailBlockTooLarge();
+        }
         if (!greeted_ && type_ != kFrameSettings) {
           return Fail(H2Error::kProtocol, "the client's first frame is not SETTINGS");
         }
@@ -272,8 +284,20 @@ std::span<char> H2Session::DataRoom() {
   return room.first(std::min(room.size(), data_left_));
 }
 
+size_t H2Session::MaxBlockBytes() const {
+  return 2 * size_t{settings_.max_header_list_bytes} + kMaxBlockSlack;
+}
+
+bool H2Session::FailBlockTooLarge() {
+  return Fail(H2Error::kEnhanceYourCalm,
+              absl::StrCat("a header block over ", 2 * settings_.max_header_list_bytes, " bytes"));
+}
+
 bool H2Session::FeedInPlace(size_t length, int64_t now_ns) {
   now_ns_ = now_ns;
+  if (parse_ != Parse::kData || length > data_left_) {  // Never: DataRoom said how much.
+    return Fail(H2Error::kInternal, "bytes read in place past the DATA payload");
+  }
   return TakeData(nullptr, length, /*in_place=*/true) && !failed_;
 }
 
@@ -466,11 +490,7 @@ bool H2Session::OnContinuation(uint8_t flags, int32_t id, const char* p, size_t 
   if (id != block_id_) return Fail(H2Error::kProtocol, "CONTINUATION of another stream");
   // A header block is at most what its list may hold, and HPACK only ever shrinks a list by
   // so much: the bound stops a stream of CONTINUATIONs that never ends.
-  if (block_.size() + n > 2 * size_t{settings_.max_header_list_bytes} + kMaxBlockSlack) {
-    return Fail(
-        H2Error::kEnhanceYourCalm,
-        absl::StrCat("a header block over ", 2 * settings_.max_header_list_bytes, " bytes"));
-  }
+  if (block_.size() + n > MaxBlockBytes()) return FailBlockTooLarge();
   block_.append(p, n);
   return (flags & kFlagEndHeaders) ? OnHeaderBlock() : true;
 }

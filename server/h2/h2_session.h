@@ -170,6 +170,9 @@ class H2Session {
   // `n` bytes of the DATA payload being read, at `p` or, `in_place`, already in its stream's
   // DataRoom; the frame's end once its last byte is taken.
   bool TakeData(const char* p, size_t n, bool in_place);
+  // A header block's bound: what its list may hold, and the most HPACK shrinks a list by.
+  size_t MaxBlockBytes() const;
+  bool FailBlockTooLarge();
   void OnDataPiece(const char* p, size_t n, bool in_place);
   bool OnDataEnd();
   bool OnHeaders(uint8_t flags, int32_t id, const char* p, size_t n);

@@ -529,6 +529,32 @@ TEST(H2Session, PaddedOrOverlongDataIsNeverReadInPlace) {
   EXPECT_EQ(server.in_place_bytes, 0u);
 }
 
+TEST(H2Session, FramesPastTheDefaultSizeAreReadInPlaceAndResetsStopThat) {
+  // One DATA frame of 200,000 bytes (the session advertises 256 KiB), read in pieces of 1,000:
+  // all but the first piece go in place. Then a stream the listener resets at its first DATA:
+  // the rest of that frame is nobody's, offered to nobody, and the connection goes on.
+  Server server;
+  server.in_place = true;
+  server.echo = false;
+  std::string body(200000, '\0');
+  for (size_t k = 0; k < body.size(); ++k) body[k] = static_cast<char>('a' + k % 23);
+  ASSERT_TRUE(FeedServer(
+      server, Greeting() + Frame(0x1, 0x4, 1, RequestBlock()) + Frame(0x0, 0x1, 1, body), 1000));
+  EXPECT_EQ(server.streams[1].data, body);
+  EXPECT_TRUE(server.streams[1].remote_ended);
+  EXPECT_GE(server.in_place_bytes, body.size() - 1000);
+  const size_t before = server.in_place_bytes;
+  server.reset_on_data = true;
+  ASSERT_TRUE(FeedServer(
+      server, Frame(0x1, 0x4, 3, RequestBlock()) + Frame(0x0, 0x1, 3, std::string(30000, 'r')),
+      1000));
+  EXPECT_TRUE(server.streams[3].closed);
+  EXPECT_EQ(server.streams[3].close_error, H2Error::kCancel);
+  EXPECT_EQ(server.streams[3].data.size(), 1000 - 18u - RequestBlock().size())
+      << "the first piece only: " << server.in_place_bytes - before << " bytes in place";
+  EXPECT_FALSE(server.session.failed());
+}
+
 TEST(H2Session, ConnectionErrorsEndWithAGoawayThatSaysWhy) {
   const std::string huge_header = std::string("\x04\x00\x01\x00\x00\x00\x00\x00\x01", 9);
   struct Case {
@@ -545,6 +571,10 @@ TEST(H2Session, ConnectionErrorsEndWithAGoawayThatSaysWhy) {
        std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + Frame(0x6, 0, 0, "12345678"),
        H2Error::kProtocol, "first frame is not SETTINGS", true},
       {"frame over 256 KiB", huge_header, H2Error::kFrameSize, "a frame of 262145 bytes"},
+      {"PING over 16 KiB", Frame(0x6, 0, 0, std::string(16385, 'p')), H2Error::kFrameSize,
+       "only DATA and header blocks may pass 16384"},
+      {"HEADERS over the block's bound", Frame(0x1, 0x4, 1, std::string(200000, 'h')),
+       H2Error::kEnhanceYourCalm, "a header block over"},
       {"DATA on stream 0", Frame(0x0, 0, 0, "x"), H2Error::kProtocol, "DATA on stream 0"},
       {"DATA on an idle stream", Frame(0x0, 0, 5, "x"), H2Error::kProtocol, "idle"},
       {"HEADERS on an even stream", Frame(0x1, 0x4, 2, RequestBlock()), H2Error::kProtocol,
