@@ -14,8 +14,8 @@ namespace {
 // SETTINGS_MAX_FRAME_SIZE this side advertises: a large request message comes in few DATA
 // frames, each of which the connection can read straight into the call's buffer (DataRoom),
 // where 16 KiB frames would put a frame header every 16 KiB. Other frames are gathered whole
-// before they are read, so they keep HTTP/2's default size, but for a header block's, which
-// keep the block's own bound (MaxBlockBytes).
+// before they are read, so they keep HTTP/2's default size; a header block's frames may pass it
+// up to the block's own bound (MaxBlockBytes).
 constexpr size_t kMaxFrame = 256 << 10;
 constexpr size_t kMaxBlockSlack = kDefaultMaxFrame;
 
@@ -253,8 +253,8 @@ bool H2Session::Feed(const char* data, size_t length, int64_t now_ns) {
         parse_ = Parse::kHeader;
         const bool ok = OnFrame(type_, flags_, id_, payload, length_);
         pending_.clear();
-        // A frame past the default size (SETTINGS_MAX_FRAME_SIZE allows kMaxFrame) was gathered
-        // here: its memory is not kept for the connection's life.
+        // A header block's frame past the default size (up to MaxBlockBytes) was gathered here:
+        // its memory is not kept for the connection's life.
         if (pending_.capacity() > kDefaultMaxFrame) pending_.shrink_to_fit();
         if (!ok) return false;
         break;

@@ -95,8 +95,8 @@ class RingkvServer:
             if status != 0:  # Say why: the end of its log (a sanitizer's report goes there).
                 try:
                     tail = self.process.stderr.read()[-6000:]
-                except (ValueError, OSError):  # A LogReader has it, or had it closed.
-                    tail = "(its log was read elsewhere)"
+                except (ValueError, OSError):  # Closed by a LogReader, which read it (a
+                    tail = "(its log was read elsewhere)"  # live one leaves this empty).
                 raise AssertionError(f"ringkv-server exited {status} after SIGTERM; "
                                      f"the end of its log:\n{tail}")
         finally:
