@@ -294,7 +294,7 @@ int64_t Shard::PickVictim(const HashedKey& key) {
       // held 17% fewer keys. The next start is fetched from DRAM one eviction ahead.
       const size_t start = next_sweep_ % n;
       next_sweep_ = NextRandom();
-      __builtin_prefetch(&table_.slot(next_sweep_ % n));
+      internal::PrefetchLine(&table_.slot(next_sweep_ % n));
       for (size_t step = 0, i = start; step <= 2 * n; ++step, i = next(i)) {
         if (!table_.IsLive(i)) continue;
         Entry& s = table_.slot(i);

@@ -227,14 +227,17 @@ size_t Worker::DrainInbound(RequestSource& source) {
 void Worker::Execute(Request** batch, size_t n) {
   if (n == 0) return;
   const uint64_t t0 = profile_ ? Rdtscp() : 0;
-  // Start every slot's DRAM fetch before touching any, then every record's: a burst's misses
-  // then overlap instead of queueing one behind another.
+  // Start every slot's DRAM fetch before touching any; each record's (which needs its slot in)
+  // kRecordsAhead requests before that one runs. A burst's misses then overlap instead of
+  // queueing one behind another, and reading a slot for its record waits less than it would
+  // right after the slots' pass.
   for (size_t i = 0; i < n; ++i) shard_.Prefetch({batch[i]->key, batch[i]->hash});
-  for (size_t i = 0; i < n; ++i) shard_.PrefetchRecord({batch[i]->key, batch[i]->hash});
+  for (size_t i = 0; i < std::min(n, kRecordsAhead); ++i) PrefetchRecord(*batch[i]);
   // The clock only matters to keys with a TTL; a shard without any never reads it.
   const int64_t now_ms = shard_.has_ttls() ? clock_() : 0;
   if (journal_ == nullptr) {
     for (size_t i = 0; i < n; ++i) {
+      if (i + kRecordsAhead < n) PrefetchRecord(*batch[i + kRecordsAhead]);
       if (batch[i]->op == Op::kReplicate) [[unlikely]] {
         ServeReplication(*batch[i], clock_());
         continue;
@@ -256,6 +259,7 @@ void Worker::ExecuteJournaled(Request** batch, size_t n, int64_t now_ms) {
   const bool refuse_writes = journal_->failed() || journal_->stalled();
   const bool hold = journal_->holds_acks();
   for (size_t i = 0; i < n; ++i) {
+    if (i + kRecordsAhead < n) PrefetchRecord(*batch[i + kRecordsAhead]);
     Request& r = *batch[i];
     r.log_seq = 0;
     r.repl_seq = 0;

@@ -6,8 +6,8 @@
 //
 // One turn (RunOnce):
 //   1. unless its outboxes are backed up, Poll a burst from the source; hash each key once;
-//      run the burst's own-shard requests (prefetching their slots first), queue the others
-//      in the outbox of their owner;
+//      run the burst's own-shard requests (prefetching their slots, then their records),
+//      queue the others in the outbox of their owner;
 //   2. dequeue a burst from each inbound ring: answers to its own requests are completed,
 //      requests from others are run (prefetched as a batch) and queued back to their origin;
 //   3. flush each outbox with one EnqueueBurst; what does not fit stays for the next turn;
@@ -157,6 +157,8 @@ class Worker {
  public:
   static constexpr size_t kMaxBurst = 256;
   static constexpr size_t kMaxBacklog = 4096;
+  // Execute starts a request's record fetch this many requests before it runs.
+  static constexpr size_t kRecordsAhead = 8;
   static constexpr size_t kMinExpireBudget = 64;
   static constexpr size_t kMaxExpireBudget = 4096;
   // A turn walks a snapshot for about this long, kSnapshotBuckets home buckets at a time: the
@@ -250,6 +252,7 @@ class Worker {
   void Admit(Request** batch, size_t n, RequestSource& source);
   size_t DrainInbound(RequestSource& source);
   void Execute(Request** batch, size_t n);
+  void PrefetchRecord(const Request& r) const { shard_.PrefetchRecord({r.key, r.hash}); }
   void ExecuteJournaled(Request** batch, size_t n, int64_t now_ms);
   // A write that waits for `r.replicas` replicas (ReplicationPort::Await).
   void ExecuteReplicated(Request& r, int64_t now_ms, bool hold);

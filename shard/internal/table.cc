@@ -367,7 +367,7 @@ size_t Table::GrowStep(size_t buckets) {
   // Each moved entry's hash comes from its record's key: start those fetches together. The
   // buckets' entries sit at about their own slots, a few past at most.
   for (size_t i = start; i < std::min(old_mask_ + 1, end + kPrefetchProbe); ++i) {
-    if (old_[i].full()) __builtin_prefetch(old_[i].record());
+    if (old_[i].full()) PrefetchLine(old_[i].record());
   }
   while (moved_ < end) {
     if (!MoveBucket(moved_)) return buckets;  // Rebuilt: the growth is over.

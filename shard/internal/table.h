@@ -88,6 +88,7 @@
 #include <utility>
 
 #include "shard/internal/arena.h"
+#include "shard/internal/prefetch.h"
 
 namespace ringkv::internal {
 
@@ -176,7 +177,7 @@ class Table {
   void Prefetch(uint64_t hash) const {
     size_t mask;
     const Entry* slots = ArrayFor(hash, &mask);
-    __builtin_prefetch(&slots[hash & mask]);
+    PrefetchLine(&slots[hash & mask]);
   }
   // Starts the DRAM fetch of the record of the first of the slots from `hash`'s home bucket on
   // (a few) whose tag is the hash's, if any: after Prefetch(hash) has brought the slots in, for
@@ -189,7 +190,7 @@ class Table {
       const Entry& s = slots[i];
       if (!s.full()) return;
       if (s.tag() == tag) {
-        __builtin_prefetch(s.record());
+        PrefetchLine(s.record());
         return;
       }
     }
@@ -338,11 +339,11 @@ class Table {
   // For walks in scan order (snapshots), a few buckets ahead: the DRAM fetch of home bucket
   // `bucket`'s first slots; later, once they are in, of the records of its first two slots.
   // (While the table grows, only the new array's: a hint, never wrong.)
-  void PrefetchBucket(size_t bucket) const { __builtin_prefetch(&slots_[bucket & mask_]); }
+  void PrefetchBucket(size_t bucket) const { PrefetchLine(&slots_[bucket & mask_]); }
   void PrefetchBucketRecords(size_t bucket) const {
     for (size_t k = 0; k < 2; ++k) {
       const Entry& s = slots_[(bucket + k) & mask_];
-      if (s.full()) __builtin_prefetch(s.record());
+      if (s.full()) PrefetchLine(s.record());
     }
   }
   // Calls fn(entry) for each entry whose hash's low bits are `bucket` (0 .. capacity() - 1),
