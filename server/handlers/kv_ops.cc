@@ -171,8 +171,10 @@ int64_t TtlLeft(int64_t deadline_ms, const ServerContext& context) {
 
 void SetItem(pb::ItemResult* item, const absl::Status& status) {
   item->set_code(static_cast<int>(status.code()));
+  // Every batch item passes here. Setting even an empty message gives the item a string of its
+  // own, allocated and later freed; the OK ones have none, and no payload to look up.
+  if (status.ok()) return;
   item->set_message(std::string(status.message()));
-  if (status.ok()) return;  // Every batch item passes here: no payload lookup for the OK ones.
   if (const auto redirect =
           status.GetPayload(absl::string_view(kRedirectTypeUrl.data(), kRedirectTypeUrl.size()))) {
     item->mutable_redirect()->ParseFromString(std::string(*redirect));
