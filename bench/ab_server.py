@@ -79,6 +79,11 @@ def run(binary, loadgen, server_flags, client_flags, seconds, workdir):
                                        proc.pid, timeout=seconds + 60)
     finally:
         benchlib.stop(proc)
+    # Without the preload a GET miss is no error, but a server that lost keys (a memory limit
+    # in SERVER_FLAGS) would then answer faster than it should: every key loaded must be found.
+    hits = re.search(r"GET hits (\d+) of (\d+)", out)
+    if hits and hits[1] != hits[2]:
+        raise RuntimeError(f"{binary}: {hits[0]}: keys loaded were not found")
     ops = float(re.search(r"ops/s (\d+)", out)[1])
     client = float(re.search(r"client CPU ([\d.]+) us/op", out)[1])
     return ops, cpu.per_op(ops * seconds)["server_us_per_op"], client
