@@ -370,6 +370,23 @@ HpackDecoder::HpackDecoder(size_t max_table_bytes, size_t max_list_bytes)
 absl::Status HpackDecoder::Decode(
     std::string_view block, absl::FunctionRef<void(std::string_view, std::string_view)> on_field) {
   if (broken_) return absl::FailedPreconditionError("hpack: a block before this one was malformed");
+  const bool same = SameAsLast(block);
+  if (same && kept_) {
+    const std::string_view bytes = kept_bytes_;
+    size_t at = 0;
+    for (const auto& [name_size, value_size] : kept_sizes_) {
+      on_field(bytes.substr(at, name_size), bytes.substr(at + name_size, value_size));
+      at += name_size + value_size;
+    }
+    return ListStatus();  // last_list_bytes_ is the same list's.
+  }
+  // The second time in a row: its fields are kept for the next.
+  bool keep = same;
+  if (keep) {
+    kept_bytes_.clear();
+    kept_sizes_.clear();
+  }
+  const uint64_t changes = table_.changes();
   // Any error below leaves the table out of step with the peer's: no block decodes after it.
   broken_ = true;
   size_t pos = 0;
@@ -450,17 +467,41 @@ absl::Status HpackDecoder::Decode(
     fields = true;
     // Counted as SETTINGS_MAX_HEADER_LIST_SIZE counts; past the limit, decoded but not passed.
     list_bytes += name.size() + value.size() + HpackTable::kEntryOverhead;
-    if (list_bytes <= max_list_bytes_) on_field(name, value);
+    if (list_bytes <= max_list_bytes_) {
+      on_field(name, value);
+      if (keep) {
+        if (kept_bytes_.size() + name.size() + value.size() > kMaxRepeatFieldBytes) {
+          keep = false;
+        } else {
+          kept_bytes_.append(name).append(value);
+          kept_sizes_.emplace_back(name.size(), value.size());
+        }
+      }
+    }
     if (index) table_.Add(name, value);
   }
   broken_ = false;
   last_list_bytes_ = list_bytes;
-  if (list_bytes > max_list_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat("hpack: a header list of ", list_bytes,
-                                                     " bytes, over the limit of ", max_list_bytes_,
-                                                     " (SETTINGS_MAX_HEADER_LIST_SIZE)"));
+  Remember(block, changes, keep);
+  return ListStatus();
+}
+
+absl::Status HpackDecoder::ListStatus() const {
+  if (last_list_bytes_ <= max_list_bytes_) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("hpack: a header list of ", last_list_bytes_,
+                                                   " bytes, over the limit of ", max_list_bytes_,
+                                                   " (SETTINGS_MAX_HEADER_LIST_SIZE)"));
+}
+
+void HpackDecoder::Remember(std::string_view block, uint64_t changes, bool kept) {
+  if (table_.changes() != changes || block.size() > kMaxRepeatBlockBytes) {
+    last_changes_ = kNoRepeat;
+    kept_ = false;
+    return;
   }
-  return absl::OkStatus();
+  if (!kept) last_block_.assign(block);  // A kept block is the last one already.
+  last_changes_ = changes;
+  kept_ = kept;
 }
 
 HpackEncoder::HpackEncoder(size_t max_table_bytes)

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -112,11 +113,26 @@ class HpackDecoder {
   absl::Status Decode(std::string_view block,
                       absl::FunctionRef<void(std::string_view, std::string_view)> on_field);
 
+  // Whether Decode(block) would pass on the fields the last Decode passed on: the same bytes,
+  // against a table that decoding them left as it was.
+  bool SameAsLast(std::string_view block) const {
+    return !broken_ && last_changes_ == table_.changes() && block == last_block_;
+  }
+
   const HpackTable& table() const { return table_; }
   // The size of the list the last Decode went through, counted as the limit counts.
   size_t last_list_bytes() const { return last_list_bytes_; }
 
+  // The longest block, and the most bytes of names and values, a repeat is kept for.
+  static constexpr size_t kMaxRepeatBlockBytes = 512;
+  static constexpr size_t kMaxRepeatFieldBytes = 2048;
+
  private:
+  // OK, or ResourceExhausted if the last list was over max_list_bytes_.
+  absl::Status ListStatus() const;
+  // After a Decode of `block` from a table at `changes`, whose fields `kept` holds.
+  void Remember(std::string_view block, uint64_t changes, bool kept);
+
   HpackTable table_;
   const size_t max_table_bytes_;
   const size_t max_list_bytes_;
@@ -132,6 +148,16 @@ class HpackDecoder {
   size_t next_memo_ = 0;
   bool broken_ = false;  // A block was malformed.
   size_t last_list_bytes_ = 0;
+  // A client that has indexed its headers sends the same block call after call, and decoding
+  // it changes nothing in the table (indexed fields, and literals not indexed). The same bytes
+  // against the same table decode to the same fields: the second time a block comes, its fields
+  // are kept, and from the third on they are passed on from here without decoding.
+  static constexpr uint64_t kNoRepeat = ~uint64_t{0};
+  std::string last_block_;
+  uint64_t last_changes_ = kNoRepeat;  // The table's changes() before and after it, or kNoRepeat.
+  bool kept_ = false;                  // kept_bytes_ and kept_sizes_ hold its fields:
+  std::string kept_bytes_;             // their names and values, one after another,
+  std::vector<std::pair<uint32_t, uint32_t>> kept_sizes_;  // and their sizes.
 };
 
 class HpackEncoder {

@@ -436,5 +436,79 @@ TEST(Hpack, LengthsAtThePrefixesBoundariesAgreeWithNghttp2) {
   }
 }
 
+// A client sends the same block call after call: from its third time the decoder passes on the
+// fields it kept. Blocks that repeat, with and without table changes between them, must decode
+// as nghttp2's inflater decodes them.
+TEST(HpackDecoder, RepeatedBlocksDecodeAsNghttp2Does) {
+  std::mt19937 rng(2511);
+  const std::vector<std::string> names = {":method", ":path", ":authority", "content-type",
+                                          "te",      "x-a",   "grpc-timeout", "user-agent"};
+  Nghttp2Deflater deflater(4096);
+  Nghttp2Inflater inflater;
+  HpackDecoder decoder(4096, /*max_list_bytes=*/600);
+  int repeats = 0;
+  int over_limit = 0;
+  for (int list = 0; list < 400; ++list) {
+    Fields fields;
+    std::vector<bool> no_index;
+    for (size_t n = rng() % 8; n-- > 0;) {
+      std::string value(rng() % 4 == 0 ? rng() % 400 : rng() % 12, 'v');
+      for (char& c : value) c = static_cast<char>('a' + rng() % 26);
+      fields.emplace_back(names[rng() % names.size()], value);
+      no_index.push_back(rng() % 2 == 0);
+    }
+    // The same list again and again, as a client that indexed it (or sends it unindexed) does.
+    for (int again = 1 + rng() % 4; again-- > 0;) {
+      const std::string block = deflater.Deflate(fields, no_index);
+      Fields want;
+      ASSERT_TRUE(inflater.Inflate(block, &want)) << list;
+      repeats += decoder.SameAsLast(block);
+      Fields got;
+      const absl::Status s = DecodeTo(decoder, block, &got);
+      if (s.code() == absl::StatusCode::kResourceExhausted) {
+        ++over_limit;
+        want.resize(got.size());  // Past the limit: decoded, not passed on.
+      } else {
+        ASSERT_TRUE(s.ok()) << s;
+      }
+      ASSERT_EQ(got, want) << list;
+      ASSERT_EQ(decoder.table().bytes(), inflater.TableBytes()) << list;
+    }
+  }
+  EXPECT_GT(repeats, 100) << "blocks the decoder found the same as the last";
+  EXPECT_GT(over_limit, 5) << "lists over the limit, some of them repeated";
+}
+
+// The same bytes after a table change are another block: an index names the newest entry.
+TEST(HpackDecoder, TheSameIndexAfterATableChangeNamesTheNewEntry) {
+  HpackEncoder encoder;
+  HpackDecoder decoder;
+  Fields fields;
+  std::string block;
+  encoder.Encode("x-a", "1", HpackEncoder::kIndex, &block);
+  ASSERT_TRUE(DecodeTo(decoder, block, &fields).ok());
+  for (int i = 0; i < 3; ++i) {  // Kept the second time, passed on from the kept the third.
+    ASSERT_TRUE(DecodeTo(decoder, Hex("be"), &fields).ok());
+    EXPECT_EQ(fields, (Fields{{"x-a", "1"}}));
+  }
+  block.clear();
+  encoder.Encode("x-b", "2", HpackEncoder::kIndex, &block);
+  ASSERT_TRUE(DecodeTo(decoder, block, &fields).ok());
+  EXPECT_FALSE(decoder.SameAsLast(Hex("be")));
+  ASSERT_TRUE(DecodeTo(decoder, Hex("be"), &fields).ok());
+  EXPECT_EQ(fields, (Fields{{"x-b", "2"}}));
+  ASSERT_TRUE(DecodeTo(decoder, Hex("bf"), &fields).ok());
+  EXPECT_EQ(fields, (Fields{{"x-a", "1"}}));
+  // A block that adds to the table each time is never the same as the last.
+  block.clear();
+  encoder.Encode("x-c", "3", HpackEncoder::kIndex, &block);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(decoder.SameAsLast(block)) << i;
+    ASSERT_TRUE(DecodeTo(decoder, block, &fields).ok());
+    EXPECT_EQ(fields, (Fields{{"x-c", "3"}}));
+  }
+  EXPECT_EQ(decoder.table().size(), 5u);
+}
+
 }  // namespace
 }  // namespace ringkv

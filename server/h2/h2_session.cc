@@ -44,78 +44,66 @@ constexpr std::array<bool, 256> kBadValueChars = [] {
 
 }  // namespace
 
-// A request's header block, checked as RFC 9113, 8.2 and 8.3 ask of a server: a malformed one
-// resets its stream with PROTOCOL_ERROR.
-struct H2Session::FieldCheck {
-  bool trailers = false;
-  bool bad = false;
-  bool regular_seen = false;  // Pseudo-header fields come first.
-  uint8_t pseudo = 0;         // :method 1, :scheme 2, :path 4, :authority 8
-  int64_t content_length = -1;
-
-  void Take(std::string_view name, std::string_view value) {
-    if (name.empty()) {
-      bad = true;
-      return;
-    }
-    for (const char c : value) bad |= kBadValueChars[static_cast<uint8_t>(c)];
-    if (!value.empty() && (value.front() == ' ' || value.front() == '\t' || value.back() == ' ' ||
-                           value.back() == '\t')) {
-      bad = true;
-    }
-    if (name[0] == ':') {
-      uint8_t bit = 0;
-      if (name == ":method") {
-        bit = 1;
-      } else if (name == ":scheme") {
-        bit = 2;
-      } else if (name == ":path") {
-        bit = 4;
-        if (value.empty()) bad = true;
-      } else if (name == ":authority") {
-        bit = 8;
-      }
-      if (bit == 0 || trailers || regular_seen || (pseudo & bit) != 0) bad = true;
-      pseudo |= bit;
-      return;
-    }
-    regular_seen = true;
-    for (const char c : name) bad |= !kNameChars[static_cast<uint8_t>(c)];
-    switch (name.size()) {  // Connection-specific fields (8.2.2).
-      case 2:
-        if (name == "te" && value != "trailers") bad = true;
-        break;
-      case 7:
-        if (name == "upgrade") bad = true;
-        break;
-      case 10:
-        if (name == "connection" || name == "keep-alive") bad = true;
-        break;
-      case 14:
-        if (name == "content-length") {
-          int64_t n = 0;
-          for (const char c : value) {
-            if (c < '0' || c > '9' || n > (int64_t{1} << 50)) {
-              bad = true;
-              break;
-            }
-            n = n * 10 + (c - '0');
-          }
-          if (value.empty() || (content_length >= 0 && content_length != n)) bad = true;
-          content_length = n;
-        }
-        break;
-      case 16:
-        if (name == "proxy-connection") bad = true;
-        break;
-      case 17:
-        if (name == "transfer-encoding") bad = true;
-        break;
-    }
+void H2Session::FieldCheck::Take(std::string_view name, std::string_view value) {
+  if (name.empty()) {
+    bad = true;
+    return;
   }
-  // After the block: a request has a method, a scheme and a path.
-  bool ok() const { return !bad && (trailers || (pseudo & 7) == 7); }
-};
+  for (const char c : value) bad |= kBadValueChars[static_cast<uint8_t>(c)];
+  if (!value.empty() && (value.front() == ' ' || value.front() == '\t' || value.back() == ' ' ||
+                         value.back() == '\t')) {
+    bad = true;
+  }
+  if (name[0] == ':') {
+    uint8_t bit = 0;
+    if (name == ":method") {
+      bit = 1;
+    } else if (name == ":scheme") {
+      bit = 2;
+    } else if (name == ":path") {
+      bit = 4;
+      if (value.empty()) bad = true;
+    } else if (name == ":authority") {
+      bit = 8;
+    }
+    if (bit == 0 || trailers || regular_seen || (pseudo & bit) != 0) bad = true;
+    pseudo |= bit;
+    return;
+  }
+  regular_seen = true;
+  for (const char c : name) bad |= !kNameChars[static_cast<uint8_t>(c)];
+  switch (name.size()) {  // Connection-specific fields (8.2.2).
+    case 2:
+      if (name == "te" && value != "trailers") bad = true;
+      break;
+    case 7:
+      if (name == "upgrade") bad = true;
+      break;
+    case 10:
+      if (name == "connection" || name == "keep-alive") bad = true;
+      break;
+    case 14:
+      if (name == "content-length") {
+        int64_t n = 0;
+        for (const char c : value) {
+          if (c < '0' || c > '9' || n > (int64_t{1} << 50)) {
+            bad = true;
+            break;
+          }
+          n = n * 10 + (c - '0');
+        }
+        if (value.empty() || (content_length >= 0 && content_length != n)) bad = true;
+        content_length = n;
+      }
+      break;
+    case 16:
+      if (name == "proxy-connection") bad = true;
+      break;
+    case 17:
+      if (name == "transfer-encoding") bad = true;
+      break;
+  }
+}
 
 struct H2Session::Stream {
   int32_t id = 0;
@@ -536,11 +524,16 @@ bool H2Session::OnHeaderBlock() {
   // Decoded whatever happens to the stream: the table must stay in step with the client's.
   FieldCheck check;
   check.trailers = trailers;
+  const bool checked = last_check_whole_ && !last_check_.bad && last_check_.trailers == trailers &&
+                       decoder_.SameAsLast(block_);
+  if (checked) check = last_check_;
   const absl::Status status = decoder_.Decode(block_, [&](std::string_view n, std::string_view v) {
     if (s == nullptr || check.bad) return;
-    check.Take(n, v);
+    if (!checked) check.Take(n, v);
     if (opened && !check.bad && Find(id) != nullptr) listener_.OnHeader(id, n, v);
   });
+  last_check_ = check;
+  last_check_whole_ = s != nullptr;
   if (block_.capacity() > 4 * kMaxBlockSlack) {
     std::string().swap(block_);  // A big block's room is not kept.
   } else {

@@ -157,7 +157,19 @@ class H2Session {
 
  private:
   struct Stream;
-  struct FieldCheck;
+  // A request's header block, checked as RFC 9113, 8.2 and 8.3 ask of a server: a malformed one
+  // resets its stream with PROTOCOL_ERROR.
+  struct FieldCheck {
+    bool trailers = false;
+    bool bad = false;
+    bool regular_seen = false;  // Pseudo-header fields come first.
+    uint8_t pseudo = 0;         // :method 1, :scheme 2, :path 4, :authority 8
+    int64_t content_length = -1;
+
+    void Take(std::string_view name, std::string_view value);
+    // After the block: a request has a method, a scheme and a path.
+    bool ok() const { return !bad && (trailers || (pseudo & 7) == 7); }
+  };
   enum class Parse { kPreface, kHeader, kPayload, kData };
 
   // The next `n` bytes of the frame being read, advancing `p`: straight from the input when they
@@ -210,6 +222,11 @@ class H2Session {
   SendQueue& out_;
   HpackDecoder decoder_;
   HpackEncoder encoder_;
+  // The check of the last block decoded, if it saw every field (its stream was taken): a block
+  // the decoder finds the same as the last (a client sends the same headers call after call)
+  // has the same fields, so the same check.
+  FieldCheck last_check_;
+  bool last_check_whole_ = false;
 
   Parse parse_ = Parse::kPreface;
   std::string pending_;  // A frame's header or payload not all in yet.

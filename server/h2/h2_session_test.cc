@@ -723,5 +723,37 @@ TEST(H2Session, MalformedRequestsAreResetWithProtocolError) {
   EXPECT_EQ(server.streams[1].data, "12345");
 }
 
+// A client sends the same block call after call, and the session checks it once (the decoder
+// says it is the same as the last): each stream must still be held to what it sent.
+TEST(H2Session, TheSameBlockCallAfterCallIsHeldToEachStream) {
+  Server server;
+  server.echo = false;
+  HpackEncoder encoder;
+  std::string block;
+  const Fields fields = {{":method", "POST"}, {":scheme", "http"},     {":path", "/p"},
+                         {":authority", "a"}, {"content-length", "5"}, {"te", "trailers"}};
+  for (const auto& [n, v] : fields) encoder.Encode(n, v, HpackEncoder::kNoIndex, &block);
+  std::string bytes = Greeting();
+  for (uint32_t id = 1; id <= 7; id += 2) {
+    bytes += Frame(0x1, 0x4, id, block) + Frame(0x0, 0x1, id, "12345");
+  }
+  bytes += Frame(0x1, 0x4, 9, block) + Frame(0x0, 0x1, 9, "123");  // Under its content-length.
+  // A stream whose trailers are that block: pseudo-header fields in trailers.
+  bytes += Frame(0x1, 0x4, 11, block) + Frame(0x0, 0x0, 11, "12345") + Frame(0x1, 0x5, 11, block);
+  ASSERT_TRUE(server.session.Feed(bytes.data(), bytes.size(), 0));
+  for (int32_t id = 1; id <= 7; id += 2) {
+    EXPECT_EQ(server.streams[id].headers, fields) << id;
+    EXPECT_TRUE(server.streams[id].remote_ended) << id;
+    EXPECT_EQ(server.streams[id].data, "12345") << id;
+  }
+  const std::string out = Drain(server.out);
+  for (const uint32_t id : {9u, 11u}) {
+    EXPECT_NE(out.find(Frame(0x3, 0, id, std::string("\0\0\0\x01", 4))), std::string::npos)
+        << "RST_STREAM PROTOCOL_ERROR on stream " << id;
+    EXPECT_FALSE(server.streams[id].remote_ended) << id;
+  }
+  EXPECT_EQ(out.find(Frame(0x3, 0, 7, std::string("\0\0\0\x01", 4))), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ringkv
