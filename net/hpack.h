@@ -122,14 +122,14 @@ class HpackDecoder {
   const HpackTable& table() const { return table_; }
   // The size of the list the last Decode went through, counted as the limit counts.
   size_t last_list_bytes() const { return last_list_bytes_; }
+  // What the last Decode returned: OK, or ResourceExhausted if its list was over the limit.
+  absl::Status ListStatus() const;
 
   // The longest block, and the most bytes of names and values, a repeat is kept for.
   static constexpr size_t kMaxRepeatBlockBytes = 512;
   static constexpr size_t kMaxRepeatFieldBytes = 2048;
 
  private:
-  // OK, or ResourceExhausted if the last list was over max_list_bytes_.
-  absl::Status ListStatus() const;
   // After a Decode of `block` from a table at `changes`, whose fields `kept` holds.
   void Remember(std::string_view block, uint64_t changes, bool kept);
 

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/log.h"
@@ -650,18 +651,38 @@ void Connection::SubmitHeadersOnly(int32_t stream_id, std::span<const HeaderFiel
 
 // --h2=ringkv: the session's events.
 
-void Connection::SessionEvents::OnBeginStream(int32_t id) { c_.BeginCall(id); }
+void Connection::SessionEvents::OnBeginStream(int32_t id) {
+  c_.headers_as_last_ = false;
+  c_.BeginCall(id);
+}
 
 void Connection::SessionEvents::OnHeader(int32_t id, std::string_view name,
                                          std::string_view value) {
   if (H2Call* call = c_.CallOf(id)) call->OnHeader(name, value);
 }
 
+bool Connection::SessionEvents::OnHeadersAsLast(int32_t id) {
+  H2Call* call = c_.CallOf(id);
+  if (call == nullptr || !c_.last_headers_kept_) return false;
+  call->TakeHeaders(c_.last_headers_);
+  c_.headers_as_last_ = true;
+  return true;
+}
+
 void Connection::SessionEvents::OnHeadersDone(int32_t id, size_t list_bytes_over) {
-  if (H2Call* call = c_.CallOf(id)) {
-    if (list_bytes_over > 0) call->OnHeaderListOver(list_bytes_over);
-    call->OnHeadersDone();
+  const bool as_last = std::exchange(c_.headers_as_last_, false);
+  H2Call* call = c_.CallOf(id);
+  if (call == nullptr) {
+    c_.last_headers_kept_ = false;
+    return;
   }
+  if (!as_last) {
+    const H2Call::RequestHeaders& h = call->headers();
+    c_.last_headers_kept_ = list_bytes_over == 0 && !h.sent_token && h.method != nullptr;
+    if (c_.last_headers_kept_) c_.last_headers_ = h;
+  }
+  if (list_bytes_over > 0) call->OnHeaderListOver(list_bytes_over);
+  call->OnHeadersDone();
 }
 
 void Connection::SessionEvents::OnData(int32_t id, const char* data, size_t length) {

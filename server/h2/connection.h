@@ -189,6 +189,7 @@ class Connection final : public CallConnection {
     void OnBeginStream(int32_t id) override;
     void OnHeader(int32_t id, std::string_view name, std::string_view value) override;
     void OnHeadersDone(int32_t id, size_t list_bytes_over) override;
+    bool OnHeadersAsLast(int32_t id) override;
     void OnData(int32_t id, const char* data, size_t length) override;
     std::span<char> DataRoom(int32_t id, size_t want) override;
     void OnDataInPlace(int32_t id, size_t length) override;
@@ -274,6 +275,12 @@ class Connection final : public CallConnection {
   };
   std::unique_ptr<RingMessage> ring_message_;
   RoleCache role_cache_;
+  // --h2=ringkv: the last call's headers, as its call made them, when they can be another's:
+  // they sent no token (whose role is looked up each call, as the tokens file may change) and
+  // were within the limit. headers_as_last_: the call under way took them (OnHeadersAsLast).
+  H2Call::RequestHeaders last_headers_;
+  bool last_headers_kept_ = false;
+  bool headers_as_last_ = false;
 };
 
 }  // namespace ringkv

@@ -102,8 +102,29 @@ class H2Call final : public CallSink {
   H2Call(const H2Call&) = delete;
   H2Call& operator=(const H2Call&) = delete;
 
+  // Request headers, as they come (OnHeader).
+  struct RequestHeaders {
+    const Method* method = nullptr;  // Null: unknown, or no :path yet.
+    std::string unknown_path;        // Kept for the error message only.
+    bool post = false;
+    std::string_view content_type_error;  // Empty if application/grpc[+proto].
+    bool has_content_type = false;
+    bool identity = true;  // grpc-encoding absent or identity.
+    std::optional<int64_t> timeout_ns;
+    bool bad_timeout = false;
+    size_t bytes = 0;           // As HTTP/2 counts a header list (name + value + 32).
+    bool sent_token = false;    // An authorization header came.
+    Role caller = Role::kNone;  // The role its token grants (with --auth-token-file).
+    absl::StatusOr<uint32_t> min_replicas = 0;  // ringkv-min-replicas.
+    absl::StatusOr<bool> linearizable = false;  // ringkv-consistency.
+  };
+
   // From the connection's HTTP/2 session.
   void OnHeader(std::string_view name, std::string_view value);
+  // What OnHeader made of the headers so far; TakeHeaders: what it made of another call's
+  // fields, the same as this one's, in place of its calls.
+  const RequestHeaders& headers() const { return headers_; }
+  void TakeHeaders(const RequestHeaders& headers) { headers_ = headers; }
   // The header list was `bytes` (counted as HTTP/2 counts it), over kMaxHeaderListBytes: the
   // session dropped the fields past the limit, and Start refuses the call.
   void OnHeaderListOver(size_t bytes) { headers_.bytes = bytes; }
@@ -160,23 +181,6 @@ class H2Call final : public CallSink {
   bool retired = false;
 
  private:
-  // Request headers, as they come.
-  struct RequestHeaders {
-    const Method* method = nullptr;  // Null: unknown, or no :path yet.
-    std::string unknown_path;        // Kept for the error message only.
-    bool post = false;
-    std::string_view content_type_error;  // Empty if application/grpc[+proto].
-    bool has_content_type = false;
-    bool identity = true;  // grpc-encoding absent or identity.
-    std::optional<int64_t> timeout_ns;
-    bool bad_timeout = false;
-    size_t bytes = 0;           // As HTTP/2 counts a header list (name + value + 32).
-    bool sent_token = false;    // An authorization header came.
-    Role caller = Role::kNone;  // The role its token grants (with --auth-token-file).
-    absl::StatusOr<uint32_t> min_replicas = 0;  // ringkv-min-replicas.
-    absl::StatusOr<bool> linearizable = false;  // ringkv-consistency.
-  };
-
   // Starts the handler, or answers the call itself with the reason it cannot be served.
   void Start();
   // A bidirectional call: hands whole messages to the handler while it Reads.

@@ -527,13 +527,19 @@ bool H2Session::OnHeaderBlock() {
   const bool checked = last_check_whole_ && !last_check_.bad && last_check_.trailers == trailers &&
                        decoder_.SameAsLast(block_);
   if (checked) check = last_check_;
-  const absl::Status status = decoder_.Decode(block_, [&](std::string_view n, std::string_view v) {
-    if (s == nullptr || check.bad) return;
-    if (!checked) check.Take(n, v);
-    if (opened && !check.bad && Find(id) != nullptr) listener_.OnHeader(id, n, v);
-  });
+  absl::Status status;
+  if (checked && opened && last_block_done_ && listener_.OnHeadersAsLast(id)) {
+    status = decoder_.ListStatus();  // Decoding it would change nothing in the decoder.
+  } else {
+    status = decoder_.Decode(block_, [&](std::string_view n, std::string_view v) {
+      if (s == nullptr || check.bad) return;
+      if (!checked) check.Take(n, v);
+      if (opened && !check.bad && Find(id) != nullptr) listener_.OnHeader(id, n, v);
+    });
+  }
   last_check_ = check;
   last_check_whole_ = s != nullptr;
+  last_block_done_ = false;
   if (block_.capacity() > 4 * kMaxBlockSlack) {
     std::string().swap(block_);  // A big block's room is not kept.
   } else {
@@ -577,6 +583,7 @@ bool H2Session::OnHeaderBlock() {
     // Before OnHeadersDone: an answer given within it ends the stream with no reset.
     s->remote_ended = true;
   }
+  last_block_done_ = true;
   listener_.OnHeadersDone(
       id, status.code() == absl::StatusCode::kResourceExhausted ? decoder_.last_list_bytes() : 0);
   if (end_stream && Find(id) != nullptr) {

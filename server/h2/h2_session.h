@@ -75,6 +75,11 @@ class H2Session {
     // max_header_list_bytes (counted as SETTINGS_MAX_HEADER_LIST_SIZE counts), whose fields
     // past the limit were dropped.
     virtual void OnHeadersDone(int32_t id, size_t list_bytes_over) = 0;
+    // In place of OnHeader's calls: a new stream's header block is the same as the last
+    // stream's, whose fields all went to OnHeader and which reached OnHeadersDone (a client
+    // sends the same headers call after call). True if the Listener took what it made of those
+    // again; false, and each field comes to OnHeader.
+    virtual bool OnHeadersAsLast(int32_t /*id*/) { return false; }
     // Request DATA, as it comes; the Listener consumes it (Consume) as it takes it.
     virtual void OnData(int32_t id, const char* data, size_t length) = 0;
     // Where the next DATA bytes of stream `id` (`want` of them at most) may be read straight to,
@@ -227,6 +232,7 @@ class H2Session {
   // has the same fields, so the same check.
   FieldCheck last_check_;
   bool last_check_whole_ = false;
+  bool last_block_done_ = false;  // The last block decoded reached Listener::OnHeadersDone.
 
   Parse parse_ = Parse::kPreface;
   std::string pending_;  // A frame's header or payload not all in yet.

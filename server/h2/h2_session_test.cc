@@ -59,6 +59,11 @@ class Server : public H2Session::Listener {
   bool consume = true;
   // Resets a stream when its first DATA comes (without consuming it).
   bool reset_on_data = false;
+  // Takes the last stream's headers again where the session offers (OnHeadersAsLast); the
+  // streams that did are listed.
+  bool as_last = false;
+  std::vector<int32_t> as_last_ids;
+  int32_t last_done_id = 0;
   // Offers a room of kRoomBytes for DATA to be read straight into (DataRoom), as a call with
   // a large message's buffer does; what comes there is counted.
   bool in_place = false;
@@ -79,7 +84,14 @@ class Server : public H2Session::Listener {
   void OnHeader(int32_t id, std::string_view name, std::string_view value) override {
     streams[id].headers.emplace_back(name, value);
   }
+  bool OnHeadersAsLast(int32_t id) override {
+    if (!as_last) return false;
+    as_last_ids.push_back(id);
+    streams[id].headers = streams[last_done_id].headers;
+    return true;
+  }
   void OnHeadersDone(int32_t id, size_t list_bytes_over) override {
+    last_done_id = id;
     streams[id].headers_done = true;
     streams[id].list_too_long = list_bytes_over > 0;
   }
@@ -753,6 +765,33 @@ TEST(H2Session, TheSameBlockCallAfterCallIsHeldToEachStream) {
     EXPECT_FALSE(server.streams[id].remote_ended) << id;
   }
   EXPECT_EQ(out.find(Frame(0x3, 0, 7, std::string("\0\0\0\x01", 4))), std::string::npos);
+}
+
+// The session offers the last stream's headers in place of the fields only when the block is
+// the same and that stream's reached OnHeadersDone.
+TEST(H2Session, TheLastStreamsHeadersAreOfferedOnlyWhenTheyWereTakenWhole) {
+  Server server;
+  server.echo = false;
+  server.as_last = true;
+  HpackEncoder encoder;
+  std::string block;
+  const Fields fields = {{":method", "POST"}, {":scheme", "http"}, {":path", "/p"},
+                         {":authority", "a"}, {"content-length", "5"}};
+  for (const auto& [n, v] : fields) encoder.Encode(n, v, HpackEncoder::kNoIndex, &block);
+  std::string bytes = Greeting();
+  bytes += Frame(0x1, 0x4, 1, block) + Frame(0x0, 0x1, 1, "12345");
+  bytes += Frame(0x1, 0x4, 3, block) + Frame(0x0, 0x1, 3, "12345");
+  bytes += Frame(0x1, 0x5, 5, block);  // Ended with no DATA: reset before OnHeadersDone.
+  bytes += Frame(0x1, 0x4, 7, block) + Frame(0x0, 0x1, 7, "12345");
+  bytes += Frame(0x1, 0x4, 9, block) + Frame(0x0, 0x1, 9, "12345");
+  ASSERT_TRUE(server.session.Feed(bytes.data(), bytes.size(), 0));
+  EXPECT_EQ(server.as_last_ids, (std::vector<int32_t>{3, 5, 9}));
+  for (const int32_t id : {1, 3, 7, 9}) {
+    EXPECT_EQ(server.streams[id].headers, fields) << id;
+    EXPECT_TRUE(server.streams[id].headers_done) << id;
+    EXPECT_EQ(server.streams[id].data, "12345") << id;
+  }
+  EXPECT_FALSE(server.streams[5].headers_done);
 }
 
 }  // namespace
