@@ -219,11 +219,11 @@ bool Connection::Fed(bool ok) {
 }
 
 bool Connection::FeedInPlace(size_t length) {
-  return Fed(own_->FeedInPlace(length, LoopIo::NowNs()));
+  return Fed(own_->FeedInPlace(length, io_.TurnNowNs()));
 }
 
 bool Connection::Feed(const char* data, size_t length) {
-  if (own_ != nullptr) return Fed(own_->Feed(data, length, LoopIo::NowNs()));
+  if (own_ != nullptr) return Fed(own_->Feed(data, length, io_.TurnNowNs()));
   const ssize_t used =
       nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(data), length);
   if (used < 0) {  // Not HTTP/2 at all, a flood, or out of memory: nothing to answer.

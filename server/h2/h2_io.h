@@ -36,6 +36,10 @@ class H2Io {
   virtual const nghttp2_session_callbacks* callbacks() const = 0;
   virtual const nghttp2_option* option() const = 0;
   virtual char* read_buffer() = 0;  // kReadBufferBytes.
+  // The steady clock (LoopIo::NowNs) as of this turn's events, read at its first use in the
+  // turn: for what needs the time only roughly (the session's limit on resets, the idle sweep),
+  // without a clock read per connection read.
+  virtual int64_t TurnNowNs() = 0;
   // `connection` has frames to send: it is flushed at the end of this turn.
   virtual void MarkDirty(Connection* connection) = 0;
   // Events epoll should report for `connection` (EPOLLIN, EPOLLOUT, or none).

@@ -195,7 +195,7 @@ size_t H2LoopIo::Poll() {
   // One clock read per batch of events (none per request), or now and then without any.
   if (events > 0 || ++quiet_polls_ >= kQuietPollsPerClockRead || waiting_fd_ >= 0 ||
       gate_.evictions_asked(index_)) {
-    work += TendIdle(NowNs());
+    work += TendIdle(TurnNowNs());
   }
   return work;
 }
@@ -221,7 +221,7 @@ bool H2LoopIo::Wait(std::chrono::nanoseconds timeout) {
   work += PumpReady();
   work += ExpireDeadlines();
   work += ExpireGreetings();
-  work += TendIdle(NowNs());  // A parked loop sweeps from here (it wakes every 100 ms at most).
+  work += TendIdle(TurnNowNs());  // A parked loop sweeps from here (it wakes every 100 ms at most).
   return work > 0;
 }
 
@@ -233,6 +233,7 @@ void H2LoopIo::Wake() {
 size_t H2LoopIo::HandleEvents(int timeout_ms) {
   epoll_event events[kEventsPerWait];
   const int n = epoll_wait(epoll_fd_, events, kEventsPerWait, timeout_ms);
+  turn_now_ns_ = 0;
   for (int i = 0; i < n; ++i) {
     void* tag = events[i].data.ptr;
     if (tag == &wake_tag) {
@@ -253,6 +254,7 @@ size_t H2LoopIo::HandleEvents(int timeout_ms) {
 }
 
 size_t H2LoopIo::Reap() {
+  turn_now_ns_ = 0;
   size_t work = uring_->Reap([this](const io_uring_cqe& cqe) { Complete(cqe); });
   if (epoll_ready_) {
     // The ring's poll fires once per wake-up: look until the set has nothing more.

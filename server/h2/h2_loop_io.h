@@ -102,6 +102,10 @@ class H2LoopIo final : public LoopIo, public H2Io {
   const nghttp2_session_callbacks* callbacks() const override { return callbacks_; }
   const nghttp2_option* option() const override { return option_; }
   char* read_buffer() override { return read_buffer_.get(); }
+  int64_t TurnNowNs() override {
+    if (turn_now_ns_ == 0) turn_now_ns_ = NowNs();
+    return turn_now_ns_;
+  }
   void MarkDirty(Connection* connection) override;
   void Watch(Connection* connection, uint32_t events) override;
   void Receive(Connection* connection) override;
@@ -162,6 +166,7 @@ class H2LoopIo final : public LoopIo, public H2Io {
   nghttp2_session_callbacks* callbacks_ = nullptr;
   nghttp2_option* option_ = nullptr;
   std::unique_ptr<char[]> read_buffer_;
+  int64_t turn_now_ns_ = 0;  // TurnNowNs's; 0: not read since the last events came.
   std::unique_ptr<Uring> uring_;  // --io=uring; null: epoll only.
 
   // Loop thread only.
