@@ -13,9 +13,11 @@
 #include "ringkv/v1/kv.pb.h"
 #include "server/handlers/handler.h"
 #include "server/handlers/handler_host.h"
+#include "server/handlers/internal/kv_ops.h"
 #include "server/handlers/methods.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
+#include "server/status_details.h"
 #include "shard/router.h"
 #include "shard/shard.h"
 
@@ -392,6 +394,99 @@ TEST(HandlersTest, AWriteOverTheMemoryLimitNamesTheBytesItNeededAndTheLimit) {
   const size_t at = message.find("the write needs ");
   ASSERT_NE(at, std::string::npos) << message;
   EXPECT_GE(std::stoull(message.substr(at + 16)), uint64_t{100} << 10) << message;
+}
+
+// A batch reply is written item by item without protobuf (internal::AppendItem): each item must
+// be the bytes protobuf writes for the ItemResult that SetItem makes of it.
+TEST(HandlersTest, ABatchItemIsWrittenAsProtobufWritesIt) {
+  TestContext context;
+  std::vector<Request> requests;
+  auto add = [&](Op op, Result result, uint64_t version, std::string out = "",
+                 int64_t deadline_ms = 0, int64_t number = 0) {
+    Request r;
+    r.op = op;
+    r.result = result;
+    r.version = version;
+    r.out = std::move(out);
+    r.deadline_ms = deadline_ms;
+    r.number = number;
+    requests.push_back(std::move(r));
+  };
+  add(Op::kGet, Result::kOk, 7, "value");
+  add(Op::kGet, Result::kOk, 1, std::string(300, 'v'), kNowMs + 1500);  // A two-byte length.
+  add(Op::kGet, Result::kOk, uint64_t{1} << 40, "", kNowMs - 5);  // Empty, TTL passed: 1 ms.
+  add(Op::kGet, Result::kNotFound, 0);
+  add(Op::kPut, Result::kOk, 3);
+  add(Op::kPut, Result::kConditionFailed, 9);
+  add(Op::kPut, Result::kConditionFailed, 0);
+  add(Op::kDelete, Result::kOk, 0);
+  add(Op::kIncrement, Result::kOk, 4, "", 0, -12);
+  add(Op::kIncrement, Result::kOverflow, 0);
+  add(Op::kPut, Result::kRefused, 0);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request copy = requests[i];
+    pb::MultiGetResponse want;
+    internal::SetItem(want.add_results(), copy, context);
+    std::string got;
+    internal::AppendItem(pb::MultiGetResponse::kResultsFieldNumber, requests[i], context, &got);
+    EXPECT_EQ(got, want.SerializeAsString()) << "request " << i;
+  }
+  absl::Status redirected = absl::UnavailableError("not the primary");
+  pb::Redirect redirect;
+  redirect.set_primary("10.0.0.1:7000");
+  redirected.SetPayload(absl::string_view(kRedirectTypeUrl.data(), kRedirectTypeUrl.size()),
+                        absl::Cord(redirect.SerializeAsString()));
+  for (const absl::Status& status :
+       {absl::InvalidArgumentError("the key is 17 bytes; the limit is 16"), redirected}) {
+    pb::MultiPutResponse want;
+    internal::SetItem(want.add_results(), status);
+    std::string got;
+    internal::AppendItem(pb::MultiPutResponse::kResultsFieldNumber, status, &got);
+    EXPECT_EQ(got, want.SerializeAsString()) << status;
+  }
+}
+
+TEST(HandlersTest, ABatchAnswersEachItemInOrderAndABadOneDoesNotStopTheOthers) {
+  TestHost host;
+  pb::MultiPutRequest puts;
+  for (const char* key : {"a", "bbbbbbbbbbbbbbbbbbbbb", "c"}) {  // The second is over 16 bytes.
+    pb::KeyValue* item = puts.add_items();
+    item->set_key(key);
+    item->set_value(std::string("value of ") + key);
+  }
+  Call put(host, MethodId::kMultiPut, puts);
+  ASSERT_TRUE(put.sink().status.ok()) << put.sink().status;
+  const pb::MultiPutResponse put_reply = put.Answer<pb::MultiPutResponse>();
+  ASSERT_EQ(put_reply.results_size(), 3);
+  EXPECT_EQ(put_reply.results(0).code(), 0);
+  EXPECT_GT(put_reply.results(0).version(), 0u);
+  EXPECT_EQ(put_reply.results(1).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(put_reply.results(1).message().find("16"), std::string::npos);
+  EXPECT_EQ(put_reply.results(2).code(), 0);
+
+  pb::MultiGetRequest gets;
+  for (const char* key : {"c", "missing", "a", "bbbbbbbbbbbbbbbbbbbbb"}) gets.add_keys(key);
+  Call get(host, MethodId::kMultiGet, gets);
+  ASSERT_TRUE(get.sink().status.ok()) << get.sink().status;
+  const pb::MultiGetResponse reply = get.Answer<pb::MultiGetResponse>();
+  ASSERT_EQ(reply.results_size(), 4);
+  EXPECT_EQ(reply.results(0).value(), "value of c");
+  EXPECT_EQ(reply.results(0).ttl_ms(), -1);
+  EXPECT_EQ(reply.results(1).code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_EQ(reply.results(2).value(), "value of a");
+  EXPECT_EQ(reply.results(2).version(), put_reply.results(0).version());
+  EXPECT_EQ(reply.results(3).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+
+  // All refused: answered at once, nothing submitted.
+  const int submitted = host.submitted;
+  pb::MultiGetRequest bad;
+  bad.add_keys(std::string(20, 'x'));
+  Call refused(host, MethodId::kMultiGet, bad);
+  ASSERT_TRUE(refused.sink().status.ok()) << refused.sink().status;
+  ASSERT_EQ(refused.Answer<pb::MultiGetResponse>().results_size(), 1);
+  EXPECT_EQ(refused.Answer<pb::MultiGetResponse>().results(0).code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(host.submitted, submitted);
 }
 
 TEST(HandlersTest, ASnapshotWithoutADataDirIsAFailedPrecondition) {

@@ -20,6 +20,7 @@
 #include "server/handlers/internal/bidi_handler.h"
 #include "server/handlers/internal/factories.h"
 #include "server/handlers/internal/kv_ops.h"
+#include "server/handlers/internal/wire_message.h"
 #include "shard/scan.h"
 
 namespace ringkv::internal {
@@ -235,46 +236,68 @@ class IncrementHandler : public SingleKeyHandler<pb::IncrementRequest, pb::Incre
 };
 
 // MultiGet and MultiPut: one Request per item, answered per item; a bad item is answered at
-// once and the others still run.
+// once and the others still run. The reply (a ResponsePb: repeated ItemResult results = 1) is
+// written item by item once all are back (AppendItem), with no ItemResult object per item.
 template <typename RequestPb, typename ResponsePb>
-class BatchHandler : public UnaryHandler<RequestPb, ResponsePb> {
+class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
  public:
-  using UnaryHandler<RequestPb, ResponsePb>::UnaryHandler;
+  using UnaryHandler<RequestPb, WireMessage>::UnaryHandler;
 
  protected:
-  void Take(Request& request) override {
-    SetItem(this->response_.mutable_results(static_cast<int>(&request - ops_.data())), request,
-            this->context_);
+  void Take(Request&) override {}  // Its outcome stays in ops_ until the reply is written.
+  absl::Status Result() override {
+    WriteReply();
+    return absl::OkStatus();
   }
   size_t ops() const override { return ops_.size(); }
 
   static constexpr size_t kInlineItems = 32;
 
-  // Sizes the results and prepares every item with `prepare(i, request)`: an item it refuses
-  // is answered at once, the others are submitted.
+  // Prepares every item with `prepare(i, request)`: an item it refuses is answered with what
+  // is wrong with it, the others are submitted.
   template <typename Prepare>
   void Run(int items, Prepare prepare) {
     ops_.resize(static_cast<size_t>(items));
-    // One allocation for the results' array and none for a batch's accepted items up to
-    // kInlineItems, where growing them one item at a time took several.
-    this->response_.mutable_results()->Reserve(items);
+    // None allocated for a batch's accepted items up to kInlineItems, where growing them one
+    // item at a time took several.
     absl::InlinedVector<Request*, kInlineItems> accepted;
     for (int i = 0; i < items; ++i) {
-      pb::ItemResult* result = this->response_.add_results();
       Request& op = ops_[static_cast<size_t>(i)];
       if (absl::Status s = prepare(i, &op); !s.ok()) {
-        SetItem(result, s);
+        refused_.emplace_back(static_cast<size_t>(i), std::move(s));
       } else {
         accepted.push_back(&op);
       }
     }
-    if (accepted.empty()) return this->Reply(absl::OkStatus());
+    if (accepted.empty()) {
+      WriteReply();
+      return this->Reply(absl::OkStatus());
+    }
     // Each is counted as it is submitted: a completion comes only from a later engine turn.
     for (Request* op : accepted) this->SubmitCounted(*op, Lane::kBatch);
   }
 
  private:
+  static constexpr uint32_t kResults = ResponsePb::kResultsFieldNumber;
+
+  void WriteReply() {
+    this->response_.set_type_name(ResponsePb::descriptor()->full_name().c_str());
+    std::string& out = this->response_.bytes();
+    size_t room = 0;  // About what the items take: one allocation for the reply.
+    for (const Request& op : ops_) room += op.out.size() + 32;
+    out.reserve(room);
+    auto refused = refused_.begin();
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (refused != refused_.end() && refused->first == i) {
+        AppendItem(kResults, (refused++)->second, &out);
+      } else {
+        AppendItem(kResults, ops_[i], this->context_, &out);
+      }
+    }
+  }
+
   std::vector<Request> ops_;
+  std::vector<std::pair<size_t, absl::Status>> refused_;  // By item, in order.
 };
 
 class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetResponse> {

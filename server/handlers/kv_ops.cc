@@ -1,7 +1,11 @@
 #include "server/handlers/internal/kv_ops.h"
 
+#include <google/protobuf/io/coded_stream.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "server/handlers/handler.h"
@@ -198,6 +202,81 @@ void SetItem(pb::ItemResult* item, Request& r, const ServerContext& context) {
     default:
       break;
   }
+}
+
+namespace {
+
+using google::protobuf::io::CodedOutputStream;
+
+void AppendVarint(uint64_t value, std::string* out) {
+  uint8_t bytes[10];
+  const uint8_t* end = CodedOutputStream::WriteVarint64ToArray(value, bytes);
+  out->append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(end - bytes));
+}
+
+// Tag and length of a length-delimited field.
+void AppendHead(uint32_t field, size_t length, std::string* out) {
+  AppendVarint(field << 3 | 2, out);
+  AppendVarint(length, out);
+}
+
+// An integer field of ItemResult (fields 1-15: a one-byte tag) as protobuf writes it: proto3
+// leaves a zero out.
+size_t IntFieldBytes(uint64_t value) {
+  return value == 0 ? 0 : 1 + CodedOutputStream::VarintSize64(value);
+}
+void AppendIntField(uint32_t field, uint64_t value, std::string* out) {
+  if (value == 0) return;
+  out->push_back(static_cast<char>(field << 3));
+  AppendVarint(value, out);
+}
+
+void AppendMessage(uint32_t field, const pb::ItemResult& item, std::string* out) {
+  const size_t size = item.ByteSizeLong();
+  AppendHead(field, size, out);
+  const size_t at = out->size();
+  out->resize(at + size);
+  item.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out->data() + at));
+}
+
+}  // namespace
+
+void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out) {
+  // StatusOf's OK: a result of kOk, unless a linearizable read's writes did not stay.
+  if (r.result != Result::kOk || r.linearizable) [[unlikely]] {
+    pb::ItemResult item;
+    SetItem(&item, r, context);
+    return AppendMessage(field, item, out);
+  }
+  // As SetItem sets an OK item, in protobuf's order: code 0 and no message (left out), then
+  // value 3, version 4, ttl_ms 5, number 6.
+  uint64_t ttl = 0;
+  uint64_t number = 0;
+  std::string_view value;
+  if (r.op == Op::kGet) {
+    value = r.out;
+    ttl = static_cast<uint64_t>(TtlLeft(r.deadline_ms, context));
+  } else if (r.op == Op::kIncrement) {
+    number = static_cast<uint64_t>(r.number);
+  }
+  const size_t value_bytes =
+      value.empty() ? 0 : 1 + CodedOutputStream::VarintSize64(value.size()) + value.size();
+  const size_t size =
+      value_bytes + IntFieldBytes(r.version) + IntFieldBytes(ttl) + IntFieldBytes(number);
+  AppendHead(field, size, out);
+  if (!value.empty()) {
+    AppendHead(pb::ItemResult::kValueFieldNumber, value.size(), out);
+    out->append(value);
+  }
+  AppendIntField(pb::ItemResult::kVersionFieldNumber, r.version, out);
+  AppendIntField(pb::ItemResult::kTtlMsFieldNumber, ttl, out);
+  AppendIntField(pb::ItemResult::kNumberFieldNumber, number, out);
+}
+
+void AppendItem(uint32_t field, const absl::Status& status, std::string* out) {
+  pb::ItemResult item;
+  SetItem(&item, status);
+  AppendMessage(field, item, out);
 }
 
 }  // namespace ringkv::internal

@@ -44,6 +44,12 @@ absl::Status StatusOf(const Request& r, const ServerContext& context);
 void SetItem(ringkv::v1::ItemResult* item, Request& r, const ServerContext& context);
 // An item that failed before reaching the engine.
 void SetItem(ringkv::v1::ItemResult* item, const absl::Status& status);
+// The same items, appended to `out` serialized as a repeated ItemResult field `field` (tag,
+// length and the ItemResult, as protobuf writes them): a batch reply written without an
+// ItemResult object per item (WireMessage). The OK ones are written here, field by field; the
+// others, rarer and with messages, through SetItem.
+void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out);
+void AppendItem(uint32_t field, const absl::Status& status, std::string* out);
 // Milliseconds before `deadline_ms` (at least 1: an expired key is not returned); -1 for none,
 // without reading the clock (a GET of a key with no TTL, the usual one, costs no clock_gettime:
 // 3% of the server's samples at MultiGet of 16 when each item read it).
