@@ -250,7 +250,7 @@ void H2Call::ParseRequest(const char* bytes, size_t length, bool stays) {
     return Fail(absl::InternalError("a second request message on a call that takes one"));
   }
   const std::string_view message(bytes + kMessagePrefixBytes, prefix.length);
-  if (!(stays && handler_->ParseInPlace(message)) &&
+  if (!(stays ? handler_->ParseInPlace(message) : handler_->ParseCopy(message)) &&
       !handler_->incoming()->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
     return Fail(absl::InternalError(
         absl::StrCat("cannot parse the request message as ", handler_->incoming()->GetTypeName())));

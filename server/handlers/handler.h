@@ -143,6 +143,10 @@ class Handler {
   // keeping views into it rather than copies (a large PUT's value), and returns true; false
   // and the transport parses incoming() as usual.
   virtual bool ParseInPlace(std::string_view /*wire*/) { return false; }
+  // The same for a unary request's message whose bytes do not stay (the h2 transport's read
+  // buffer): a handler may keep a copy of them and views into it (MultiGet's keys) rather than
+  // a string per field.
+  virtual bool ParseCopy(std::string_view /*wire*/) { return false; }
   // The call is accepted; a bidirectional handler Reads from here on.
   virtual void OnStart() {}
   // A request message is in incoming().

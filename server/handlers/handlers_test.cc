@@ -3,8 +3,10 @@
 // its CallSink. Its Requests run on a real Shard, one engine turn at a time (TestHost::Turn), so
 // what is checked is the handler's own logic: input checks, the Requests it makes, and how it
 // turns their outcome into an answer. No socket, thread or Server.
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -163,14 +165,22 @@ class Call {
  public:
   // `shares`: the sink takes shared fields (CallSink::ShareField). `wire`: the request's bytes
   // as sent (request.SerializeAsString() if empty), parsed in place if the handler takes them
-  // so (Handler::ParseInPlace), as the h2 transport offers a request that came in pieces.
+  // so (Handler::ParseInPlace), as the h2 transport offers a request that came in pieces; or,
+  // `stays` false, offered as bytes that do not stay (Handler::ParseCopy), as the h2 transport
+  // offers a request read whole: they are overwritten right after.
   Call(TestHost& host, MethodId id, const google::protobuf::MessageLite& request,
-       bool shares = false, std::string wire = "")
+       bool shares = false, std::string wire = "", bool stays = true)
       : host_(host), sink_(shares), handler_(MethodOf(id).make(host, sink_)) {
     handler_->OnStart();
     if (wire.empty()) wire = request.SerializeAsString();
     wire_ = std::move(wire);  // Stays put while the handler lives, as the transport's buffer.
-    in_place = handler_->ParseInPlace(wire_);
+    if (stays) {
+      in_place = handler_->ParseInPlace(wire_);
+    } else {
+      std::string read_buffer = wire_;
+      in_place = handler_->ParseCopy(read_buffer);
+      std::fill(read_buffer.begin(), read_buffer.end(), '\xee');
+    }
     if (!in_place) {
       EXPECT_TRUE(handler_->incoming()->ParseFromString(wire_));
     }
@@ -466,16 +476,24 @@ TEST(HandlersTest, ABatchAnswersEachItemInOrderAndABadOneDoesNotStopTheOthers) {
 
   pb::MultiGetRequest gets;
   for (const char* key : {"c", "missing", "a", "bbbbbbbbbbbbbbbbbbbbb"}) gets.add_keys(key);
-  Call get(host, MethodId::kMultiGet, gets);
-  ASSERT_TRUE(get.sink().status.ok()) << get.sink().status;
-  const pb::MultiGetResponse reply = get.Answer<pb::MultiGetResponse>();
-  ASSERT_EQ(reply.results_size(), 4);
-  EXPECT_EQ(reply.results(0).value(), "value of c");
-  EXPECT_EQ(reply.results(0).ttl_ms(), -1);
-  EXPECT_EQ(reply.results(1).code(), static_cast<int>(absl::StatusCode::kNotFound));
-  EXPECT_EQ(reply.results(2).value(), "value of a");
-  EXPECT_EQ(reply.results(2).version(), put_reply.results(0).version());
-  EXPECT_EQ(reply.results(3).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  // The keys split by the handler from bytes that stay, from a copy of bytes that do not, and
+  // by protobuf where the request has a field the handler leaves to it (an unknown one, 9).
+  const std::string unknown_field = gets.SerializeAsString() + std::string("\x48\x01", 2);
+  for (const auto& [wire, stays, in_place] :
+       {std::tuple<std::string, bool, bool>{"", true, true}, {"", false, true},
+        {unknown_field, true, false}, {unknown_field, false, false}}) {
+    Call get(host, MethodId::kMultiGet, gets, false, wire, stays);
+    EXPECT_EQ(get.in_place, in_place) << stays;
+    ASSERT_TRUE(get.sink().status.ok()) << get.sink().status;
+    const pb::MultiGetResponse reply = get.Answer<pb::MultiGetResponse>();
+    ASSERT_EQ(reply.results_size(), 4);
+    EXPECT_EQ(reply.results(0).value(), "value of c");
+    EXPECT_EQ(reply.results(0).ttl_ms(), -1);
+    EXPECT_EQ(reply.results(1).code(), static_cast<int>(absl::StatusCode::kNotFound));
+    EXPECT_EQ(reply.results(2).value(), "value of a");
+    EXPECT_EQ(reply.results(2).version(), put_reply.results(0).version());
+    EXPECT_EQ(reply.results(3).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  }
 
   // All refused: answered at once, nothing submitted.
   const int submitted = host.submitted;
