@@ -440,6 +440,18 @@ TEST(HandlersTest, ABatchItemIsWrittenAsProtobufWritesIt) {
     std::string got;
     internal::AppendItem(pb::MultiGetResponse::kResultsFieldNumber, requests[i], context, &got);
     EXPECT_EQ(got, want.SerializeAsString()) << "request " << i;
+    // As a Stream result, with an id of 0 (left out), one byte or more.
+    for (const uint64_t id : {uint64_t{0}, uint64_t{5}, uint64_t{1} << 35}) {
+      Request again = requests[i];
+      pb::StreamResponse stream;
+      pb::StreamResult* result = stream.add_results();
+      result->set_id(id);
+      internal::SetItem(result->mutable_result(), again, context);
+      std::string scratch = "left over";
+      got.clear();
+      internal::AppendStreamResult(id, requests[i], context, &scratch, &got);
+      EXPECT_EQ(got, stream.SerializeAsString()) << "request " << i << ", id " << id;
+    }
   }
   absl::Status redirected = absl::UnavailableError("not the primary");
   pb::Redirect redirect;
@@ -453,6 +465,14 @@ TEST(HandlersTest, ABatchItemIsWrittenAsProtobufWritesIt) {
     std::string got;
     internal::AppendItem(pb::MultiPutResponse::kResultsFieldNumber, status, &got);
     EXPECT_EQ(got, want.SerializeAsString()) << status;
+    pb::StreamResponse stream;
+    pb::StreamResult* result = stream.add_results();
+    result->set_id(77);
+    internal::SetItem(result->mutable_result(), status);
+    std::string scratch;
+    got = "a first result ";
+    internal::AppendStreamResult(77, status, &scratch, &got);
+    EXPECT_EQ(got, "a first result " + stream.SerializeAsString()) << status;
   }
 }
 

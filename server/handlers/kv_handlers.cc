@@ -462,7 +462,7 @@ class SnapshotHandler : public UnaryHandler<pb::SnapshotRequest, pb::SnapshotRes
 
 // Stream: up to kMaxStreamInFlight operations in flight; the answers that one engine turn
 // completes, or that pile up while a Write is out, share the next reply message.
-class StreamHandler : public BidiHandler<pb::StreamResponse> {
+class StreamHandler : public BidiHandler<WireMessage> {
  public:
   using BidiHandler::BidiHandler;
 
@@ -471,15 +471,15 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
   void OnRequestDone(Request* request) override {
     InFlight& op = *static_cast<InFlight*>(request);
     if (!cancelled()) {
-      pb::ItemResult* item = AddResult(op.id, request->out.size());
       // A linearizable GET is answered only while this server may (after the read ran).
       const absl::Status refusal =
           linearizable_ && request->op == Op::kGet ? LinearizableRefusal() : absl::OkStatus();
+      std::string& reply = Gathering(request->out.size() + 32);
       if (refusal.ok()) {
-        SetItem(item, *request, context_);
+        AppendStreamResult(op.id, *request, context_, &scratch_, &reply);
         if (Acknowledges(*request)) MarkAcknowledging();
       } else {
-        SetItem(item, refusal);
+        AppendStreamResult(op.id, refusal, &scratch_, &reply);
       }
     }
     Release(op);
@@ -552,8 +552,7 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
         }
       }
       if (!status.ok()) {
-        pb::ItemResult* item = AddResult(in.id(), status.message().size());
-        SetItem(item, status);
+        AppendStreamResult(in.id(), status, &scratch_, &Gathering(status.message().size() + 32));
         Release(op);
         continue;
       }
@@ -581,14 +580,15 @@ class StreamHandler : public BidiHandler<pb::StreamResponse> {
     return *op;
   }
 
-  // A new result in the reply being gathered; `bytes` is about what it will add.
-  pb::ItemResult* AddResult(uint64_t id, size_t bytes) {
-    pb::StreamResult* result = Gathering(bytes + 16, kStreamReplyBytes).add_results();
-    result->set_id(id);
-    return result->mutable_result();
+  // The bytes of the reply being gathered (a StreamResponse), for a result of about `bytes`.
+  std::string& Gathering(size_t bytes) {
+    WireMessage& reply = BidiHandler::Gathering(bytes, kStreamReplyBytes);
+    reply.set_type_name(pb::StreamResponse::descriptor()->full_name().c_str());
+    return reply.bytes();
   }
 
   pb::StreamRequest incoming_;
+  std::string scratch_;  // A result being written (AppendStreamResult).
   std::vector<std::unique_ptr<InFlight>> ops_;  // Every one made; free_ lists the idle ones.
   std::vector<InFlight*> free_;
   size_t in_flight_ = 0;

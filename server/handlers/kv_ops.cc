@@ -279,4 +279,34 @@ void AppendItem(uint32_t field, const absl::Status& status, std::string* out) {
   AppendMessage(field, item, out);
 }
 
+namespace {
+
+// StreamResult: its id (left out if 0), then its item (`result`, written even if empty, as
+// protobuf writes a submessage that is set), as a results field of StreamResponse.
+template <typename Item>
+void AppendStreamResult(uint64_t id, Item item, std::string* scratch, std::string* out) {
+  scratch->clear();
+  AppendIntField(pb::StreamResult::kIdFieldNumber, id, scratch);
+  item(scratch);
+  AppendHead(pb::StreamResponse::kResultsFieldNumber, scratch->size(), out);
+  out->append(*scratch);
+}
+
+}  // namespace
+
+void AppendStreamResult(uint64_t id, Request& r, const ServerContext& context,
+                        std::string* scratch, std::string* out) {
+  AppendStreamResult(
+      id,
+      [&](std::string* to) { AppendItem(pb::StreamResult::kResultFieldNumber, r, context, to); },
+      scratch, out);
+}
+
+void AppendStreamResult(uint64_t id, const absl::Status& status, std::string* scratch,
+                        std::string* out) {
+  AppendStreamResult(
+      id, [&](std::string* to) { AppendItem(pb::StreamResult::kResultFieldNumber, status, to); },
+      scratch, out);
+}
+
 }  // namespace ringkv::internal
