@@ -515,6 +515,34 @@ TEST(HandlersTest, ABatchAnswersEachItemInOrderAndABadOneDoesNotStopTheOthers) {
     EXPECT_EQ(reply.results(3).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
   }
 
+  // Items split by the handler from bytes that stay, from a copy of bytes that do not, and by
+  // protobuf where an item has a condition: each key, value and TTL lands.
+  for (const auto& [stays, condition, in_place] :
+       {std::tuple<bool, bool, bool>{true, false, true}, {false, false, true},
+        {true, true, false}, {false, true, false}}) {
+    const std::string prefix = std::string(stays ? "s" : "c") + (condition ? "p" : "i");
+    pb::MultiPutRequest more;
+    for (int i = 0; i < 3; ++i) {
+      pb::KeyValue* item = more.add_items();
+      item->set_key(prefix + std::to_string(i));
+      item->set_value(std::string(40, static_cast<char>('a' + i)));
+      item->set_ttl_ms(i == 1 ? 60'000 : 0);
+      if (condition && i == 2) item->mutable_condition()->set_absent(true);
+    }
+    Call multi_put(host, MethodId::kMultiPut, more, false, "", stays);
+    EXPECT_EQ(multi_put.in_place, in_place) << prefix;
+    ASSERT_EQ(multi_put.Answer<pb::MultiPutResponse>().results_size(), 3) << prefix;
+    pb::MultiGetRequest check;
+    for (int i = 0; i < 3; ++i) check.add_keys(prefix + std::to_string(i));
+    Call multi_get(host, MethodId::kMultiGet, check);
+    const pb::MultiGetResponse got = multi_get.Answer<pb::MultiGetResponse>();
+    ASSERT_EQ(got.results_size(), 3) << prefix;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(got.results(i).value(), std::string(40, static_cast<char>('a' + i))) << prefix;
+      EXPECT_EQ(got.results(i).ttl_ms(), i == 1 ? 60'000 : -1) << prefix;
+    }
+  }
+
   // All refused: answered at once, nothing submitted.
   const int submitted = host.submitted;
   pb::MultiGetRequest bad;

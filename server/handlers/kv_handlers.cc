@@ -351,14 +351,92 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
 class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutResponse> {
  public:
   using BatchHandler::BatchHandler;
+  // The items' keys and values as views of the message, not a KeyValue and two strings each:
+  // items of only a key, a value and a TTL are split here; a condition, any other field, or
+  // bytes that do not parse are left to protobuf.
+  bool ParseInPlace(std::string_view wire) override {
+    if (SplitItems(wire)) return true;
+    items_.clear();
+    return false;
+  }
+  bool ParseCopy(std::string_view wire) override {
+    wire_.assign(wire);
+    return ParseInPlace(wire_);
+  }
   void Start() override {
     const int64_t now = context_.NowMs();
+    if (in_place_) {
+      return Run(static_cast<int>(items_.size()), [&](int i, Request* op) {
+        const Item& item = items_[static_cast<size_t>(i)];
+        return PreparePut(context_.limits(), now, item.key, item.value, item.ttl_ms, nullptr, op);
+      });
+    }
     Run(request_.items_size(), [&](int i, Request* op) {
       const pb::KeyValue& item = request_.items(i);
       return PreparePut(context_.limits(), now, item.key(), item.value(), item.ttl_ms(),
                         item.has_condition() ? &item.condition() : nullptr, op);
     });
   }
+
+ private:
+  struct Item {
+    std::string_view key;
+    std::string_view value;
+    int64_t ttl_ms = 0;
+  };
+
+  // A length-delimited field's bytes, after its tag.
+  static bool ReadBytes(google::protobuf::io::CodedInputStream& in, std::string_view wire,
+                        std::string_view* bytes) {
+    uint32_t length;
+    if (!in.ReadVarint32(&length)) return false;
+    const size_t from = static_cast<size_t>(in.CurrentPosition());
+    if (length > wire.size() - from || !in.Skip(static_cast<int>(length))) return false;
+    *bytes = wire.substr(from, length);
+    return true;
+  }
+
+  bool SplitItems(std::string_view wire) {
+    using google::protobuf::io::CodedInputStream;
+    CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
+                        static_cast<int>(wire.size()));
+    for (;;) {
+      const uint32_t tag = in.ReadTag();
+      if (tag == 0) break;
+      std::string_view bytes;
+      if (tag != (pb::MultiPutRequest::kItemsFieldNumber << 3 | 2) ||
+          !ReadBytes(in, wire, &bytes)) {
+        return false;
+      }
+      // A field given twice in an item: the last one counts, as protobuf has it.
+      Item& item = items_.emplace_back();
+      CodedInputStream fields(reinterpret_cast<const uint8_t*>(bytes.data()),
+                              static_cast<int>(bytes.size()));
+      for (;;) {
+        const uint32_t field_tag = fields.ReadTag();
+        if (field_tag == 0) break;
+        uint64_t ttl;
+        if (field_tag == (pb::KeyValue::kKeyFieldNumber << 3 | 2)) {
+          if (!ReadBytes(fields, bytes, &item.key)) return false;
+        } else if (field_tag == (pb::KeyValue::kValueFieldNumber << 3 | 2)) {
+          if (!ReadBytes(fields, bytes, &item.value)) return false;
+        } else if (field_tag == (pb::KeyValue::kTtlMsFieldNumber << 3) &&
+                   fields.ReadVarint64(&ttl)) {
+          item.ttl_ms = static_cast<int64_t>(ttl);
+        } else {
+          return false;
+        }
+      }
+      if (static_cast<size_t>(fields.CurrentPosition()) != bytes.size()) return false;
+    }
+    if (static_cast<size_t>(in.CurrentPosition()) != wire.size()) return false;
+    in_place_ = true;
+    return true;
+  }
+
+  std::string wire_;  // ParseCopy's bytes.
+  absl::InlinedVector<Item, kInlineItems> items_;  // Into the message's bytes.
+  bool in_place_ = false;
 };
 
 // Scan: one Request per shard, all from the page's cursor; the page is what they all covered
