@@ -44,6 +44,9 @@ SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
                                                "--concurrency=64"]),
     "h2 MultiGet of 16, 50 connections x 1": ([], ["--mode=multi", "--batch=16",
                                                    "--connections=50", "--concurrency=50"]),
+    "h2 MultiPut of 16, 50 connections x 1": ([], ["--mode=multi", "--batch=16",
+                                                   "--connections=50", "--concurrency=50",
+                                                   "--ratio=0:1"]),
     # compare_redis.py's 1M keys: their records and slots are beyond the caches, as there.
     "h2 unary GET of 1M keys, 50 connections x 1": ([], ["--keys=1000000", "--connections=50",
                                                          "--concurrency=50"]),
