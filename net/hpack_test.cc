@@ -441,7 +441,7 @@ TEST(Hpack, LengthsAtThePrefixesBoundariesAgreeWithNghttp2) {
 // as nghttp2's inflater decodes them.
 TEST(HpackDecoder, RepeatedBlocksDecodeAsNghttp2Does) {
   std::mt19937 rng(2511);
-  const std::vector<std::string> names = {":method", ":path", ":authority", "content-type",
+  const std::vector<std::string> names = {":method", ":path", ":authority",   "content-type",
                                           "te",      "x-a",   "grpc-timeout", "user-agent"};
   Nghttp2Deflater deflater(4096);
   Nghttp2Inflater inflater;

@@ -166,7 +166,7 @@ class H2LoopIo final : public LoopIo, public H2Io {
   nghttp2_session_callbacks* callbacks_ = nullptr;
   nghttp2_option* option_ = nullptr;
   std::unique_ptr<char[]> read_buffer_;
-  int64_t turn_now_ns_ = 0;  // TurnNowNs's; 0: not read since the last events came.
+  int64_t turn_now_ns_ = 0;       // TurnNowNs's; 0: not read since the last events came.
   std::unique_ptr<Uring> uring_;  // --io=uring; null: epoll only.
 
   // Loop thread only.

@@ -775,8 +775,11 @@ TEST(H2Session, TheLastStreamsHeadersAreOfferedOnlyWhenTheyWereTakenWhole) {
   server.as_last = true;
   HpackEncoder encoder;
   std::string block;
-  const Fields fields = {{":method", "POST"}, {":scheme", "http"}, {":path", "/p"},
-                         {":authority", "a"}, {"content-length", "5"}};
+  const Fields fields = {{":method", "POST"},
+                         {":scheme", "http"},
+                         {":path", "/p"},
+                         {":authority", "a"},
+                         {"content-length", "5"}};
   for (const auto& [n, v] : fields) encoder.Encode(n, v, HpackEncoder::kNoIndex, &block);
   std::string bytes = Greeting();
   bytes += Frame(0x1, 0x4, 1, block) + Frame(0x0, 0x1, 1, "12345");

@@ -424,7 +424,7 @@ TEST(HandlersTest, ABatchItemIsWrittenAsProtobufWritesIt) {
   };
   add(Op::kGet, Result::kOk, 7, "value");
   add(Op::kGet, Result::kOk, 1, std::string(300, 'v'), kNowMs + 1500);  // A two-byte length.
-  add(Op::kGet, Result::kOk, uint64_t{1} << 40, "", kNowMs - 5);  // Empty, TTL passed: 1 ms.
+  add(Op::kGet, Result::kOk, uint64_t{1} << 40, "", kNowMs - 5);        // Empty, TTL passed: 1 ms.
   add(Op::kGet, Result::kNotFound, 0);
   add(Op::kPut, Result::kOk, 3);
   add(Op::kPut, Result::kConditionFailed, 9);
@@ -499,9 +499,10 @@ TEST(HandlersTest, ABatchAnswersEachItemInOrderAndABadOneDoesNotStopTheOthers) {
   // The keys split by the handler from bytes that stay, from a copy of bytes that do not, and
   // by protobuf where the request has a field the handler leaves to it (an unknown one, 9).
   const std::string unknown_field = gets.SerializeAsString() + std::string("\x48\x01", 2);
-  for (const auto& [wire, stays, in_place] :
-       {std::tuple<std::string, bool, bool>{"", true, true}, {"", false, true},
-        {unknown_field, true, false}, {unknown_field, false, false}}) {
+  for (const auto& [wire, stays, in_place] : {std::tuple<std::string, bool, bool>{"", true, true},
+                                              {"", false, true},
+                                              {unknown_field, true, false},
+                                              {unknown_field, false, false}}) {
     Call get(host, MethodId::kMultiGet, gets, false, wire, stays);
     EXPECT_EQ(get.in_place, in_place) << stays;
     ASSERT_TRUE(get.sink().status.ok()) << get.sink().status;
@@ -517,9 +518,10 @@ TEST(HandlersTest, ABatchAnswersEachItemInOrderAndABadOneDoesNotStopTheOthers) {
 
   // Items split by the handler from bytes that stay, from a copy of bytes that do not, and by
   // protobuf where an item has a condition: each key, value and TTL lands.
-  for (const auto& [stays, condition, in_place] :
-       {std::tuple<bool, bool, bool>{true, false, true}, {false, false, true},
-        {true, true, false}, {false, true, false}}) {
+  for (const auto& [stays, condition, in_place] : {std::tuple<bool, bool, bool>{true, false, true},
+                                                   {false, false, true},
+                                                   {true, true, false},
+                                                   {false, true, false}}) {
     const std::string prefix = std::string(stays ? "s" : "c") + (condition ? "p" : "i");
     pb::MultiPutRequest more;
     for (int i = 0; i < 3; ++i) {

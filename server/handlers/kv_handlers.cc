@@ -343,7 +343,7 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
   }
 
  private:
-  std::string wire_;  // ParseCopy's bytes.
+  std::string wire_;                                          // ParseCopy's bytes.
   absl::InlinedVector<std::string_view, kInlineItems> keys_;  // Into the message's bytes.
   bool in_place_ = false;
 };
@@ -434,7 +434,7 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
     return true;
   }
 
-  std::string wire_;  // ParseCopy's bytes.
+  std::string wire_;                               // ParseCopy's bytes.
   absl::InlinedVector<Item, kInlineItems> items_;  // Into the message's bytes.
   bool in_place_ = false;
 };
@@ -666,7 +666,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
   }
 
   pb::StreamRequest incoming_;
-  std::string scratch_;  // A result being written (AppendStreamResult).
+  std::string scratch_;                         // A result being written (AppendStreamResult).
   std::vector<std::unique_ptr<InFlight>> ops_;  // Every one made; free_ lists the idle ones.
   std::vector<InFlight*> free_;
   size_t in_flight_ = 0;

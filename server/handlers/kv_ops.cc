@@ -294,8 +294,8 @@ void AppendStreamResult(uint64_t id, Item item, std::string* scratch, std::strin
 
 }  // namespace
 
-void AppendStreamResult(uint64_t id, Request& r, const ServerContext& context,
-                        std::string* scratch, std::string* out) {
+void AppendStreamResult(uint64_t id, Request& r, const ServerContext& context, std::string* scratch,
+                        std::string* out) {
   AppendStreamResult(
       id,
       [&](std::string* to) { AppendItem(pb::StreamResult::kResultFieldNumber, r, context, to); },
