@@ -447,9 +447,8 @@ TEST(HandlersTest, ABatchItemIsWrittenAsProtobufWritesIt) {
       pb::StreamResult* result = stream.add_results();
       result->set_id(id);
       internal::SetItem(result->mutable_result(), again, context);
-      std::string scratch = "left over";
       got.clear();
-      internal::AppendStreamResult(id, requests[i], context, &scratch, &got);
+      internal::AppendStreamResult(id, requests[i], context, &got);
       EXPECT_EQ(got, stream.SerializeAsString()) << "request " << i << ", id " << id;
     }
   }
@@ -469,9 +468,8 @@ TEST(HandlersTest, ABatchItemIsWrittenAsProtobufWritesIt) {
     pb::StreamResult* result = stream.add_results();
     result->set_id(77);
     internal::SetItem(result->mutable_result(), status);
-    std::string scratch;
     got = "a first result ";
-    internal::AppendStreamResult(77, status, &scratch, &got);
+    internal::AppendStreamResult(77, status, &got);
     EXPECT_EQ(got, "a first result " + stream.SerializeAsString()) << status;
   }
 }
@@ -543,6 +541,24 @@ TEST(HandlersTest, ABatchAnswersEachItemInOrderAndABadOneDoesNotStopTheOthers) {
       EXPECT_EQ(got.results(i).value(), std::string(40, static_cast<char>('a' + i))) << prefix;
       EXPECT_EQ(got.results(i).ttl_ms(), i == 1 ? 60'000 : -1) << prefix;
     }
+  }
+
+  // A zero tag at the end (of the message, or of an item) makes a message protobuf refuses:
+  // the handlers leave it to protobuf too.
+  pb::MultiPutRequest one;
+  one.add_items()->set_key("k");
+  std::string inner_zero = one.SerializeAsString();
+  inner_zero[1] = static_cast<char>(inner_zero[1] + 1);  // The item's length, one more ...
+  inner_zero.push_back('\0');                            // ... for a zero tag inside it.
+  for (const auto& [id, zero] :
+       {std::pair<MethodId, std::string>{MethodId::kMultiGet, gets.SerializeAsString() + '\0'},
+        {MethodId::kMultiPut, puts.SerializeAsString() + '\0'},
+        {MethodId::kMultiPut, inner_zero}}) {
+    RecordingSink sink(false);
+    const std::unique_ptr<Handler> handler = MethodOf(id).make(host, sink);
+    EXPECT_FALSE(handler->incoming()->ParseFromString(zero));
+    EXPECT_FALSE(handler->ParseInPlace(zero));
+    EXPECT_FALSE(handler->ParseCopy(zero));
   }
 
   // All refused: answered at once, nothing submitted.

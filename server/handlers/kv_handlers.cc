@@ -292,6 +292,7 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
         AppendItem(kResults, (refused++)->second, &out);
       } else {
         AppendItem(kResults, ops_[i], this->context_, &out);
+        std::string().swap(ops_[i].out);  // In the reply now: not held twice while it is sent.
       }
     }
   }
@@ -311,9 +312,10 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
     google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
                                               static_cast<int>(wire.size()));
     for (;;) {
+      const size_t at = static_cast<size_t>(in.CurrentPosition());
       const uint32_t tag = in.ReadTag();
       if (tag == 0) {
-        if (static_cast<size_t>(in.CurrentPosition()) != wire.size()) break;
+        if (at != wire.size()) break;  // A zero tag, or a tag that does not parse.
         in_place_ = true;
         return true;
       }
@@ -330,7 +332,9 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
   }
   bool ParseCopy(std::string_view wire) override {
     wire_.assign(wire);
-    return ParseInPlace(wire_);
+    if (ParseInPlace(wire_)) return true;
+    std::string().swap(wire_);  // Protobuf parses it instead.
+    return false;
   }
   void Start() override {
     if (in_place_) {
@@ -361,7 +365,9 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
   }
   bool ParseCopy(std::string_view wire) override {
     wire_.assign(wire);
-    return ParseInPlace(wire_);
+    if (ParseInPlace(wire_)) return true;
+    std::string().swap(wire_);  // Protobuf parses it instead.
+    return false;
   }
   void Start() override {
     const int64_t now = context_.NowMs();
@@ -401,8 +407,12 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
     CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
                         static_cast<int>(wire.size()));
     for (;;) {
+      const size_t at = static_cast<size_t>(in.CurrentPosition());
       const uint32_t tag = in.ReadTag();
-      if (tag == 0) break;
+      if (tag == 0) {
+        if (at != wire.size()) return false;  // A zero tag, or a tag that does not parse.
+        break;
+      }
       std::string_view bytes;
       if (tag != (pb::MultiPutRequest::kItemsFieldNumber << 3 | 2) ||
           !ReadBytes(in, wire, &bytes)) {
@@ -413,8 +423,12 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
       CodedInputStream fields(reinterpret_cast<const uint8_t*>(bytes.data()),
                               static_cast<int>(bytes.size()));
       for (;;) {
+        const size_t field_at = static_cast<size_t>(fields.CurrentPosition());
         const uint32_t field_tag = fields.ReadTag();
-        if (field_tag == 0) break;
+        if (field_tag == 0) {
+          if (field_at != bytes.size()) return false;
+          break;
+        }
         uint64_t ttl;
         if (field_tag == (pb::KeyValue::kKeyFieldNumber << 3 | 2)) {
           if (!ReadBytes(fields, bytes, &item.key)) return false;
@@ -427,9 +441,7 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
           return false;
         }
       }
-      if (static_cast<size_t>(fields.CurrentPosition()) != bytes.size()) return false;
     }
-    if (static_cast<size_t>(in.CurrentPosition()) != wire.size()) return false;
     in_place_ = true;
     return true;
   }
@@ -554,10 +566,10 @@ class StreamHandler : public BidiHandler<WireMessage> {
           linearizable_ && request->op == Op::kGet ? LinearizableRefusal() : absl::OkStatus();
       std::string& reply = Gathering(request->out.size() + 32);
       if (refusal.ok()) {
-        AppendStreamResult(op.id, *request, context_, &scratch_, &reply);
+        AppendStreamResult(op.id, *request, context_, &reply);
         if (Acknowledges(*request)) MarkAcknowledging();
       } else {
-        AppendStreamResult(op.id, refusal, &scratch_, &reply);
+        AppendStreamResult(op.id, refusal, &reply);
       }
     }
     Release(op);
@@ -581,6 +593,9 @@ class StreamHandler : public BidiHandler<WireMessage> {
     std::string value_bytes;
     uint64_t id = 0;
   };
+
+  // The room an idle operation's strings keep for the next, at most.
+  static constexpr size_t kKeptOpBytes = 1024;
 
   bool Busy() const override { return in_flight_ > 0; }
   bool RoomForMore() const override { return in_flight_ < kMaxStreamInFlight; }
@@ -630,7 +645,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
         }
       }
       if (!status.ok()) {
-        AppendStreamResult(in.id(), status, &scratch_, &Gathering(status.message().size() + 32));
+        AppendStreamResult(in.id(), status, &Gathering(status.message().size() + 32));
         Release(op);
         continue;
       }
@@ -642,9 +657,13 @@ class StreamHandler : public BidiHandler<WireMessage> {
 
   // Back to the free list, with its strings emptied (their memory kept for the next op).
   void Release(InFlight& op) {
-    op.key_bytes.clear();
-    op.value_bytes.clear();
-    op.out.clear();
+    for (std::string* bytes : {&op.key_bytes, &op.value_bytes, &op.out}) {
+      if (bytes->capacity() > kKeptOpBytes) {
+        std::string().swap(*bytes);  // A large value's room is not kept for the stream's life.
+      } else {
+        bytes->clear();
+      }
+    }
     free_.push_back(&op);
   }
 
@@ -666,7 +685,6 @@ class StreamHandler : public BidiHandler<WireMessage> {
   }
 
   pb::StreamRequest incoming_;
-  std::string scratch_;                         // A result being written (AppendStreamResult).
   std::vector<std::unique_ptr<InFlight>> ops_;  // Every one made; free_ lists the idle ones.
   std::vector<InFlight*> free_;
   size_t in_flight_ = 0;

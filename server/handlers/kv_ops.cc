@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -214,14 +215,17 @@ void AppendVarint(uint64_t value, std::string* out) {
   out->append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(end - bytes));
 }
 
-// Tag and length of a length-delimited field.
+// Tag and length of a length-delimited field, and what they take.
 void AppendHead(uint32_t field, size_t length, std::string* out) {
   AppendVarint(field << 3 | 2, out);
   AppendVarint(length, out);
 }
+size_t HeadBytes(uint32_t field, size_t length) {
+  return CodedOutputStream::VarintSize32(field << 3 | 2) + CodedOutputStream::VarintSize64(length);
+}
 
-// An integer field of ItemResult (fields 1-15: a one-byte tag) as protobuf writes it: proto3
-// leaves a zero out.
+// An integer field of ItemResult or StreamResult (fields 1-15: a one-byte tag) as protobuf
+// writes it: proto3 leaves a zero out.
 size_t IntFieldBytes(uint64_t value) {
   return value == 0 ? 0 : 1 + CodedOutputStream::VarintSize64(value);
 }
@@ -231,82 +235,91 @@ void AppendIntField(uint32_t field, uint64_t value, std::string* out) {
   AppendVarint(value, out);
 }
 
-void AppendMessage(uint32_t field, const pb::ItemResult& item, std::string* out) {
-  const size_t size = item.ByteSizeLong();
-  AppendHead(field, size, out);
-  const size_t at = out->size();
-  out->resize(at + size);
-  item.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out->data() + at));
+// One item, its size known before its bytes are written (for the heads around it). An OK item
+// is written here, field by field, as SetItem sets it, in protobuf's order: code 0 and no
+// message (left out), then value 3, version 4, ttl_ms 5, number 6. Any other goes through
+// SetItem and protobuf.
+class ItemWriter {
+ public:
+  ItemWriter(Request& r, const ServerContext& context) {
+    // StatusOf's OK: a result of kOk, unless a linearizable read's writes did not stay.
+    if (r.result != Result::kOk || r.linearizable) [[unlikely]] {
+      slow_.emplace();
+      SetItem(&*slow_, r, context);
+      size_ = slow_->ByteSizeLong();
+      return;
+    }
+    version_ = r.version;
+    if (r.op == Op::kGet) {
+      value_ = r.out;
+      ttl_ = static_cast<uint64_t>(TtlLeft(r.deadline_ms, context));
+    } else if (r.op == Op::kIncrement) {
+      number_ = static_cast<uint64_t>(r.number);
+    }
+    size_ = (value_.empty()
+                 ? 0
+                 : HeadBytes(pb::ItemResult::kValueFieldNumber, value_.size()) + value_.size()) +
+            IntFieldBytes(version_) + IntFieldBytes(ttl_) + IntFieldBytes(number_);
+  }
+  explicit ItemWriter(const absl::Status& status) : slow_(std::in_place) {
+    SetItem(&*slow_, status);
+    size_ = slow_->ByteSizeLong();
+  }
+
+  size_t size() const { return size_; }
+  // The item as field `field`: its tag, its length and its bytes.
+  void AppendTo(uint32_t field, std::string* out) const {
+    AppendHead(field, size_, out);
+    if (slow_.has_value()) {
+      const size_t at = out->size();
+      out->resize(at + size_);
+      slow_->SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out->data() + at));
+      return;
+    }
+    if (!value_.empty()) {
+      AppendHead(pb::ItemResult::kValueFieldNumber, value_.size(), out);
+      out->append(value_);
+    }
+    AppendIntField(pb::ItemResult::kVersionFieldNumber, version_, out);
+    AppendIntField(pb::ItemResult::kTtlMsFieldNumber, ttl_, out);
+    AppendIntField(pb::ItemResult::kNumberFieldNumber, number_, out);
+  }
+
+ private:
+  std::optional<pb::ItemResult> slow_;
+  std::string_view value_;
+  uint64_t version_ = 0;
+  uint64_t ttl_ = 0;
+  uint64_t number_ = 0;
+  size_t size_ = 0;
+};
+
+// StreamResult: its id (left out if 0), then its item (`result`, written even if empty, as
+// protobuf writes a submessage that is set), as a results field of StreamResponse.
+void AppendStreamResult(uint64_t id, const ItemWriter& item, std::string* out) {
+  const uint32_t field = pb::StreamResult::kResultFieldNumber;
+  AppendHead(pb::StreamResponse::kResultsFieldNumber,
+             IntFieldBytes(id) + HeadBytes(field, item.size()) + item.size(), out);
+  AppendIntField(pb::StreamResult::kIdFieldNumber, id, out);
+  item.AppendTo(field, out);
 }
 
 }  // namespace
 
 void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out) {
-  // StatusOf's OK: a result of kOk, unless a linearizable read's writes did not stay.
-  if (r.result != Result::kOk || r.linearizable) [[unlikely]] {
-    pb::ItemResult item;
-    SetItem(&item, r, context);
-    return AppendMessage(field, item, out);
-  }
-  // As SetItem sets an OK item, in protobuf's order: code 0 and no message (left out), then
-  // value 3, version 4, ttl_ms 5, number 6.
-  uint64_t ttl = 0;
-  uint64_t number = 0;
-  std::string_view value;
-  if (r.op == Op::kGet) {
-    value = r.out;
-    ttl = static_cast<uint64_t>(TtlLeft(r.deadline_ms, context));
-  } else if (r.op == Op::kIncrement) {
-    number = static_cast<uint64_t>(r.number);
-  }
-  const size_t value_bytes =
-      value.empty() ? 0 : 1 + CodedOutputStream::VarintSize64(value.size()) + value.size();
-  const size_t size =
-      value_bytes + IntFieldBytes(r.version) + IntFieldBytes(ttl) + IntFieldBytes(number);
-  AppendHead(field, size, out);
-  if (!value.empty()) {
-    AppendHead(pb::ItemResult::kValueFieldNumber, value.size(), out);
-    out->append(value);
-  }
-  AppendIntField(pb::ItemResult::kVersionFieldNumber, r.version, out);
-  AppendIntField(pb::ItemResult::kTtlMsFieldNumber, ttl, out);
-  AppendIntField(pb::ItemResult::kNumberFieldNumber, number, out);
+  ItemWriter(r, context).AppendTo(field, out);
 }
 
 void AppendItem(uint32_t field, const absl::Status& status, std::string* out) {
-  pb::ItemResult item;
-  SetItem(&item, status);
-  AppendMessage(field, item, out);
+  ItemWriter(status).AppendTo(field, out);
 }
 
-namespace {
-
-// StreamResult: its id (left out if 0), then its item (`result`, written even if empty, as
-// protobuf writes a submessage that is set), as a results field of StreamResponse.
-template <typename Item>
-void AppendStreamResult(uint64_t id, Item item, std::string* scratch, std::string* out) {
-  scratch->clear();
-  AppendIntField(pb::StreamResult::kIdFieldNumber, id, scratch);
-  item(scratch);
-  AppendHead(pb::StreamResponse::kResultsFieldNumber, scratch->size(), out);
-  out->append(*scratch);
+void AppendStreamResult(uint64_t id, Request& r, const ServerContext& context, std::string* out) {
+  AppendStreamResult(id, ItemWriter(r, context), out);
 }
 
-}  // namespace
-
-void AppendStreamResult(uint64_t id, Request& r, const ServerContext& context, std::string* scratch,
-                        std::string* out) {
-  AppendStreamResult(
-      id,
-      [&](std::string* to) { AppendItem(pb::StreamResult::kResultFieldNumber, r, context, to); },
-      scratch, out);
-}
-
-void AppendStreamResult(uint64_t id, const absl::Status& status, std::string* scratch,
-                        std::string* out) {
-  AppendStreamResult(
-      id, [&](std::string* to) { AppendItem(pb::StreamResult::kResultFieldNumber, status, to); },
-      scratch, out);
+void AppendStreamResult(uint64_t id, const absl::Status& status, std::string* out) {
+  AppendStreamResult(id, ItemWriter(status), out);
 }
 
 }  // namespace ringkv::internal

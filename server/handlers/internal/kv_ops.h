@@ -51,11 +51,9 @@ void SetItem(ringkv::v1::ItemResult* item, const absl::Status& status);
 void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out);
 void AppendItem(uint32_t field, const absl::Status& status, std::string* out);
 // A Stream reply's result (StreamResponse.results: a StreamResult with its id and the item,
-// as protobuf writes it), appended to `out`; `scratch` holds the result while it is written.
-void AppendStreamResult(uint64_t id, Request& r, const ServerContext& context, std::string* scratch,
-                        std::string* out);
-void AppendStreamResult(uint64_t id, const absl::Status& status, std::string* scratch,
-                        std::string* out);
+// as protobuf writes it), appended to `out`.
+void AppendStreamResult(uint64_t id, Request& r, const ServerContext& context, std::string* out);
+void AppendStreamResult(uint64_t id, const absl::Status& status, std::string* out);
 // Milliseconds before `deadline_ms` (at least 1: an expired key is not returned); -1 for none,
 // without reading the clock (a GET of a key with no TTL, the usual one, costs no clock_gettime:
 // 3% of the server's samples at MultiGet of 16 when each item read it).
