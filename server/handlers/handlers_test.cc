@@ -550,6 +550,17 @@ TEST(HandlersTest, ABatchAnswersEachItemInOrderAndABadOneDoesNotStopTheOthers) {
   std::string inner_zero = one.SerializeAsString();
   inner_zero[1] = static_cast<char>(inner_zero[1] + 1);  // The item's length, one more ...
   inner_zero.push_back('\0');                            // ... for a zero tag inside it.
+  // An item with no value, split by the handler: the key holds an empty value.
+  Call no_value(host, MethodId::kMultiPut, one);
+  EXPECT_TRUE(no_value.in_place);
+  ASSERT_EQ(no_value.Answer<pb::MultiPutResponse>().results_size(), 1);
+  EXPECT_EQ(no_value.Answer<pb::MultiPutResponse>().results(0).code(), 0);
+  pb::MultiGetRequest k;
+  k.add_keys("k");
+  Call read_k(host, MethodId::kMultiGet, k);
+  ASSERT_EQ(read_k.Answer<pb::MultiGetResponse>().results_size(), 1);
+  EXPECT_EQ(read_k.Answer<pb::MultiGetResponse>().results(0).code(), 0);
+  EXPECT_EQ(read_k.Answer<pb::MultiGetResponse>().results(0).value(), "");
   for (const auto& [id, zero] :
        {std::pair<MethodId, std::string>{MethodId::kMultiGet, gets.SerializeAsString() + '\0'},
         {MethodId::kMultiPut, puts.SerializeAsString() + '\0'},

@@ -385,9 +385,9 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
   }
 
  private:
-  struct Item {
-    std::string_view key;
-    std::string_view value;
+  struct Item {  // A field the item leaves out is empty, as protobuf's, not null.
+    std::string_view key = "";
+    std::string_view value = "";
     int64_t ttl_ms = 0;
   };
 

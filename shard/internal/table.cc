@@ -498,6 +498,7 @@ namespace {
 constexpr size_t kStreamBytes = 16 * 1024;
 
 void CopyValue(char* to, std::string_view value) {
+  if (value.empty()) return;  // Its data() may be null, which memmove may not be given.
 #if defined(__SSE2__)
   const bool overlap = value.data() < to + value.size() && to < value.data() + value.size();
   if (value.size() < kStreamBytes || overlap) {
