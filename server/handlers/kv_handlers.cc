@@ -235,6 +235,17 @@ class IncrementHandler : public SingleKeyHandler<pb::IncrementRequest, pb::Incre
   }
 };
 
+// A length-delimited field's bytes, after its tag: a view of `wire`, which `in` reads.
+bool ReadBytes(google::protobuf::io::CodedInputStream& in, std::string_view wire,
+               std::string_view* bytes) {
+  uint32_t length;
+  if (!in.ReadVarint32(&length)) return false;
+  const size_t from = static_cast<size_t>(in.CurrentPosition());
+  if (length > wire.size() - from || !in.Skip(static_cast<int>(length))) return false;
+  *bytes = wire.substr(from, length);
+  return true;
+}
+
 // MultiGet and MultiPut: one Request per item, answered per item; a bad item is answered at
 // once and the others still run. The reply (a ResponsePb: repeated ItemResult results = 1) is
 // written item by item once all are back (AppendItem), with no ItemResult object per item.
@@ -242,6 +253,13 @@ template <typename RequestPb, typename ResponsePb>
 class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
  public:
   using UnaryHandler<RequestPb, WireMessage>::UnaryHandler;
+  // A copy of bytes that do not stay, split in place (the derived ParseInPlace) if it can be.
+  bool ParseCopy(std::string_view wire) override {
+    wire_.assign(wire);
+    if (this->ParseInPlace(wire_)) return true;
+    std::string().swap(wire_);  // Protobuf parses it instead.
+    return false;
+  }
 
  protected:
   void Take(Request&) override {}  // Its outcome stays in ops_ until the reply is written.
@@ -299,6 +317,7 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
 
   std::vector<Request> ops_;
   std::vector<std::pair<size_t, absl::Status>> refused_;  // By item, in order.
+  std::string wire_;                                      // ParseCopy's bytes.
 };
 
 class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetResponse> {
@@ -319,21 +338,13 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
         in_place_ = true;
         return true;
       }
-      uint32_t length;
-      if (tag != (pb::MultiGetRequest::kKeysFieldNumber << 3 | 2) || !in.ReadVarint32(&length)) {
+      std::string_view key;
+      if (tag != (pb::MultiGetRequest::kKeysFieldNumber << 3 | 2) || !ReadBytes(in, wire, &key)) {
         break;
       }
-      const size_t from = static_cast<size_t>(in.CurrentPosition());
-      if (length > wire.size() - from || !in.Skip(static_cast<int>(length))) break;
-      keys_.push_back(wire.substr(from, length));
+      keys_.push_back(key);
     }
     keys_.clear();
-    return false;
-  }
-  bool ParseCopy(std::string_view wire) override {
-    wire_.assign(wire);
-    if (ParseInPlace(wire_)) return true;
-    std::string().swap(wire_);  // Protobuf parses it instead.
     return false;
   }
   void Start() override {
@@ -347,7 +358,6 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
   }
 
  private:
-  std::string wire_;                                          // ParseCopy's bytes.
   absl::InlinedVector<std::string_view, kInlineItems> keys_;  // Into the message's bytes.
   bool in_place_ = false;
 };
@@ -361,12 +371,6 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
   bool ParseInPlace(std::string_view wire) override {
     if (SplitItems(wire)) return true;
     items_.clear();
-    return false;
-  }
-  bool ParseCopy(std::string_view wire) override {
-    wire_.assign(wire);
-    if (ParseInPlace(wire_)) return true;
-    std::string().swap(wire_);  // Protobuf parses it instead.
     return false;
   }
   void Start() override {
@@ -390,17 +394,6 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
     std::string_view value = "";
     int64_t ttl_ms = 0;
   };
-
-  // A length-delimited field's bytes, after its tag.
-  static bool ReadBytes(google::protobuf::io::CodedInputStream& in, std::string_view wire,
-                        std::string_view* bytes) {
-    uint32_t length;
-    if (!in.ReadVarint32(&length)) return false;
-    const size_t from = static_cast<size_t>(in.CurrentPosition());
-    if (length > wire.size() - from || !in.Skip(static_cast<int>(length))) return false;
-    *bytes = wire.substr(from, length);
-    return true;
-  }
 
   bool SplitItems(std::string_view wire) {
     using google::protobuf::io::CodedInputStream;
@@ -446,7 +439,6 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
     return true;
   }
 
-  std::string wire_;                               // ParseCopy's bytes.
   absl::InlinedVector<Item, kInlineItems> items_;  // Into the message's bytes.
   bool in_place_ = false;
 };
