@@ -72,9 +72,10 @@ ABSL_FLAG(uint64_t, ring_size, 16384, "capacity of each ring, in requests");
 ABSL_FLAG(uint64_t, max_key_bytes, 4096, "longest key accepted");
 ABSL_FLAG(uint64_t, max_value_bytes, 4 << 20, "largest value accepted");
 ABSL_FLAG(int64_t, spin_us, -1,
-          "microseconds a worker keeps polling after its last work before it parks; -1: 200 "
-          "while the workers leave a core free, else 0 (a spinning worker would take the CPU "
-          "the others need)");
+          "microseconds a worker keeps polling after its last work before it parks, while "
+          "its clients wait on each answer and their next call comes within that time; -1: "
+          "200 while the workers leave a core free, else 0 (a spinning worker would take the "
+          "CPU the others need)");
 ABSL_FLAG(bool, poll_mode, false,
           "busy-poll instead of parking idle workers (dedicated machines only: each worker "
           "keeps a core busy)");

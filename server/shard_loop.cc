@@ -27,7 +27,8 @@ ShardLoop::ShardLoop(const Parts& parts)
       context_(*parts.context),
       finish_line_(*parts.finish_line),
       worker_(parts.worker),
-      lock_engine_(parts.lock_engine) {}
+      lock_engine_(parts.lock_engine),
+      spin_governor_(spin_) {}
 
 namespace {
 
@@ -142,6 +143,7 @@ void ShardLoop::Run() {
   io_->Start();
   int idle_turns = 0;
   auto last_work = std::chrono::steady_clock::now();
+  bool idle_since_work = false;  // A turn found nothing since last_work.
   for (;;) {
     if (!saw_draining_.load(std::memory_order_relaxed) && context_.shutting_down()) {
       NoticeDraining();
@@ -166,17 +168,26 @@ void ShardLoop::Run() {
       idle_turns = 0;
       // A replica's worker applying its stream: no call is due, the next message rings.
       const size_t stream = worker_ != nullptr ? worker_->stream_work() : 0;
-      if (spin_.count() > 0 && work > stream) last_work = std::chrono::steady_clock::now();
+      if (spin_.count() > 0 && work > stream) {
+        const auto now = std::chrono::steady_clock::now();
+        spin_governor_.OnWork(work - stream, idle_since_work ? now - last_work
+                                                             : std::chrono::nanoseconds(0));
+        idle_since_work = false;
+        last_work = now;
+      }
       continue;
     }
     // Keep polling a while: a client's next call often comes within a round trip, and a parked
-    // worker pays a thread wake-up for it (one client: 7k -> 14k calls/s with 200 us). Not while
-    // answers wait for the log: a client with one call in flight sends nothing before it has
-    // its answer, and the syncer wakes the loop (spinning there cost 21.6 µs of server CPU per
-    // PUT against 16.3 parked, with --fsync=always).
+    // worker pays a thread wake-up for it (one client: 7k -> 14k calls/s with 200 us). Only
+    // while that pays (server/spin_governor.h), and not while answers wait for the log: a
+    // client with one call in flight sends nothing before it has its answer, and the syncer
+    // wakes the loop (spinning there cost 21.6 µs of server CPU per PUT against 16.3 parked,
+    // with --fsync=always).
     const bool holding = worker_ != nullptr && worker_->HoldsAnswers();
+    idle_since_work = true;
     if (++idle_turns < kSpinTurns ||
-        (spin_.count() > 0 && !holding && std::chrono::steady_clock::now() - last_work < spin_)) {
+        (!holding && spin_governor_.ShouldSpin() &&
+         std::chrono::steady_clock::now() - last_work < spin_)) {
       CpuRelax();
       continue;
     }

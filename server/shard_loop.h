@@ -17,9 +17,10 @@
 // map `id` (the ring engine's Worker does that in its own turn).
 //
 // Idle: after kSpinTurns empty turns, and once `ServerOptions::spin` has passed since its last
-// work, the loop parks in io.Wait(). Before parking it sets `parked_` and runs one more engine
-// turn; a worker that put something on a ring towards this one reads `parked_` after its
-// enqueue (WakeIfParked, seq_cst on both sides) and calls io.Wake(), which ends the wait.
+// work (at once when its SpinGovernor says that a spin would not pay), the loop parks in
+// io.Wait(). Before parking it sets `parked_` and runs one more engine turn; a worker that put
+// something on a ring towards this one reads `parked_` after its enqueue (WakeIfParked, seq_cst
+// on both sides) and calls io.Wake(), which ends the wait.
 // --poll-mode never parks.
 //
 // Shutdown (driven by Server): once the transport has stopped, the LoopIo reports Finished when
@@ -45,6 +46,7 @@
 #include "server/loop_io.h"
 #include "server/metrics/call_metrics.h"
 #include "server/server_context.h"
+#include "server/spin_governor.h"
 #include "shard/lock_engine.h"
 #include "shard/request.h"
 #include "shard/worker.h"
@@ -163,6 +165,7 @@ class ShardLoop final : public RequestSource, public HandlerHost {
   std::vector<Handler*> watchers_;      // Health Watch handlers open on this loop.
   uint64_t in_flight_ = 0;              // Submitted, not yet completed.
   uint32_t lock_turns_ = 0;             // Engine turns, lock engine only.
+  SpinGovernor spin_governor_;          // Whether an idle turn spins (with spin_ > 0).
   bool counted_finished_ = false;
   // Shared. parked_: stored seq_cst by this loop before its last engine turn, read after a
   // seq_cst fence by senders (the store-buffer pattern: one side must see the other's write).
