@@ -170,8 +170,8 @@ void ShardLoop::Run() {
       const size_t stream = worker_ != nullptr ? worker_->stream_work() : 0;
       if (spin_.count() > 0 && work > stream) {
         const auto now = std::chrono::steady_clock::now();
-        spin_governor_.OnWork(work - stream, idle_since_work ? now - last_work
-                                                             : std::chrono::nanoseconds(0));
+        spin_governor_.OnWork(work - stream,
+                              idle_since_work ? now - last_work : std::chrono::nanoseconds(0));
         idle_since_work = false;
         last_work = now;
       }
@@ -185,9 +185,8 @@ void ShardLoop::Run() {
     // with --fsync=always).
     const bool holding = worker_ != nullptr && worker_->HoldsAnswers();
     idle_since_work = true;
-    if (++idle_turns < kSpinTurns ||
-        (!holding && spin_governor_.ShouldSpin() &&
-         std::chrono::steady_clock::now() - last_work < spin_)) {
+    if (++idle_turns < kSpinTurns || (!holding && spin_governor_.ShouldSpin() &&
+                                      std::chrono::steady_clock::now() - last_work < spin_)) {
       CpuRelax();
       continue;
     }
