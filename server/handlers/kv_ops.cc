@@ -209,30 +209,49 @@ namespace {
 
 using google::protobuf::io::CodedOutputStream;
 
-void AppendVarint(uint64_t value, std::string* out) {
-  uint8_t bytes[10];
-  const uint8_t* end = CodedOutputStream::WriteVarint64ToArray(value, bytes);
-  out->append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(end - bytes));
-}
+// Tags, lengths and integer fields, gathered on the stack and appended to the reply at once:
+// a reply's append per varint was 3-4% of the server's samples at Stream GET.
+class Heads {
+ public:
+  Heads() = default;
+  Heads(const Heads&) = delete;
+  Heads& operator=(const Heads&) = delete;
 
-// Tag and length of a length-delimited field, and what they take.
-void AppendHead(uint32_t field, size_t length, std::string* out) {
-  AppendVarint(field << 3 | 2, out);
-  AppendVarint(length, out);
-}
+  // Tag and length of a length-delimited field.
+  void Head(uint32_t field, size_t length) {
+    Varint(field << 3 | 2);
+    Varint(length);
+  }
+  // An integer field of ItemResult or StreamResult (fields 1-15: a one-byte tag) as protobuf
+  // writes it: proto3 leaves a zero out.
+  void IntField(uint32_t field, uint64_t value) {
+    if (value == 0) return;
+    *end_++ = static_cast<uint8_t>(field << 3);
+    Varint(value);
+  }
+  // Appends what was gathered, and starts again.
+  void AppendTo(std::string* out) {
+    out->append(reinterpret_cast<const char*>(bytes_), static_cast<size_t>(end_ - bytes_));
+    end_ = bytes_;
+  }
+
+ private:
+  void Varint(uint64_t value) { end_ = CodedOutputStream::WriteVarint64ToArray(value, end_); }
+
+  // Room for the most gathered between two appends: four heads (StreamResult's, its id, its
+  // item's, the value's), or three integer fields, of at most 11 bytes each.
+  uint8_t bytes_[48];
+  uint8_t* end_ = bytes_;
+};
+
+// What a length-delimited field's tag and length take.
 size_t HeadBytes(uint32_t field, size_t length) {
   return CodedOutputStream::VarintSize32(field << 3 | 2) + CodedOutputStream::VarintSize64(length);
 }
 
-// An integer field of ItemResult or StreamResult (fields 1-15: a one-byte tag) as protobuf
-// writes it: proto3 leaves a zero out.
+// What an integer field takes (IntField).
 size_t IntFieldBytes(uint64_t value) {
   return value == 0 ? 0 : 1 + CodedOutputStream::VarintSize64(value);
-}
-void AppendIntField(uint32_t field, uint64_t value, std::string* out) {
-  if (value == 0) return;
-  out->push_back(static_cast<char>(field << 3));
-  AppendVarint(value, out);
 }
 
 // One item, its size known before its bytes are written (for the heads around it). An OK item
@@ -267,22 +286,25 @@ class ItemWriter {
   }
 
   size_t size() const { return size_; }
-  // The item as field `field`: its tag, its length and its bytes.
-  void AppendTo(uint32_t field, std::string* out) const {
-    AppendHead(field, size_, out);
+  // The item as field `field`: its tag, its length and its bytes, after what `heads` holds.
+  void AppendTo(uint32_t field, Heads& heads, std::string* out) const {
+    heads.Head(field, size_);
     if (slow_.has_value()) {
+      heads.AppendTo(out);
       const size_t at = out->size();
       out->resize(at + size_);
       slow_->SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out->data() + at));
       return;
     }
     if (!value_.empty()) {
-      AppendHead(pb::ItemResult::kValueFieldNumber, value_.size(), out);
+      heads.Head(pb::ItemResult::kValueFieldNumber, value_.size());
+      heads.AppendTo(out);
       out->append(value_);
     }
-    AppendIntField(pb::ItemResult::kVersionFieldNumber, version_, out);
-    AppendIntField(pb::ItemResult::kTtlMsFieldNumber, ttl_, out);
-    AppendIntField(pb::ItemResult::kNumberFieldNumber, number_, out);
+    heads.IntField(pb::ItemResult::kVersionFieldNumber, version_);
+    heads.IntField(pb::ItemResult::kTtlMsFieldNumber, ttl_);
+    heads.IntField(pb::ItemResult::kNumberFieldNumber, number_);
+    heads.AppendTo(out);
   }
 
  private:
@@ -298,20 +320,23 @@ class ItemWriter {
 // protobuf writes a submessage that is set), as a results field of StreamResponse.
 void AppendStreamResult(uint64_t id, const ItemWriter& item, std::string* out) {
   const uint32_t field = pb::StreamResult::kResultFieldNumber;
-  AppendHead(pb::StreamResponse::kResultsFieldNumber,
-             IntFieldBytes(id) + HeadBytes(field, item.size()) + item.size(), out);
-  AppendIntField(pb::StreamResult::kIdFieldNumber, id, out);
-  item.AppendTo(field, out);
+  Heads heads;
+  heads.Head(pb::StreamResponse::kResultsFieldNumber,
+             IntFieldBytes(id) + HeadBytes(field, item.size()) + item.size());
+  heads.IntField(pb::StreamResult::kIdFieldNumber, id);
+  item.AppendTo(field, heads, out);
 }
 
 }  // namespace
 
 void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out) {
-  ItemWriter(r, context).AppendTo(field, out);
+  Heads heads;
+  ItemWriter(r, context).AppendTo(field, heads, out);
 }
 
 void AppendItem(uint32_t field, const absl::Status& status, std::string* out) {
-  ItemWriter(status).AppendTo(field, out);
+  Heads heads;
+  ItemWriter(status).AppendTo(field, heads, out);
 }
 
 void AppendStreamResult(uint64_t id, Request& r, const ServerContext& context, std::string* out) {
