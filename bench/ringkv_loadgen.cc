@@ -37,6 +37,8 @@
 //
 // Exit status: 0, 1 if any call failed (by status code in the report), 2 on a usage error,
 // 3 if the server cannot be reached.
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -51,6 +53,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -245,14 +248,60 @@ class Workload {
   // A stream reply; true once every operation of the batch is answered (and recorded).
   bool TakeStreamReply(const pb::StreamResponse& reply) {
     for (const auto& r : reply.results()) {
-      const uint64_t index = r.id() - (next_id_ - config_.batch);
-      if (index < stream_gets_.size() && stream_gets_[index]) CountGet(r.result().code());
-      if (r.result().code() != 0 && !IsMiss(r.result().code())) Fail(r.result().code());
-      tally_->value_bytes += r.result().value().size();
-      --awaiting_;
+      TakeStreamResult(r.id(), r.result().code(), r.result().value().size());
     }
-    if (awaiting_ > 0) return false;
-    Record(config_.batch);
+    return StreamBatchDone();
+  }
+  // The same from the reply's bytes, with no message object: protobuf's parse of a
+  // StreamResponse makes and frees an ItemResult per result (Clear deletes a proto3 message
+  // field), 6% of this client's samples at Stream GET of 16. False if they do not parse.
+  bool TakeStreamReply(std::string_view bytes, bool* done) {
+    using google::protobuf::internal::WireFormatLite;
+    using google::protobuf::io::CodedInputStream;
+    CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                        static_cast<int>(bytes.size()));
+    while (const uint32_t tag = in.ReadTag()) {
+      if (tag != (pb::StreamResponse::kResultsFieldNumber << 3 | 2)) {
+        if (!WireFormatLite::SkipField(&in, tag)) return false;
+        continue;
+      }
+      uint64_t id = 0;
+      uint64_t code = 0;
+      uint32_t value_bytes = 0;
+      int length;
+      if (!in.ReadVarintSizeAsInt(&length)) return false;
+      const auto result_limit = in.PushLimit(length);
+      while (const uint32_t result_tag = in.ReadTag()) {
+        if (result_tag == (pb::StreamResult::kIdFieldNumber << 3)) {
+          if (!in.ReadVarint64(&id)) return false;
+        } else if (result_tag == (pb::StreamResult::kResultFieldNumber << 3 | 2)) {
+          if (!in.ReadVarintSizeAsInt(&length)) return false;
+          const auto item_limit = in.PushLimit(length);
+          while (const uint32_t item_tag = in.ReadTag()) {
+            bool ok;
+            if (item_tag == (pb::ItemResult::kCodeFieldNumber << 3)) {
+              ok = in.ReadVarint64(&code);
+            } else if (item_tag == (pb::ItemResult::kValueFieldNumber << 3 | 2)) {
+              ok = in.ReadVarint32(&value_bytes) && in.Skip(static_cast<int>(value_bytes));
+            } else {
+              ok = WireFormatLite::SkipField(&in, item_tag);
+            }
+            if (!ok) return false;
+          }
+          if (!in.ConsumedEntireMessage()) return false;
+          in.PopLimit(item_limit);
+        } else if (!WireFormatLite::SkipField(&in, result_tag)) {
+          return false;
+        }
+      }
+      if (!in.ConsumedEntireMessage()) return false;
+      in.PopLimit(result_limit);
+      TakeStreamResult(id, static_cast<int>(code), value_bytes);
+    }
+    if (!in.ConsumedEntireMessage() || in.CurrentPosition() != static_cast<int>(bytes.size())) {
+      return false;
+    }
+    *done = StreamBatchDone();
     return true;
   }
 
@@ -296,6 +345,19 @@ class Workload {
   void Stamp(Clock::time_point sent) { started_ = sent; }
 
  private:
+  void TakeStreamResult(uint64_t id, int code, size_t value_bytes) {
+    const uint64_t index = id - (next_id_ - config_.batch);
+    if (index < stream_gets_.size() && stream_gets_[index]) CountGet(code);
+    if (code != 0 && !IsMiss(code)) Fail(code);
+    tally_->value_bytes += value_bytes;
+    --awaiting_;
+  }
+  bool StreamBatchDone() {
+    if (awaiting_ > 0) return false;
+    Record(config_.batch);
+    return true;
+  }
+
   // Without --preload, a GET may miss (and a write may be evicted or expire): not an error.
   bool IsMiss(int code) const { return code == grpc::StatusCode::NOT_FOUND && !config_.preload; }
   void Fail(int code) {
@@ -530,8 +592,9 @@ class H2Slot : public CallObserver {
     const Mode mode = work_.config().mode;
     bool parsed;
     if (mode == Mode::kStream) {
-      parsed = stream_in_.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
-      if (parsed && work_.TakeStreamReply(stream_in_)) {
+      bool done = false;
+      parsed = work_.TakeStreamReply(bytes, &done);
+      if (parsed && done) {
         if (stop_.load(std::memory_order_relaxed)) {
           channel_->CloseSend(call_);
         } else {
@@ -624,7 +687,6 @@ class H2Slot : public CallObserver {
   pb::MultiPutRequest mput_;
   pb::MultiPutResponse mput_out_;
   pb::StreamRequest stream_out_;
-  pb::StreamResponse stream_in_;
 };
 
 // One thread of the h2 client: an epoll loop over the connections this thread owns (every
