@@ -267,8 +267,9 @@ void H2Call::Deliver() {
     if (absl::Status s = CheckPrefix(prefix); !s.ok()) return Fail(s);
     const size_t message_end = kMessagePrefixBytes + prefix.length;
     if (available < message_end || !read_wanted_) break;
-    if (!handler_->incoming()->ParseFromArray(in_.data() + in_read_ + kMessagePrefixBytes,
-                                              static_cast<int>(prefix.length))) {
+    const std::string_view message(in_.data() + in_read_ + kMessagePrefixBytes, prefix.length);
+    if (!handler_->ParseCopy(message) &&
+        !handler_->incoming()->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
       return Fail(absl::InternalError(absl::StrCat("cannot parse the request message as ",
                                                    handler_->incoming()->GetTypeName())));
     }

@@ -145,7 +145,8 @@ class Handler {
   virtual bool ParseInPlace(std::string_view /*wire*/) { return false; }
   // The same for a unary request's message whose bytes do not stay (the h2 transport's read
   // buffer): a handler may keep a copy of them and views into it (MultiGet's keys) rather than
-  // a string per field.
+  // a string per field. And for each message of a bidirectional call, whose bytes stay until
+  // the OnMessage that follows returns (Stream's operations).
   virtual bool ParseCopy(std::string_view /*wire*/) { return false; }
   // The call is accepted; a bidirectional handler Reads from here on.
   virtual void OnStart() {}

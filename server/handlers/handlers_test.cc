@@ -4,6 +4,7 @@
 // what is checked is the handler's own logic: input checks, the Requests it makes, and how it
 // turns their outcome into an answer. No socket, thread or Server.
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -374,6 +375,106 @@ TEST(HandlersTest, AStreamReplyAcknowledgingWritesAfterTheFenceClosedEndsTheStre
   EXPECT_NE(closed.status.message().find("the call's writes ran here, but this server lost"),
             std::string::npos)
       << closed.status;
+}
+
+// A Stream fed `messages`, one at a time, each run for a turn and its replies written: what
+// it wrote. `handler_parses`: each message is offered as bytes that do not stay
+// (Handler::ParseCopy, which must take it), and overwritten once OnMessage has returned, as
+// the h2 transport's buffer moves on; else protobuf parses it.
+std::string RunStream(const std::vector<std::string>& messages, bool handler_parses) {
+  TestHost host;
+  RecordingSink sink;
+  std::unique_ptr<Handler> handler = MethodOf(MethodId::kStream).make(host, sink);
+  handler->OnStart();
+  size_t written = 0;
+  for (const std::string& message : messages) {
+    if (handler_parses) {
+      std::string read_buffer = message;
+      EXPECT_TRUE(handler->ParseCopy(read_buffer));
+      handler->OnMessage();
+      std::fill(read_buffer.begin(), read_buffer.end(), '\xee');
+    } else {
+      EXPECT_TRUE(handler->incoming()->ParseFromString(message));
+      handler->OnMessage();
+    }
+    host.Turn();
+    while (written < sink.writes.size()) {
+      ++written;
+      handler->OnWriteDone(true);
+    }
+  }
+  handler->OnHalfClose();
+  EXPECT_EQ(sink.finishes, 1);
+  EXPECT_TRUE(sink.status.ok()) << sink.status;
+  std::string all;
+  for (const std::string& write : sink.writes) all += write;
+  return all;
+}
+
+// Stream's operations read from the message's bytes by the handler are run and answered as
+// protobuf's parse of them is, for every type, an unknown one, a refused key, a negative
+// delta and type, and ids of one byte and more; one with a condition is left to protobuf.
+TEST(HandlersTest, AStreamsOperationsAreReadByItsHandlerAsProtobufReadsThem) {
+  auto op = [](pb::StreamRequest& request, uint64_t id, int type, const std::string& key) {
+    pb::StreamOp* op = request.add_ops();
+    op->set_id(id);
+    op->set_type(static_cast<pb::OpType>(type));
+    op->set_key(key);
+    return op;
+  };
+  pb::StreamRequest first;
+  op(first, 1, pb::OP_TYPE_PUT, "a")->set_value("value of a");
+  first.mutable_ops(0)->set_ttl_ms(60'000);
+  op(first, 2, pb::OP_TYPE_PUT, "b")->set_value(std::string(300, 'b'));
+  op(first, 3, pb::OP_TYPE_INCREMENT, "c")->set_delta(5);
+  op(first, 0, pb::OP_TYPE_GET, "a");
+  pb::StreamRequest second;
+  op(second, 300, pb::OP_TYPE_GET, "b");
+  op(second, 4, pb::OP_TYPE_DELETE, "b");
+  op(second, 5, pb::OP_TYPE_EXPIRE, "a")->set_ttl_ms(1'000);
+  op(second, 6, pb::OP_TYPE_GET, "a");
+  op(second, 7, pb::OP_TYPE_PERSIST, "a");
+  op(second, 8, 99, "a");
+  op(second, 9, -1, "a");
+  op(second, uint64_t{1} << 40, pb::OP_TYPE_GET, std::string(17, 'k'));
+  op(second, 10, pb::OP_TYPE_INCREMENT, "c")->set_delta(-7);
+  op(second, 11, pb::OP_TYPE_GET, "b");
+  const std::vector<std::string> messages = {first.SerializeAsString(), second.SerializeAsString()};
+  const std::string by_protobuf = RunStream(messages, false);
+  EXPECT_EQ(RunStream(messages, true), by_protobuf);
+
+  // Every operation was answered, each as its type says.
+  pb::StreamResponse replies;
+  size_t results = 0;
+  std::map<uint64_t, pb::ItemResult> by_id;
+  // The writes, one after the other, parse as one message: their results together.
+  ASSERT_TRUE(replies.ParseFromString(by_protobuf));
+  for (const pb::StreamResult& r : replies.results()) {
+    ++results;
+    by_id[r.id()] = r.result();
+  }
+  EXPECT_EQ(results, static_cast<size_t>(first.ops_size() + second.ops_size()));
+  EXPECT_EQ(by_id[0].value(), "value of a");
+  EXPECT_EQ(by_id[0].ttl_ms(), 60'000);
+  EXPECT_EQ(by_id[3].number(), 5);
+  EXPECT_EQ(by_id[300].value(), std::string(300, 'b'));
+  EXPECT_EQ(by_id[6].ttl_ms(), 1'000);
+  EXPECT_EQ(by_id[8].code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(by_id[9].code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(by_id[uint64_t{1} << 40].code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(by_id[10].number(), -2);
+  EXPECT_EQ(by_id[11].code(), static_cast<int>(absl::StatusCode::kNotFound));
+
+  // A condition, an unknown field or a trailing zero tag: left to protobuf.
+  RecordingSink sink;
+  TestHost host;
+  const std::unique_ptr<Handler> handler = MethodOf(MethodId::kStream).make(host, sink);
+  pb::StreamRequest conditioned;
+  op(conditioned, 1, pb::OP_TYPE_DELETE, "a")->mutable_condition()->set_absent(true);
+  EXPECT_FALSE(handler->ParseCopy(conditioned.SerializeAsString()));
+  EXPECT_FALSE(handler->ParseCopy(first.SerializeAsString() + std::string("\x48\x01", 2)));
+  EXPECT_FALSE(handler->ParseCopy(first.SerializeAsString() + '\0'));
+  EXPECT_TRUE(handler->ParseCopy(first.SerializeAsString()));
 }
 
 TEST(HandlersTest, AKeyPastTheLimitIsRefusedByNameAndNeverReachesTheShard) {

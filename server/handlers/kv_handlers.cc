@@ -592,59 +592,152 @@ class StreamHandler : public BidiHandler<WireMessage> {
   bool Busy() const override { return in_flight_ > 0; }
   bool RoomForMore() const override { return in_flight_ < kMaxStreamInFlight; }
 
+  // The operations' fields read from the message's bytes, with no StreamOp object each: ops
+  // of an id, a type, a key, a value, a TTL and a delta (every field but a condition) are read
+  // here; a condition, any other field, or bytes that do not parse are left to protobuf. The
+  // bytes do not stay (the call's buffer moves on), so each key and value is copied into its
+  // operation's strings, whose room is kept from one operation to the next.
+  bool ParseCopy(std::string_view wire) override {
+    parsed_.clear();
+    if (SplitOps(wire)) return true;
+    parsed_.clear();
+    return false;
+  }
+
   void TakeMessage() override {
-    const RequestLimits& limits = context_.limits();
     const int64_t now = context_.NowMs();
+    if (!parsed_.empty()) {
+      for (const OpFields& in : parsed_) {
+        InFlight& op = NewOp();
+        op.key_bytes.assign(in.key);
+        op.value_bytes.assign(in.value);
+        TakeOp(in.id, in.type, in.ttl_ms, in.delta, nullptr, now, op);
+      }
+      parsed_.clear();
+      return;
+    }
     for (pb::StreamOp& in : *incoming_.mutable_ops()) {
       InFlight& op = NewOp();
-      op.id = in.id();
       op.key_bytes.swap(*in.mutable_key());
       op.value_bytes.swap(*in.mutable_value());
-      const std::string_view key = op.key_bytes;
-      const pb::Condition* condition = in.has_condition() ? &in.condition() : nullptr;
-      absl::Status status;
-      // Every type from PUT on writes (an unknown one is refused below).
-      const bool writes = in.type() >= pb::OP_TYPE_PUT && in.type() <= pb::OP_TYPE_PERSIST;
-      if (writes && caller_ < Role::kWrite) {
-        status = absl::PermissionDeniedError(
-            absl::StrCat("Stream ", absl::StripPrefix(pb::OpType_Name(in.type()), "OP_TYPE_"),
-                         " needs the write role; the token has ", std::string(RoleName(caller_))));
-      } else if (writes && context_.read_only()) {
-        status = context_.read_only_refusal();
-      } else {
-        switch (in.type()) {
-          case pb::OP_TYPE_GET:
-            status = PrepareGet(limits, key, &op);
-            break;
-          case pb::OP_TYPE_PUT:
-            status = PreparePut(limits, now, key, op.value_bytes, in.ttl_ms(), condition, &op);
-            break;
-          case pb::OP_TYPE_DELETE:
-            status = PrepareDelete(limits, key, condition, &op);
-            break;
-          case pb::OP_TYPE_INCREMENT:
-            status = PrepareIncrement(limits, key, in.delta(), &op);
-            break;
-          case pb::OP_TYPE_EXPIRE:
-            status = PrepareExpire(limits, now, key, in.ttl_ms(), &op);
-            break;
-          case pb::OP_TYPE_PERSIST:
-            status = PreparePersist(limits, key, &op);
-            break;
-          default:
-            status = absl::InvalidArgumentError(
-                "op type is unset or unknown; use GET, PUT, DELETE, INCREMENT, EXPIRE or PERSIST");
-        }
-      }
-      if (!status.ok()) {
-        AppendStreamResult(in.id(), status, &Gathering(status.message().size() + 32));
-        Release(op);
-        continue;
-      }
-      ++in_flight_;
-      Submit(op, Lane::kBatch);
+      TakeOp(in.id(), in.type(), in.ttl_ms(), in.delta(),
+             in.has_condition() ? &in.condition() : nullptr, now, op);
     }
     incoming_.Clear();
+  }
+
+  // An operation as the message gave it, its key and value already in `op`'s strings:
+  // submitted, or answered at once with what is wrong with it.
+  void TakeOp(uint64_t id, int type, int64_t ttl_ms, int64_t delta, const pb::Condition* condition,
+              int64_t now, InFlight& op) {
+    const RequestLimits& limits = context_.limits();
+    op.id = id;
+    const std::string_view key = op.key_bytes;
+    absl::Status status;
+    // Every type from PUT on writes (an unknown one is refused below).
+    const bool writes = type >= pb::OP_TYPE_PUT && type <= pb::OP_TYPE_PERSIST;
+    if (writes && caller_ < Role::kWrite) {
+      status = absl::PermissionDeniedError(absl::StrCat(
+          "Stream ", absl::StripPrefix(pb::OpType_Name(static_cast<pb::OpType>(type)), "OP_TYPE_"),
+          " needs the write role; the token has ", std::string(RoleName(caller_))));
+    } else if (writes && context_.read_only()) {
+      status = context_.read_only_refusal();
+    } else {
+      switch (type) {
+        case pb::OP_TYPE_GET:
+          status = PrepareGet(limits, key, &op);
+          break;
+        case pb::OP_TYPE_PUT:
+          status = PreparePut(limits, now, key, op.value_bytes, ttl_ms, condition, &op);
+          break;
+        case pb::OP_TYPE_DELETE:
+          status = PrepareDelete(limits, key, condition, &op);
+          break;
+        case pb::OP_TYPE_INCREMENT:
+          status = PrepareIncrement(limits, key, delta, &op);
+          break;
+        case pb::OP_TYPE_EXPIRE:
+          status = PrepareExpire(limits, now, key, ttl_ms, &op);
+          break;
+        case pb::OP_TYPE_PERSIST:
+          status = PreparePersist(limits, key, &op);
+          break;
+        default:
+          status = absl::InvalidArgumentError(
+              "op type is unset or unknown; use GET, PUT, DELETE, INCREMENT, EXPIRE or PERSIST");
+      }
+    }
+    if (!status.ok()) {
+      AppendStreamResult(id, status, &Gathering(status.message().size() + 32));
+      Release(op);
+      return;
+    }
+    ++in_flight_;
+    Submit(op, Lane::kBatch);
+  }
+
+  // StreamOp's fields but its condition. A field the op leaves out is zero or empty, as
+  // protobuf's, not null; a field given twice counts as its last, as protobuf has it.
+  struct OpFields {
+    uint64_t id = 0;
+    int type = 0;
+    std::string_view key = "";
+    std::string_view value = "";
+    int64_t ttl_ms = 0;
+    int64_t delta = 0;
+  };
+
+  bool SplitOps(std::string_view wire) {
+    using google::protobuf::io::CodedInputStream;
+    CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
+                        static_cast<int>(wire.size()));
+    for (;;) {
+      const size_t at = static_cast<size_t>(in.CurrentPosition());
+      const uint32_t tag = in.ReadTag();
+      if (tag == 0) return at == wire.size();  // Else a zero tag, or a tag that does not parse.
+      std::string_view bytes;
+      if (tag != (pb::StreamRequest::kOpsFieldNumber << 3 | 2) || !ReadBytes(in, wire, &bytes)) {
+        return false;
+      }
+      OpFields& op = parsed_.emplace_back();
+      CodedInputStream fields(reinterpret_cast<const uint8_t*>(bytes.data()),
+                              static_cast<int>(bytes.size()));
+      for (;;) {
+        const size_t field_at = static_cast<size_t>(fields.CurrentPosition());
+        const uint32_t field_tag = fields.ReadTag();
+        if (field_tag == 0) {
+          if (field_at != bytes.size()) return false;
+          break;
+        }
+        uint64_t number;
+        switch (field_tag) {
+          case pb::StreamOp::kKeyFieldNumber << 3 | 2:
+            if (!ReadBytes(fields, bytes, &op.key)) return false;
+            continue;
+          case pb::StreamOp::kValueFieldNumber << 3 | 2:
+            if (!ReadBytes(fields, bytes, &op.value)) return false;
+            continue;
+          case pb::StreamOp::kIdFieldNumber << 3:
+          case pb::StreamOp::kTypeFieldNumber << 3:
+          case pb::StreamOp::kTtlMsFieldNumber << 3:
+          case pb::StreamOp::kDeltaFieldNumber << 3:
+            if (!fields.ReadVarint64(&number)) return false;
+            break;
+          default:
+            return false;
+        }
+        // Protobuf's conversions: an enum is an int32, the others are 64-bit.
+        if (field_tag == (pb::StreamOp::kIdFieldNumber << 3)) {
+          op.id = number;
+        } else if (field_tag == (pb::StreamOp::kTypeFieldNumber << 3)) {
+          op.type = static_cast<int32_t>(number);
+        } else if (field_tag == (pb::StreamOp::kTtlMsFieldNumber << 3)) {
+          op.ttl_ms = static_cast<int64_t>(number);
+        } else {
+          op.delta = static_cast<int64_t>(number);
+        }
+      }
+    }
   }
 
   // Back to the free list, with its strings emptied (their memory kept for the next op).
@@ -680,6 +773,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
   }
 
   pb::StreamRequest incoming_;
+  std::vector<OpFields> parsed_;  // ParseCopy's, into the message's bytes until TakeMessage.
   std::vector<std::unique_ptr<InFlight>> ops_;  // Every one made; free_ lists the idle ones.
   std::vector<InFlight*> free_;
   size_t in_flight_ = 0;
