@@ -246,6 +246,22 @@ bool ReadBytes(google::protobuf::io::CodedInputStream& in, std::string_view wire
   return true;
 }
 
+// Reads the message `wire` field by field, `read(tag, in)` for each, to its end: false as soon
+// as `read` is, or if the bytes do not parse to their end (a tag cut short, or a zero tag,
+// which protobuf refuses too). The handlers' own parsers, which leave anything else to
+// protobuf.
+template <typename Read>
+bool ReadFields(std::string_view wire, Read read) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
+                                            static_cast<int>(wire.size()));
+  for (;;) {
+    const size_t at = static_cast<size_t>(in.CurrentPosition());
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) return at == wire.size();
+    if (!read(tag, in)) return false;
+  }
+}
+
 // MultiGet and MultiPut: one Request per item, answered per item; a bad item is answered at
 // once and the others still run. The reply (a ResponsePb: repeated ItemResult results = 1) is
 // written item by item once all are back (AppendItem), with no ItemResult object per item.
@@ -328,24 +344,16 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
   // as every client sends it) is split here; any other field, or bytes that do not parse,
   // are left to protobuf.
   bool ParseInPlace(std::string_view wire) override {
-    google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
-                                              static_cast<int>(wire.size()));
-    for (;;) {
-      const size_t at = static_cast<size_t>(in.CurrentPosition());
-      const uint32_t tag = in.ReadTag();
-      if (tag == 0) {
-        if (at != wire.size()) break;  // A zero tag, or a tag that does not parse.
-        in_place_ = true;
-        return true;
-      }
+    in_place_ = ReadFields(wire, [&](uint32_t tag, google::protobuf::io::CodedInputStream& in) {
       std::string_view key;
       if (tag != (pb::MultiGetRequest::kKeysFieldNumber << 3 | 2) || !ReadBytes(in, wire, &key)) {
-        break;
+        return false;
       }
       keys_.push_back(key);
-    }
-    keys_.clear();
-    return false;
+      return true;
+    });
+    if (!in_place_) keys_.clear();
+    return in_place_;
   }
   void Start() override {
     if (in_place_) {
@@ -397,15 +405,7 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
 
   bool SplitItems(std::string_view wire) {
     using google::protobuf::io::CodedInputStream;
-    CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
-                        static_cast<int>(wire.size()));
-    for (;;) {
-      const size_t at = static_cast<size_t>(in.CurrentPosition());
-      const uint32_t tag = in.ReadTag();
-      if (tag == 0) {
-        if (at != wire.size()) return false;  // A zero tag, or a tag that does not parse.
-        break;
-      }
+    in_place_ = ReadFields(wire, [&](uint32_t tag, CodedInputStream& in) {
       std::string_view bytes;
       if (tag != (pb::MultiPutRequest::kItemsFieldNumber << 3 | 2) ||
           !ReadBytes(in, wire, &bytes)) {
@@ -413,30 +413,23 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
       }
       // A field given twice in an item: the last one counts, as protobuf has it.
       Item& item = items_.emplace_back();
-      CodedInputStream fields(reinterpret_cast<const uint8_t*>(bytes.data()),
-                              static_cast<int>(bytes.size()));
-      for (;;) {
-        const size_t field_at = static_cast<size_t>(fields.CurrentPosition());
-        const uint32_t field_tag = fields.ReadTag();
-        if (field_tag == 0) {
-          if (field_at != bytes.size()) return false;
-          break;
-        }
+      return ReadFields(bytes, [&](uint32_t field_tag, CodedInputStream& fields) {
         uint64_t ttl;
-        if (field_tag == (pb::KeyValue::kKeyFieldNumber << 3 | 2)) {
-          if (!ReadBytes(fields, bytes, &item.key)) return false;
-        } else if (field_tag == (pb::KeyValue::kValueFieldNumber << 3 | 2)) {
-          if (!ReadBytes(fields, bytes, &item.value)) return false;
-        } else if (field_tag == (pb::KeyValue::kTtlMsFieldNumber << 3) &&
-                   fields.ReadVarint64(&ttl)) {
-          item.ttl_ms = static_cast<int64_t>(ttl);
-        } else {
-          return false;
+        switch (field_tag) {
+          case pb::KeyValue::kKeyFieldNumber << 3 | 2:
+            return ReadBytes(fields, bytes, &item.key);
+          case pb::KeyValue::kValueFieldNumber << 3 | 2:
+            return ReadBytes(fields, bytes, &item.value);
+          case pb::KeyValue::kTtlMsFieldNumber << 3:
+            if (!fields.ReadVarint64(&ttl)) return false;
+            item.ttl_ms = static_cast<int64_t>(ttl);
+            return true;
+          default:
+            return false;
         }
-      }
-    }
-    in_place_ = true;
-    return true;
+      });
+    });
+    return in_place_;
   }
 
   absl::InlinedVector<Item, kInlineItems> items_;  // Into the message's bytes.
@@ -689,55 +682,39 @@ class StreamHandler : public BidiHandler<WireMessage> {
 
   bool SplitOps(std::string_view wire) {
     using google::protobuf::io::CodedInputStream;
-    CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
-                        static_cast<int>(wire.size()));
-    for (;;) {
-      const size_t at = static_cast<size_t>(in.CurrentPosition());
-      const uint32_t tag = in.ReadTag();
-      if (tag == 0) return at == wire.size();  // Else a zero tag, or a tag that does not parse.
+    return ReadFields(wire, [&](uint32_t tag, CodedInputStream& in) {
       std::string_view bytes;
       if (tag != (pb::StreamRequest::kOpsFieldNumber << 3 | 2) || !ReadBytes(in, wire, &bytes)) {
         return false;
       }
       OpFields& op = parsed_.emplace_back();
-      CodedInputStream fields(reinterpret_cast<const uint8_t*>(bytes.data()),
-                              static_cast<int>(bytes.size()));
-      for (;;) {
-        const size_t field_at = static_cast<size_t>(fields.CurrentPosition());
-        const uint32_t field_tag = fields.ReadTag();
-        if (field_tag == 0) {
-          if (field_at != bytes.size()) return false;
-          break;
-        }
+      return ReadFields(bytes, [&](uint32_t field_tag, CodedInputStream& fields) {
         uint64_t number;
         switch (field_tag) {
           case pb::StreamOp::kKeyFieldNumber << 3 | 2:
-            if (!ReadBytes(fields, bytes, &op.key)) return false;
-            continue;
+            return ReadBytes(fields, bytes, &op.key);
           case pb::StreamOp::kValueFieldNumber << 3 | 2:
-            if (!ReadBytes(fields, bytes, &op.value)) return false;
-            continue;
+            return ReadBytes(fields, bytes, &op.value);
           case pb::StreamOp::kIdFieldNumber << 3:
+            return fields.ReadVarint64(&op.id);
+          // Protobuf's conversions: an enum is an int32, the others are 64-bit.
           case pb::StreamOp::kTypeFieldNumber << 3:
+            if (!fields.ReadVarint64(&number)) return false;
+            op.type = static_cast<int32_t>(number);
+            return true;
           case pb::StreamOp::kTtlMsFieldNumber << 3:
+            if (!fields.ReadVarint64(&number)) return false;
+            op.ttl_ms = static_cast<int64_t>(number);
+            return true;
           case pb::StreamOp::kDeltaFieldNumber << 3:
             if (!fields.ReadVarint64(&number)) return false;
-            break;
+            op.delta = static_cast<int64_t>(number);
+            return true;
           default:
             return false;
         }
-        // Protobuf's conversions: an enum is an int32, the others are 64-bit.
-        if (field_tag == (pb::StreamOp::kIdFieldNumber << 3)) {
-          op.id = number;
-        } else if (field_tag == (pb::StreamOp::kTypeFieldNumber << 3)) {
-          op.type = static_cast<int32_t>(number);
-        } else if (field_tag == (pb::StreamOp::kTtlMsFieldNumber << 3)) {
-          op.ttl_ms = static_cast<int64_t>(number);
-        } else {
-          op.delta = static_cast<int64_t>(number);
-        }
-      }
-    }
+      });
+    });
   }
 
   // Back to the free list, with its strings emptied (their memory kept for the next op).
