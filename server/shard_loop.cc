@@ -143,7 +143,10 @@ void ShardLoop::Run() {
   io_->Start();
   int idle_turns = 0;
   auto last_work = std::chrono::steady_clock::now();
-  bool idle_since_work = false;  // A turn found nothing since last_work.
+  // Since last_work: the loop came to idle (past kSpinTurns empty turns); and it did so while
+  // answers waited for the log.
+  bool idle_since_work = false;
+  bool held_since_work = false;
   for (;;) {
     if (!saw_draining_.load(std::memory_order_relaxed) && context_.shutting_down()) {
       NoticeDraining();
@@ -170,9 +173,12 @@ void ShardLoop::Run() {
       const size_t stream = worker_ != nullptr ? worker_->stream_work() : 0;
       if (spin_.count() > 0 && work > stream) {
         const auto now = std::chrono::steady_clock::now();
-        spin_governor_.OnWork(work - stream,
-                              idle_since_work ? now - last_work : std::chrono::nanoseconds(0));
+        // Answers released by the log's sync are the spell's own work, not a client's call.
+        spin_governor_.OnWork(work - stream, idle_since_work && !held_since_work
+                                                 ? now - last_work
+                                                 : std::chrono::nanoseconds(0));
         idle_since_work = false;
+        held_since_work = false;
         last_work = now;
       }
       continue;
@@ -183,10 +189,16 @@ void ShardLoop::Run() {
     // client with one call in flight sends nothing before it has its answer, and the syncer
     // wakes the loop (spinning there cost 21.6 µs of server CPU per PUT against 16.3 parked,
     // with --fsync=always).
+    if (++idle_turns < kSpinTurns) {
+      CpuRelax();
+      continue;
+    }
+    // Idle, for the governor, from here: a few empty turns in a burst are not a gap.
     const bool holding = worker_ != nullptr && worker_->HoldsAnswers();
     idle_since_work = true;
-    if (++idle_turns < kSpinTurns || (!holding && spin_governor_.ShouldSpin() &&
-                                      std::chrono::steady_clock::now() - last_work < spin_)) {
+    held_since_work = held_since_work || holding;
+    if (!holding && spin_governor_.ShouldSpin() &&
+        std::chrono::steady_clock::now() - last_work < spin_) {
       CpuRelax();
       continue;
     }

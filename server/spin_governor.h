@@ -36,38 +36,43 @@ class SpinGovernor {
 
   explicit SpinGovernor(std::chrono::nanoseconds spin) : spin_(spin) {}
 
-  // A turn did `work` (> 0). If turns without work came before it, `idle` is how long they
-  // lasted, from the previous turn with work to this one; else zero.
+  // A turn did `work` (> 0). If the loop idled before it, `idle` is how long, from the previous
+  // turn with work to this one; zero if it did not (or if its idle is not the clients': the
+  // loop waited for the log, which then rang it).
   void OnWork(size_t work, std::chrono::nanoseconds idle) {
     if (idle.count() > 0) {
-      // An average with weight 1/8 for the newest spell, in sixteenths of a unit of work.
+      // Averages with weight 1/8 for the newest spell, in fractions fine enough that their
+      // rounding (towards zero) moves them by less than 1/32 of a unit.
       const int64_t spell = static_cast<int64_t>(spell_work_ < kSpellCap ? spell_work_ : kSpellCap);
-      spell_work_avg_ += (spell * 16 - spell_work_avg_) / 8;
-      // In 256ths: 256 when every spell ended within the spin.
-      const int32_t ended = idle < spin_ ? 256 : 0;
+      spell_work_avg_ += (spell * kOne - spell_work_avg_) / 8;
+      const int64_t ended = idle < spin_ ? kOne : 0;
       ended_avg_ += (ended - ended_avg_) / 8;
       spell_work_ = 0;
     }
     spell_work_ += work;
   }
 
-  // Whether the loop, idle now, should poll on for up to the spin.
+  // Whether the loop, idle now, should poll on for up to the spin. The bounds sit halfway
+  // between whole units, so that spells of exactly kShortSpellWork units spin, and spells of
+  // one more do not, whichever side the average comes from.
   bool ShouldSpin() const {
-    return spin_.count() > 0 && spell_work_avg_ <= int64_t{kShortSpellWork} * 16 &&
-           ended_avg_ >= 128;
+    return spin_.count() > 0 && spell_work_avg_ <= kShortSpellWork * kOne + kOne / 2 &&
+           ended_avg_ >= kOne / 2;
   }
 
  private:
   // One spell's weight in the average is bounded, so one long busy spell (a loaded loop that
   // went idle once) is forgotten after a few short ones.
   static constexpr uint64_t kSpellCap = 256;
+  // The averages' unit: 256ths.
+  static constexpr int64_t kOne = 256;
 
   const std::chrono::nanoseconds spin_;
   uint64_t spell_work_ = 0;
   // Signed, so that the updates above can move either way. A new loop spins, as before it had
   // a governor, until its spells say otherwise.
   int64_t spell_work_avg_ = 0;
-  int32_t ended_avg_ = 256;
+  int64_t ended_avg_ = kOne;
 };
 
 }  // namespace ringkv

@@ -45,6 +45,19 @@ TEST(SpinGovernorTest, WavesOfCallsStopTheSpinAndALoneClientBringsItBack) {
   EXPECT_TRUE(governor.ShouldSpin());
 }
 
+TEST(SpinGovernorTest, SpellsOfTheBoundSpinAndOfOneMoreDoNotFromEitherSide) {
+  constexpr int kBound = SpinGovernor::kShortSpellWork;
+  for (const int before : {1, 30}) {
+    SpinGovernor governor(kSpin);
+    Feed(governor, 100, before, microseconds(30));
+    Feed(governor, 200, kBound, microseconds(30));
+    EXPECT_TRUE(governor.ShouldSpin()) << "after spells of " << before;
+    Feed(governor, 200, before, microseconds(30));
+    Feed(governor, 200, kBound + 1, microseconds(30));
+    EXPECT_FALSE(governor.ShouldSpin()) << "after spells of " << before;
+  }
+}
+
 TEST(SpinGovernorTest, ASpellIsItsTurnsTogether) {
   // Work in one turn or in many is the same spell: 30 turns of one unit, then idle.
   SpinGovernor governor(kSpin);
