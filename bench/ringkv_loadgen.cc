@@ -269,13 +269,13 @@ class Workload {
       uint64_t code = 0;
       uint32_t value_bytes = 0;
       int length;
-      if (!in.ReadVarintSizeAsInt(&length)) return false;
+      if (!ReadLength(in, &length)) return false;
       const auto result_limit = in.PushLimit(length);
       while (const uint32_t result_tag = in.ReadTag()) {
         if (result_tag == (pb::StreamResult::kIdFieldNumber << 3)) {
           if (!in.ReadVarint64(&id)) return false;
         } else if (result_tag == (pb::StreamResult::kResultFieldNumber << 3 | 2)) {
-          if (!in.ReadVarintSizeAsInt(&length)) return false;
+          if (!ReadLength(in, &length)) return false;
           const auto item_limit = in.PushLimit(length);
           while (const uint32_t item_tag = in.ReadTag()) {
             bool ok;
@@ -345,6 +345,11 @@ class Workload {
   void Stamp(Clock::time_point sent) { started_ = sent; }
 
  private:
+  // A submessage's length, refused if it runs past its parent's (PushLimit would cut it short
+  // and the parse would go on as if the submessage had ended there).
+  static bool ReadLength(google::protobuf::io::CodedInputStream& in, int* length) {
+    return in.ReadVarintSizeAsInt(length) && *length <= in.BytesUntilLimit();
+  }
   void TakeStreamResult(uint64_t id, int code, size_t value_bytes) {
     const uint64_t index = id - (next_id_ - config_.batch);
     if (index < stream_gets_.size() && stream_gets_[index]) CountGet(code);

@@ -238,9 +238,11 @@ class Heads {
  private:
   void Varint(uint64_t value) { end_ = CodedOutputStream::WriteVarint64ToArray(value, end_); }
 
-  // Room for the most gathered between two appends: four heads (StreamResult's, its id, its
-  // item's, the value's), or three integer fields, of at most 11 bytes each.
-  uint8_t bytes_[48];
+  // Room for the most gathered between two appends, 44 bytes: before a value, three heads and
+  // the id's field, of at most 11 bytes each (a one-byte tag, a varint of up to 10). With no
+  // value, StreamResult's and its item's heads (their lengths, under 128, take a byte) with the
+  // id's, the version's and the TTL's fields: 37 (an item has a TTL or a number, not both).
+  uint8_t bytes_[64];
   uint8_t* end_ = bytes_;
 };
 
