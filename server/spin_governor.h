@@ -6,8 +6,8 @@
 // other kinds of idle, and costs the CPU of the whole gap:
 // - A wake-up serves a wave of calls: many clients, or calls in flight, and a loop that
 //   outruns them. The wake-up is shared by the wave; spinning through the gaps between waves
-//   took 7.3 µs of server CPU a call under `h2load -c 50 -m 1` against 5.4 parked, at the same
-//   calls/s.
+//   took 7.3 µs of server CPU a call under `h2load -c 50 -m 1` against 5.3-5.7 parked, which
+//   costs that client 3-5% of its calls/s (BENCHMARKS.md).
 // - The next call comes later than the spin lasts (a client at a few thousand calls a
 //   second): each spin runs to its end and the loop parks anyway.
 // So the governor keeps two averages over the last idle spells: the work a loop did between

@@ -377,9 +377,9 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
   // items of only a key, a value and a TTL are split here; a condition, any other field, or
   // bytes that do not parse are left to protobuf.
   bool ParseInPlace(std::string_view wire) override {
-    if (SplitItems(wire)) return true;
-    items_.clear();
-    return false;
+    in_place_ = SplitItems(wire);
+    if (!in_place_) items_.clear();
+    return in_place_;
   }
   void Start() override {
     const int64_t now = context_.NowMs();
@@ -405,7 +405,7 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
 
   bool SplitItems(std::string_view wire) {
     using google::protobuf::io::CodedInputStream;
-    in_place_ = ReadFields(wire, [&](uint32_t tag, CodedInputStream& in) {
+    return ReadFields(wire, [&](uint32_t tag, CodedInputStream& in) {
       std::string_view bytes;
       if (tag != (pb::MultiPutRequest::kItemsFieldNumber << 3 | 2) ||
           !ReadBytes(in, wire, &bytes)) {
@@ -429,7 +429,6 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
         }
       });
     });
-    return in_place_;
   }
 
   absl::InlinedVector<Item, kInlineItems> items_;  // Into the message's bytes.
@@ -588,8 +587,8 @@ class StreamHandler : public BidiHandler<WireMessage> {
   // The operations' fields read from the message's bytes, with no StreamOp object each: ops
   // of an id, a type, a key, a value, a TTL and a delta (every field but a condition) are read
   // here; a condition, any other field, or bytes that do not parse are left to protobuf. The
-  // bytes do not stay (the call's buffer moves on), so each key and value is copied into its
-  // operation's strings, whose room is kept from one operation to the next.
+  // bytes stay only until the OnMessage that follows returns, so TakeMessage copies each key
+  // and value into its operation's strings, whose room is kept from one operation to the next.
   bool ParseCopy(std::string_view wire) override {
     parsed_.clear();
     if (SplitOps(wire)) return true;
