@@ -685,6 +685,109 @@ TEST(HandlersTest, ABatchAnswersEachItemInOrderAndABadOneDoesNotStopTheOthers) {
   EXPECT_EQ(host.submitted, submitted);
 }
 
+// `value` as a varint of `bytes` bytes, or as few more as it needs: longer than it needs,
+// with continuation bits on zero groups, as a lenient writer or a hostile one may send it.
+std::string LongVarint(uint64_t value, int bytes) {
+  std::string out;
+  for (int i = 0; i < bytes || value != 0; ++i, value >>= 7) {
+    const bool more = i + 1 < bytes || (value >> 7) != 0;
+    out.push_back(static_cast<char>((value & 0x7f) | (more ? 0x80 : 0)));
+  }
+  return out;
+}
+
+// A length-delimited field: its tag and its length each written in the bytes given.
+std::string Field(int number, std::string_view bytes, int tag_bytes = 1, int length_bytes = 1) {
+  return LongVarint(static_cast<uint64_t>(number) << 3 | 2, tag_bytes) +
+         LongVarint(bytes.size(), length_bytes) + std::string(bytes);
+}
+
+// The handlers' own parsers (ParseCopy, ParseInPlace) take a message exactly when protobuf's
+// parser does, so that a message they split is one protobuf would have taken, and one it
+// refuses reaches protobuf to be refused. Varints written longer than they need: protobuf's
+// parser takes a tag or a length of up to 5 bytes (a length's 5th byte under 8: under 2 GiB),
+// where CodedInputStream's reads take up to 10 and drop the bits past 32.
+TEST(HandlersTest, AHandlersOwnParserTakesTheVarintsProtobufTakesAndNoOthers) {
+  struct Case {
+    MethodId id;
+    std::string wire;
+    bool protobuf_takes;
+    std::string label;
+  };
+  std::vector<Case> cases;
+  const std::string key = "k";
+  const std::string large(CallSink::kShareBytes, 'v');
+  // Each method's message with one of its fields' tag and length written in the bytes given:
+  // the outer field, or (MultiPut, Stream) a field inside an item.
+  auto add = [&](int tag_bytes, int length_bytes, bool protobuf_takes) {
+    const std::string how = ": a tag of " + std::to_string(tag_bytes) + " bytes, a length of " +
+                            std::to_string(length_bytes);
+    auto field = [&](int number, std::string_view bytes) {
+      return Field(number, bytes, tag_bytes, length_bytes);
+    };
+    const std::string value = Field(pb::KeyValue::kValueFieldNumber, "v");
+    const std::string stream_op = field(pb::StreamOp::kKeyFieldNumber, key);
+    for (Case c :
+         std::vector<Case>{{MethodId::kMultiGet, field(pb::MultiGetRequest::kKeysFieldNumber, key),
+                            false, "MultiGet's key"},
+                           {MethodId::kMultiPut,
+                            field(pb::MultiPutRequest::kItemsFieldNumber,
+                                  Field(pb::KeyValue::kKeyFieldNumber, key) + value),
+                            false, "MultiPut's item"},
+                           {MethodId::kMultiPut,
+                            Field(pb::MultiPutRequest::kItemsFieldNumber,
+                                  field(pb::KeyValue::kKeyFieldNumber, key) + value),
+                            false, "a MultiPut item's key"},
+                           {MethodId::kStream, Field(pb::StreamRequest::kOpsFieldNumber, stream_op),
+                            false, "a Stream op's key"},
+                           {MethodId::kPut,
+                            Field(pb::PutRequest::kKeyFieldNumber, key) +
+                                field(pb::PutRequest::kValueFieldNumber, large),
+                            false, "a large Put's value"}}) {
+      c.protobuf_takes = protobuf_takes;
+      c.label += how;
+      cases.push_back(std::move(c));
+    }
+  };
+  add(1, 1, true);
+  add(1, 2, true);
+  add(1, 5, true);
+  add(5, 1, true);
+  add(5, 5, true);
+  add(1, 6, false);
+  add(1, 10, false);
+  add(6, 1, false);
+  add(10, 1, false);
+  // A 5-byte length whose 5th byte holds bit 32 (over 2 GiB): ReadVarint32 would drop the bit
+  // and read the small length left.
+  for (const auto& [id, prefix, bytes, label] :
+       {std::tuple<MethodId, std::string, std::string, std::string>{MethodId::kMultiGet, "", key,
+                                                                    "MultiGet's key"},
+        {MethodId::kPut, Field(pb::PutRequest::kKeyFieldNumber, key), large,
+         "a large Put's value"}}) {
+    const int number = id == MethodId::kPut ? int{pb::PutRequest::kValueFieldNumber}
+                                            : int{pb::MultiGetRequest::kKeysFieldNumber};
+    std::string field = Field(number, bytes, 1, 5);
+    field[5] = static_cast<char>(field[5] | 0x10);  // The length's 5th byte.
+    cases.push_back({id, prefix + field, false, label + ": a length with bit 32 set"});
+  }
+
+  TestHost host;
+  for (const Case& c : cases) {
+    RecordingSink protobuf_sink;
+    const std::unique_ptr<Handler> by_protobuf = MethodOf(c.id).make(host, protobuf_sink);
+    const bool protobuf_takes = by_protobuf->incoming()->ParseFromString(c.wire);
+    EXPECT_EQ(protobuf_takes, c.protobuf_takes) << c.label;
+    // Where protobuf takes a message, the handler splits it (it holds only fields the handler
+    // knows); where protobuf refuses, the handler refuses too.
+    RecordingSink sink;
+    const std::unique_ptr<Handler> handler = MethodOf(c.id).make(host, sink);
+    const bool own_takes =
+        c.id == MethodId::kPut ? handler->ParseInPlace(c.wire) : handler->ParseCopy(c.wire);
+    EXPECT_EQ(own_takes, protobuf_takes) << c.label;
+  }
+}
+
 TEST(HandlersTest, ASnapshotWithoutADataDirIsAFailedPrecondition) {
   TestHost host;
   Call snapshot(host, MethodId::kSnapshot, pb::SnapshotRequest());

@@ -135,6 +135,34 @@ class GetHandler : public SingleKeyHandler<pb::GetRequest, pb::GetResponse> {
   }
 };
 
+// The handlers' own parsers hold a tag to protobuf's parser's rule (its ReadTag): at most 5
+// bytes, where CodedInputStream::ReadTag takes up to 10. A longer one leaves the message to
+// protobuf, which refuses it.
+constexpr int kMaxTagBytes = 5;
+
+// A length-delimited field's bytes, after its tag: a view of `wire`, which `in` reads. The
+// length is held to protobuf's own parser's rule (its ReadSize): at most 5 bytes, and under
+// 2 GiB, where CodedInputStream::ReadVarint32 would take up to 10 bytes and drop the bits past
+// 32. A length protobuf refuses is refused here too, so that the message goes to protobuf and
+// is refused there, as it would be without these parsers.
+bool ReadBytes(google::protobuf::io::CodedInputStream& in, std::string_view wire,
+               std::string_view* bytes) {
+  constexpr int kMaxLengthBytes = 5;
+  constexpr uint8_t kFifthByteBelow = 8;  // Its bits are 28 and up: below 8, under 2^31.
+  const int at = in.CurrentPosition();
+  uint32_t length;
+  if (!in.ReadVarint32(&length)) return false;
+  const size_t from = static_cast<size_t>(in.CurrentPosition());
+  const int length_bytes = in.CurrentPosition() - at;
+  if (length_bytes > kMaxLengthBytes || (length_bytes == kMaxLengthBytes &&
+                                         static_cast<uint8_t>(wire[from - 1]) >= kFifthByteBelow)) {
+    return false;
+  }
+  if (length > wire.size() - from || !in.Skip(static_cast<int>(length))) return false;
+  *bytes = wire.substr(from, length);
+  return true;
+}
+
 class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
  public:
   using SingleKeyHandler::SingleKeyHandler;
@@ -154,6 +182,7 @@ class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
         if (at != wire.size()) return false;
         break;
       }
+      if (in.CurrentPosition() - static_cast<int>(at) > kMaxTagBytes) return false;
       switch (tag & 7) {  // The wire type.
         case 0: {         // Varint.
           uint64_t scalar;
@@ -167,12 +196,10 @@ class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
           if (!in.Skip(4)) return false;
           break;
         case 2: {  // Length-delimited.
-          uint32_t length;
-          if (!in.ReadVarint32(&length)) return false;
-          const size_t from = static_cast<size_t>(in.CurrentPosition());
-          if (length > wire.size() - from || !in.Skip(static_cast<int>(length))) return false;
+          std::string_view bytes;
+          if (!ReadBytes(in, wire, &bytes)) return false;
           if (tag >> 3 == pb::PutRequest::kValueFieldNumber) {
-            value = wire.substr(from, length);  // As protobuf: the last one counts.
+            value = bytes;  // As protobuf: the last one counts.
             continue;
           }
           break;
@@ -235,17 +262,6 @@ class IncrementHandler : public SingleKeyHandler<pb::IncrementRequest, pb::Incre
   }
 };
 
-// A length-delimited field's bytes, after its tag: a view of `wire`, which `in` reads.
-bool ReadBytes(google::protobuf::io::CodedInputStream& in, std::string_view wire,
-               std::string_view* bytes) {
-  uint32_t length;
-  if (!in.ReadVarint32(&length)) return false;
-  const size_t from = static_cast<size_t>(in.CurrentPosition());
-  if (length > wire.size() - from || !in.Skip(static_cast<int>(length))) return false;
-  *bytes = wire.substr(from, length);
-  return true;
-}
-
 // Reads the message `wire` field by field, `read(tag, in)` for each, to its end: false as soon
 // as `read` is, or if the bytes do not parse to their end (a tag cut short, or a zero tag,
 // which protobuf refuses too). The handlers' own parsers, which leave anything else to
@@ -258,6 +274,7 @@ bool ReadFields(std::string_view wire, Read read) {
     const size_t at = static_cast<size_t>(in.CurrentPosition());
     const uint32_t tag = in.ReadTag();
     if (tag == 0) return at == wire.size();
+    if (in.CurrentPosition() - static_cast<int>(at) > kMaxTagBytes) return false;
     if (!read(tag, in)) return false;
   }
 }
