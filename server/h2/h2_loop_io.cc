@@ -402,7 +402,11 @@ void H2LoopIo::Admit(int fd, int64_t now) {
   event.events = EPOLLIN;
   event.data.ptr = connection;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
-    connection->Close();  // The kernel's epoll limit: like running out of descriptors.
+    // The kernel's epoll limit (fs.epoll.max_user_watches) or its memory: like running out of
+    // descriptors, said as a refusal is.
+    WarnRefusal(absl::StrCat("cannot watch its socket: ", std::strerror(errno),
+                             " (fs.epoll.max_user_watches, or the kernel's memory)"));
+    connection->Close();
     return;
   }
   connections_.insert(connection);
@@ -553,6 +557,10 @@ void H2LoopIo::Refuse(int fd, std::string_view why) {
   }
   shutdown(fd, SHUT_WR);
   close(fd);
+  WarnRefusal(why);
+}
+
+void H2LoopIo::WarnRefusal(std::string_view why) {
   const int64_t now = NowNs();
   if (now - last_fd_warning_ns_ >= kWarningIntervalNs || last_fd_warning_ns_ == 0) {
     last_fd_warning_ns_ = now;

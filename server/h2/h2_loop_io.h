@@ -130,6 +130,8 @@ class H2LoopIo final : public LoopIo, public H2Io {
   void Accept();
   // Refuses an accepted connection: a GOAWAY that says why, then close.
   void Refuse(int fd, std::string_view why);
+  // Says why a connection was refused: a warning at most every 10 s, debug lines between.
+  void WarnRefusal(std::string_view why);
   void PauseAccepting();
   void StopAll();
   size_t PumpReady();
