@@ -1,6 +1,7 @@
 // ByteBuffer: a growable array of bytes whose spare capacity can be written in place, then
 // taken into its size (Commit), without the zero-fill std::string::resize would do first. A call
-// reads a large request message straight from its socket into it (server/h2/h2_call.h).
+// reads a large request message straight from its socket into it (server/h2/h2_call.h); the
+// client's channel serializes a request straight into its frames (net/h2_channel.h).
 //
 //   ByteBuffer b;
 //   b.reserve(n);                                       // Room for n bytes, none written.
@@ -15,6 +16,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <string_view>
 
 namespace ringkv {
 
@@ -40,11 +42,18 @@ class ByteBuffer {
     bytes_ = std::move(grown);
     capacity_ = n;
   }
-  void append(const char* p, size_t n) {
+  // Room for `n` more bytes (the capacity at least doubling as it grows): spare(), returned,
+  // may take n bytes, then Commit(n).
+  char* Room(size_t n) {
     if (n > capacity_ - size_) reserve(std::max(size_ + n, 2 * capacity_));
-    std::memcpy(spare(), p, n);
+    return spare();
+  }
+  void append(const char* p, size_t n) {
+    std::memcpy(Room(n), p, n);
     size_ += n;
   }
+  void append(std::string_view bytes) { append(bytes.data(), bytes.size()); }
+  void clear() { size_ = 0; }  // The capacity stays.
   // The first `n` bytes of spare() were written: they are in the buffer now.
   void Commit(size_t n) { size_ += std::min(n, capacity_ - size_); }
   // Drops the first `n` bytes (at most size()).

@@ -200,7 +200,7 @@ void H2Channel::Open(Call* call, std::string_view path) {
   do {
     const size_t n = std::min(block->size() - pos, peer_max_frame_);
     AppendFrameHeader(n, type, pos + n == block->size() ? kFlagEndHeaders : 0, call->stream_id);
-    out_.append(*block, pos, n);
+    out_.append(block->data() + pos, n);
     pos += n;
     type = kFrameContinuation;
   } while (pos < block->size());
@@ -228,21 +228,20 @@ void H2Channel::Send(Call* call, const google::protobuf::MessageLite& message, b
   const size_t size = message.ByteSizeLong();
   const size_t framed = kMessagePrefixBytes + size;
   call->send_closed = end;
-  // Appends the message, prefixed, to `to`.
-  auto append = [&](std::string& to) {
-    const size_t at = to.size();
-    to.resize(at + framed);
-    WriteMessagePrefix(to.data() + at, false, static_cast<uint32_t>(size));
-    message.SerializeWithCachedSizesToArray(
-        reinterpret_cast<uint8_t*>(to.data() + at + kMessagePrefixBytes));
+  // Writes the message, prefixed, at `to` (`framed` bytes).
+  auto write = [&](char* to) {
+    WriteMessagePrefix(to, false, static_cast<uint32_t>(size));
+    message.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(to + kMessagePrefixBytes));
   };
   // The usual case: nothing of the call's is waiting, and the message fits the windows and a
-  // frame. It is serialized straight into its DATA frame.
+  // frame. It is serialized straight into its DATA frame, in room not zero-filled first (for an
+  // 80 KB PUT, a memset as dear as the serializing).
   if (call->stream_id != 0 && call->out_taken == call->out.size() && OutputHasRoom() &&
       static_cast<int64_t>(framed) <= std::min(send_window_, call->send_window) &&
       framed <= peer_max_frame_) {
     AppendFrameHeader(framed, kFrameData, end ? kFlagEndStream : 0, call->stream_id);
-    append(out_);
+    write(out_.Room(framed));
+    out_.Commit(framed);
     send_window_ -= static_cast<int64_t>(framed);
     call->send_window -= static_cast<int64_t>(framed);
     call->end_sent = end;
@@ -252,7 +251,9 @@ void H2Channel::Send(Call* call, const google::protobuf::MessageLite& message, b
     call->out.clear();
     call->out_taken = 0;
   }
-  append(call->out);
+  const size_t at = call->out.size();
+  call->out.resize(at + framed);
+  write(call->out.data() + at);
   if (call->stream_id != 0 && !call->blocked) WriteData(call);
 }
 
@@ -278,7 +279,7 @@ void H2Channel::WriteData(Call* call) {
     }
     const bool last = n == left && call->send_closed;
     AppendFrameHeader(n, kFrameData, last ? kFlagEndStream : 0, call->stream_id);
-    out_.append(call->out, call->out_taken, n);
+    out_.append(call->out.data() + call->out_taken, n);
     call->out_taken += n;
     send_window_ -= static_cast<int64_t>(n);
     call->send_window -= static_cast<int64_t>(n);

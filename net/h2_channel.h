@@ -42,6 +42,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "net/byte_buffer.h"
 #include "net/client_tls.h"
 #include "net/h2_frames.h"
 #include "net/hpack.h"
@@ -206,7 +207,7 @@ class H2Channel {
   int32_t block_id_ = 0;
   uint8_t block_flags_ = 0;
 
-  std::string out_;  // Frames for the socket; out_[out_sent_..] not sent.
+  ByteBuffer out_;  // Frames for the socket; out_[out_sent_..] not sent.
   size_t out_sent_ = 0;
   bool goaway_ = false;
   bool ids_spent_ = false;
