@@ -9,8 +9,9 @@ ringkv-loadgen --connections=C --concurrency=C), for GET and for SET/PUT. Each c
 (min .. max) of the runs: ops/s, the server's CPU per operation (user + system from /proc over the
 run, divided by operations) and the client's own (its rusage).
 
-Usage: bench/large_values.py [RUNS=3] [SECONDS=4] [SERVER_FLAG...]   (repository root, after
-scripts/setup.sh). Prints markdown; raw results under bench-results/large/.
+Usage: [LOADGEN=...] bench/large_values.py [RUNS=3] [SECONDS=4] [SERVER_FLAG...]   (repository
+root, after scripts/setup.sh). Prints markdown; raw results under bench-results/large/.
+LOADGEN: another ringkv-loadgen binary (one built before a change to the client).
 """
 import json
 import os
@@ -22,7 +23,7 @@ RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 SECONDS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 FLAGS = sys.argv[3:]
 OUT = "bench-results/large"
-LOADGEN = "build/bench/ringkv-loadgen"
+LOADGEN = os.environ.get("LOADGEN", "build/bench/ringkv-loadgen")
 KEYS = 1000
 SIZE = 81920
 SHAPES = [(op, c) for op in ("GET", "SET/PUT") for c in (1, 10, 100)]
