@@ -403,7 +403,8 @@ void H2LoopIo::Admit(int fd, int64_t now) {
   event.data.ptr = connection;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
     // The kernel's epoll limit (fs.epoll.max_user_watches) or its memory: like running out of
-    // descriptors, said as a refusal is.
+    // descriptors, counted and said as that refusal is (its client sees a close, no GOAWAY).
+    gate_.CountRefused(ConnectionGate::kOutOfDescriptors);
     WarnRefusal(absl::StrCat("cannot watch its socket: ", std::strerror(errno),
                              " (fs.epoll.max_user_watches, or the kernel's memory)"));
     connection->Close();
