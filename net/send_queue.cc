@@ -26,8 +26,9 @@ std::string& SendQueue::NewOrCompactedTail() {
 void SendQueue::Append(Shared owner, std::string_view bytes) {
   if (bytes.empty()) return;
   Piece& piece = pieces_.emplace_back();
+  piece.from = static_cast<size_t>(bytes.data() - owner->data());
+  piece.length = bytes.size();
   piece.owner = std::move(owner);
-  piece.shared = bytes;
   size_ += bytes.size();
 }
 
@@ -91,7 +92,7 @@ void SendQueue::Truncate(size_t bytes) {
   }
   Piece& last = pieces_[i];
   if (last.owner) {
-    last.shared = last.shared.substr(0, bytes);
+    last.length = bytes;
   } else {
     last.copied.resize(bytes);
   }
@@ -114,7 +115,7 @@ void SendQueue::Consume(size_t bytes) {
     // Sent: the buffer may go (the first piece's is kept for Reset).
     if (piece.owner) {
       piece.owner.reset();
-      piece.shared = {};
+      piece.length = 0;
     } else if (head_ > 0) {
       std::string().swap(piece.copied);
     }

@@ -1,5 +1,6 @@
 // SendQueue: bytes on their way to a socket, in order: most are copied in, but a large buffer
-// (a GET's value) can be shared instead, held by its shared_ptr where it lies until it is sent.
+// (a GET's value) can be shared instead, held by its shared_ptr where it lies until it is sent
+// (base/shared_bytes.h: a buffer of its own, or a shard's record lent, which can move).
 // Sending takes the front as iovecs for a sendmsg (kMaxIovecs pieces at a time), so a shared
 // buffer reaches the kernel with no copy in user space; a queue of copied bytes alone is one
 // contiguous piece, sent as before.
@@ -17,8 +18,13 @@
 // buffer, or of its shared buffer's reference, as soon as its bytes are consumed, and spent
 // pieces are dropped from the front as they pile up.
 //
-// Threads: not thread-safe; a shared buffer may be shared across threads (its count is atomic),
-// but not written while any queue holds it.
+// A shared piece is kept as its owner and a range of it, and read through the owner each time:
+// a lent record's bytes are copied out (SharedBytes::Own) before the record changes, so they
+// are the same bytes but may not be where they were. Iovecs from Gather are for a send made at
+// once, not for one that reads them later (io_uring's: its queue holds no lent bytes).
+//
+// Threads: not thread-safe; a shared buffer of its own may be shared across threads (its count
+// is atomic), but not written while any queue holds it; a lent one stays on its lender's thread.
 #ifndef RINGKV_NET_SEND_QUEUE_H_
 #define RINGKV_NET_SEND_QUEUE_H_
 
@@ -30,12 +36,13 @@
 #include <string_view>
 
 #include "absl/container/inlined_vector.h"
+#include "base/shared_bytes.h"
 
 namespace ringkv {
 
 class SendQueue {
  public:
-  using Shared = std::shared_ptr<const std::string>;
+  using Shared = std::shared_ptr<const SharedBytes>;
   // Iovecs Gather fills at most (sendmsg takes up to IOV_MAX, 1024).
   static constexpr int kMaxIovecs = 64;
   // A shared range shorter than this is copied when moved (MoveTo): not worth an iovec.
@@ -67,7 +74,7 @@ class SendQueue {
     size_ += bytes;
     return tail.data() + at;
   }
-  // Shares `bytes`, which lie in `owner`'s buffer, without copying them.
+  // Shares `bytes`, which lie in `owner`'s bytes, without copying them.
   void Append(Shared owner, std::string_view bytes);
   // Moves the first `bytes` (at most size()) to the end of `to`: copied bytes and short shared
   // ranges are copied, longer shared ranges shared unless `share` is false (a writer that
@@ -94,9 +101,12 @@ class SendQueue {
  private:
   struct Piece {
     std::string copied;  // The bytes, unless shared.
-    Shared owner;        // Shared: what keeps `shared` alive.
-    std::string_view shared;
-    std::string_view bytes() const { return owner ? shared : std::string_view(copied); }
+    Shared owner;        // Shared: the bytes' owner, and their range of its bytes.
+    size_t from = 0;
+    size_t length = 0;
+    std::string_view bytes() const {
+      return owner ? std::string_view(owner->data() + from, length) : std::string_view(copied);
+    }
   };
 
   // The last piece if it is copied (its consumed front dropped once large), else a new copied

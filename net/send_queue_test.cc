@@ -23,7 +23,7 @@ std::string Gathered(const SendQueue& q) {
 }
 
 SendQueue::Shared Buffer(size_t bytes, char fill) {
-  return std::make_shared<const std::string>(bytes, fill);
+  return std::make_shared<const SharedBytes>(std::string(bytes, fill));
 }
 
 TEST(SendQueue, CopiedBytesAreOnePiece) {
@@ -46,7 +46,7 @@ TEST(SendQueue, SharedBytesAreReferencedNotCopied) {
   SendQueue q;
   const SendQueue::Shared value = Buffer(10000, 'v');
   q.Append("head");
-  q.Append(value, *value);
+  q.Append(value, value->view());
   q.Append("tail");
   iovec iov[4];
   ASSERT_EQ(q.Gather(iov, 4), 3);
@@ -57,16 +57,51 @@ TEST(SendQueue, SharedBytesAreReferencedNotCopied) {
   EXPECT_EQ(Gathered(q), "tail");
 }
 
+// Bytes lent where they lie (a shard's record, Table::Loan), which their lender copies out
+// before it changes them: the queue reads them where they are now.
+class Lent : public SharedBytes {
+ public:
+  explicit Lent(std::string_view bytes) : SharedBytes(bytes) {}
+  void MoveOut() { Own(); }
+};
+
+TEST(SendQueue, LentBytesAreReadFromWhereTheyAreNow) {
+  std::string record(20000, 'r');
+  record.replace(0, 10, "0123456789");
+  const auto lent = std::make_shared<Lent>(record);
+  SendQueue q;
+  SendQueue to;
+  q.Append("head");
+  q.Append(lent, lent->view().substr(5));
+  q.Append("tail");
+  q.Consume(4 + 1);     // Partly sent.
+  q.MoveTo(to, 10000);  // A call's framed response into its connection's output: shared.
+  q.Truncate(q.size() - 2);
+  iovec iov[4];
+  ASSERT_EQ(to.Gather(iov, 4), 1);
+  EXPECT_EQ(iov[0].iov_base, record.data() + 6);  // Lent: no copy.
+  lent->MoveOut();
+  record.assign(20000, 'x');  // Changed by its lender, once copied out.
+  EXPECT_TRUE(!lent->lent());
+  ASSERT_EQ(to.Gather(iov, 4), 1);
+  EXPECT_EQ(iov[0].iov_base, lent->data() + 6);
+  EXPECT_EQ(Gathered(to), "6789" + std::string(10000 - 4, 'r'));
+  EXPECT_EQ(Gathered(q), std::string(20000 - 10006, 'r') + "ta");
+  to.Consume(10000);
+  q.Clear();
+  EXPECT_EQ(lent.use_count(), 1);
+}
+
 TEST(SendQueue, MoveToSharesLongRangesAndCopiesShortOnes) {
   SendQueue call;
   const SendQueue::Shared value = Buffer(3 * 16384 + 100, 'x');
   call.Append("prefix");
-  call.Append(value, *value);
+  call.Append(value, value->view());
   call.Append("fields");
   SendQueue out;
   // Frames as nghttp2 cuts them: 16,384 bytes at most, each after a 9-byte header.
   std::string expected;
-  const std::string all = "prefix" + *value + "fields";
+  const std::string all = "prefix" + std::string(value->view()) + "fields";
   size_t at = 0;
   while (!call.empty()) {
     out.Append("HEADER123");
@@ -101,8 +136,8 @@ TEST(SendQueue, ConsumesAcrossPiecesInAnyStepsAndKeepsItsBuffer) {
       expected += bytes;
     } else if (what == 1) {
       const SendQueue::Shared b = Buffer(rng() % 5000, static_cast<char>('A' + round % 26));
-      q.Append(b, std::string_view(*b).substr(b->size() / 3));
-      expected += b->substr(b->size() / 3);
+      q.Append(b, b->view().substr(b->size() / 3));
+      expected += b->view().substr(b->size() / 3);
     } else if (!expected.empty()) {
       ASSERT_EQ(q.Front(), std::string_view(expected).substr(0, q.Front().size()));
       const size_t n = rng() % (expected.size() + 1);
@@ -124,13 +159,13 @@ TEST(SendQueue, ConsumesAcrossPiecesInAnyStepsAndKeepsItsBuffer) {
 TEST(SendQueue, MoveToCopiesSharedRangesWhenToldNotToShare) {
   SendQueue from;
   const SendQueue::Shared value = Buffer(20000, 'y');
-  from.Append(value, *value);
+  from.Append(value, value->view());
   SendQueue to;
   from.MoveTo(to, 16384, /*share=*/false);
   iovec iov[4];
   ASSERT_EQ(to.Gather(iov, 4), 1);
   EXPECT_NE(iov[0].iov_base, value->data());  // A copy, for a writer that copies anyway.
-  EXPECT_EQ(Gathered(to), value->substr(0, 16384));
+  EXPECT_EQ(Gathered(to), value->view().substr(0, 16384));
   EXPECT_EQ(from.size(), 20000u - 16384u);
 }
 
@@ -141,9 +176,9 @@ TEST(SendQueue, TruncateKeepsTheFrontAcrossPieces) {
     SendQueue q;
     q.Append("ab");
     q.Append("cd");  // One copied piece "abcd" ...
-    q.Append(value, *value);
+    q.Append(value, value->view());
     q.Append("tail!!");
-    const std::string all = "abcd" + *value + "tail!!";
+    const std::string all = "abcd" + std::string(value->view()) + "tail!!";
     q.Consume(1);  // ... partly sent.
     q.Truncate(keep);
     const std::string expected = all.substr(1, keep);
@@ -161,7 +196,7 @@ TEST(SendQueue, SpentPiecesDoNotPileUpWhileTheQueueNeverDrains) {
   q.Append("x");
   for (int i = 0; i < 10000; ++i) {
     q.Append("123456789");
-    q.Append(value, *value);
+    q.Append(value, value->view());
     q.Consume(16384 + 9 - 7);  // Leaves the queue 7 bytes further behind each round.
   }
   EXPECT_EQ(q.size(), 1u + 10000u * 7u);
@@ -175,7 +210,7 @@ TEST(SendQueue, GathersAtMostMaxPieces) {
   const SendQueue::Shared b = Buffer(100, 's');
   for (int i = 0; i < 100; ++i) {
     q.Append("h");
-    q.Append(b, *b);
+    q.Append(b, b->view());
   }
   iovec iov[SendQueue::kMaxIovecs];
   EXPECT_EQ(q.Gather(iov), SendQueue::kMaxIovecs);
@@ -188,7 +223,7 @@ TEST(SendQueue, SendmsgOfTheGatheredFrontDeliversTheBytesInOrder) {
   SendQueue q;
   const SendQueue::Shared b = Buffer(30000, 'z');
   q.Append("<");
-  q.Append(b, *b);
+  q.Append(b, b->view());
   q.Append(">");
   std::string received;
   while (!q.empty()) {
@@ -210,7 +245,7 @@ TEST(SendQueue, SendmsgOfTheGatheredFrontDeliversTheBytesInOrder) {
     ASSERT_GT(got, 0);
     received.append(buffer, static_cast<size_t>(got));
   }
-  EXPECT_EQ(received, "<" + *b + ">");
+  EXPECT_EQ(received, "<" + std::string(b->view()) + ">");
   close(fds[0]);
   close(fds[1]);
 }

@@ -366,7 +366,7 @@ void H2Call::AppendMessage(const google::protobuf::MessageLite& message, SendQue
       reinterpret_cast<char*>(head), false,
       static_cast<uint32_t>(head_bytes - kMessagePrefixBytes + shared->size() + size));
   out_.Append({reinterpret_cast<const char*>(head), head_bytes});
-  const std::string_view bytes = *shared;
+  const std::string_view bytes = shared->view();
   out_.Append(std::move(shared), bytes);
   if (size > 0) {
     message.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out_.AppendSpace(size)));
@@ -374,7 +374,7 @@ void H2Call::AppendMessage(const google::protobuf::MessageLite& message, SendQue
 }
 
 bool H2Call::ShareField(uint32_t field, std::string& bytes) {
-  shared_ = std::make_shared<const std::string>(std::move(bytes));
+  shared_ = std::make_shared<const SharedBytes>(std::move(bytes));
   shared_field_ = field;
   return true;
 }
