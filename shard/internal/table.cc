@@ -66,6 +66,7 @@ Table::Table(size_t reserve, size_t reserve_payload) {
 }
 
 Table::~Table() {
+  UnlendAll();  // Before any record goes.
   for (size_t i = 0; i < slot_count(); ++i) {
     if (!IsLive(i)) continue;
     if (InPool(slot(i).record())) continue;  // Its block goes with the pool.
@@ -80,6 +81,57 @@ Table::~Table() {
 }
 
 uint64_t Table::HashOf(const Entry& e) { return Router::Hash(KeyOf(e)); }
+
+std::shared_ptr<const SharedBytes> Table::Lend(const Entry& e) {
+  char* record = e.record();
+  if (!IsBig(record)) return nullptr;
+  auto loan = std::make_shared<Loan>(this, record, ValueOf(e), loans_.size());
+  loans_.push_back(loan.get());
+  AddLoans(record, 1);
+  return loan;
+}
+
+void Table::Return(Loan* loan) {
+  AddLoans(loan->record_, -1);
+  Forget(loan);
+}
+
+void Table::Forget(Loan* loan) {
+  Loan* last = loans_.back();
+  loans_[loan->index_] = last;
+  last->index_ = loan->index_;
+  loans_.pop_back();
+}
+
+void Table::Unlend(char* record) {
+  // Rare (a value written, deleted or moved while an answer that shares it is still being
+  // sent), and the loans few (the answers in flight): a walk of them all.
+  for (size_t i = 0; i < loans_.size();) {
+    Loan* loan = loans_[i];
+    if (loan->record_ != record) {
+      ++i;
+      continue;
+    }
+    loan->Own();
+    loan->lender_ = nullptr;
+    Forget(loan);  // loans_[i] is another one now.
+  }
+  AddLoans(record, -static_cast<int64_t>(LoansOf(record)));
+}
+
+void Table::UnlendAll() {
+  for (Loan* loan : loans_) {
+    loan->Own();
+    loan->lender_ = nullptr;
+  }
+  loans_.clear();  // The records' counts go with them.
+}
+
+void Table::SwapLoans(Table& other) {
+  loans_.swap(other.loans_);
+  for (Loan* loan : loans_) loan->lender_ = this;
+  for (Loan* loan : other.loans_) loan->lender_ = &other;
+}
 
 size_t Table::BucketRun(const Entry* slots, size_t mask, size_t bucket, size_t* count) {
   // From the home slot on, Robin Hood order puts entries displaced from earlier buckets first
@@ -204,6 +256,7 @@ char* Table::NewRecord(size_t bytes, size_t key_len) {
 }
 
 void Table::FreeRecord(char* record) {
+  BeforeChange(record);
   Pool pool;
   const size_t allocated = Allocation(record, &pool);
   heap_bytes_ -= Charge(allocated, pool);
@@ -256,6 +309,7 @@ size_t Table::Compact(Arena& arena, size_t bytes) {
     const std::string_view key(r + kRecordHeader, KeyLen(r));
     Entry* e = Find(key, Router::Hash(key));
     if (e == nullptr || e->record() != r) continue;
+    if (big) BeforeChange(r);  // The move frees the block, and gives its pages back.
     e->set_record(arena.Move(block, allocated) + prefix);
   }
   return walked;
@@ -534,6 +588,7 @@ void CopyValue(char* to, std::string_view value) {
 
 void Table::SetValue(Entry* e, std::string_view value) {
   char* r = e->record();
+  BeforeChange(r);  // Written in place, or moved.
   const size_t key_end = kRecordHeader + KeyLen(r);
   const bool aux = e->has_aux();
   const uint64_t aux_word = aux ? Aux(*e) : 0;

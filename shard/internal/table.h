@@ -64,6 +64,14 @@
 // or SetAux, while it is due; more per Upkeep when the owner is idle), and re-points their
 // slots; the big arena's the same way (CompactBigBudget).
 //
+// A big record's value can be lent where it lies (Lend), so that a GET's answer reaches the
+// socket with no copy in user space (the kernel's own is the only one): the table copies it
+// into each of the record's loans (SharedBytes::Own) before anything writes, moves or frees the
+// record (SetValue, Erase, a move to make room for an aux word, the big arena's compaction,
+// the table's end), and the loans' holders read it from there on. A record's loans are counted
+// in its block's prefix, so that those paths tell in one load whether there are any; the table
+// keeps a list of them to find them. A value lent and unchanged is never copied in user space.
+//
 // Entry pointers (to slots) are valid until the next Insert (which may move entries as the
 // table grows), Erase (which shifts the entries after the erased one) or Upkeep. A record's
 // bytes (KeyOf, ValueOf) are valid until the next Insert, SetValue, SetAux or Upkeep, any of
@@ -83,10 +91,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "base/shared_bytes.h"
 #include "shard/internal/arena.h"
 #include "shard/internal/prefetch.h"
 
@@ -164,6 +175,7 @@ class Table {
     std::swap(pool_left_, other.pool_left_);
     std::swap(pool_block_, other.pool_block_);
     std::swap(pool_min_, other.pool_min_);
+    SwapLoans(other);  // Their records change hands too.
   }
 
   static constexpr size_t kMinCapacity = 16;
@@ -240,6 +252,15 @@ class Table {
   size_t CompactBigStep(size_t bytes) { return Compact(big_, bytes); }
   const Arena& arena() const { return arena_; }
   const Arena& big_arena() const { return big_; }
+
+  // A record's value, lent (above): the bytes where they lie, until the record is about to
+  // change, when they are copied into the loan. Null if the record is not a big one (a value
+  // under about 16 KiB), whose value the caller copies. Its last holder returns it, on the
+  // owner's thread; it may outlive the table (its bytes are then its own).
+  class Loan;
+  std::shared_ptr<const SharedBytes> Lend(const Entry& e);
+  // Loans out, of records as they are (for tests).
+  size_t loans() const { return loans_.size(); }
 
   static std::string_view KeyOf(const Entry& e) {
     return {e.record() + kRecordHeader, KeyLen(e.record())};
@@ -485,6 +506,29 @@ class Table {
   // CompactStep or CompactBigStep: walks up to `bytes` of `arena`'s emptiest segment.
   size_t Compact(Arena& arena, size_t bytes);
 
+  // A record's loans, counted in a big block's prefix (above kDeadBlock): AddLoans, and
+  // Unlend, which copies the value into each of them and ends them as loans.
+  static constexpr int kLoanShift = 16;
+  static uint64_t LoansOf(const char* record) {
+    return IsBig(record) ? Load<uint64_t>(record - kBigPrefix + 8) >> kLoanShift : 0;
+  }
+  static void AddLoans(char* record, int64_t n) {
+    const uint64_t flags =
+        Load<uint64_t>(record - kBigPrefix + 8) + (static_cast<uint64_t>(n) << kLoanShift);
+    std::memcpy(record - kBigPrefix + 8, &flags, sizeof(flags));
+  }
+  void Unlend(char* record);
+  // Before a record changes: its value copied out of it into its loans, if it has any.
+  void BeforeChange(char* record) {
+    if (LoansOf(record) != 0) [[unlikely]] {
+      Unlend(record);
+    }
+  }
+  void Return(Loan* loan);  // Its last holder has let go of a loan still out.
+  void Forget(Loan* loan);  // Off the list of loans.
+  void UnlendAll();
+  void SwapLoans(Table& other);
+
   Entry* slots_;  // While growing, the new array.
   size_t mask_;
   size_t size_ = 0;
@@ -516,6 +560,23 @@ class Table {
   }
   // A block of the pool for a record of `bytes`, or null if none is left or it would not fit.
   char* TakePooled(size_t bytes);
+
+  std::vector<Loan*> loans_;  // The loans of records as they are.
+};
+
+class Table::Loan final : public SharedBytes {
+ public:
+  Loan(Table* lender, char* record, std::string_view value, size_t index)
+      : SharedBytes(value), lender_(lender), record_(record), index_(index) {}
+  ~Loan() {
+    if (lender_ != nullptr) lender_->Return(this);
+  }
+
+ private:
+  friend class Table;
+  Table* lender_;  // Null once the bytes are the loan's own.
+  char* record_;
+  size_t index_;  // In lender_->loans_.
 };
 
 }  // namespace ringkv::internal

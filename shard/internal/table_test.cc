@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -303,6 +304,99 @@ TEST(Table, BigRecordsCostTheirSizeAndGiveFreedPagesBack) {
   EXPECT_LE(big.segment_bytes(), Table::kBigSegmentBytes);
   // What is left in the head segment: the ends of its records' pages.
   EXPECT_LE(big.held_bytes(), big.segment_bytes() / 16);
+}
+
+// A big record's value is lent where it lies, and copied into its loans before the record is
+// written, moved or freed (in each of the big pools: the big arena, a mapping of its own), so a
+// loan always holds the value it was lent. (A freed mapping's bytes, read, would fault; a
+// freed big-arena block's pages are given back, and read as zeros.)
+TEST(Table, BigValuesAreLentUncopiedAndCopiedOutBeforeTheirRecordsChange) {
+  auto table = std::make_unique<Table>();
+  auto value_for = [](const std::string& key, size_t len, char round) {
+    std::string v(len, round);
+    for (size_t i = 0; i < len; i += 512) v[i] = key[i % key.size()];
+    return v;
+  };
+  auto put = [&](Table& t, const std::string& key, size_t len, char round) {
+    bool inserted;
+    Table::Entry* e = t.Insert(key, H(key), &inserted, len);
+    t.SetValue(e, value_for(key, len, round));
+    return e;
+  };
+  auto find = [](Table& t, const std::string& key) { return t.Find(key, H(key)); };
+  const std::vector<std::pair<std::string, size_t>> keys = {
+      {"arena", 20'000}, {"mapped", 600'000}, {"twice", 100'000}, {"aux", 40'000}};
+  std::vector<std::shared_ptr<const SharedBytes>> loans;
+  for (const auto& [key, len] : keys) {
+    const Table::Entry* e = put(*table, key, len, 'a');
+    loans.push_back(table->Lend(*e));
+    ASSERT_NE(loans.back(), nullptr);
+    EXPECT_TRUE(loans.back()->lent());
+    EXPECT_EQ(loans.back()->data(), Table::ValueOf(*e).data());  // Not copied.
+  }
+  EXPECT_EQ(table->Lend(*put(*table, "small", 1000, 'a')), nullptr);  // The caller copies.
+  auto second = table->Lend(*find(*table, "twice"));
+  EXPECT_EQ(table->loans(), 5u);
+  second.reset();  // Returned: the record's other loan is still out.
+  EXPECT_EQ(table->loans(), 4u);
+
+  put(*table, "arena", 20'000, 'b');     // In place.
+  table->Erase(find(*table, "mapped"));  // Unmapped.
+  put(*table, "twice", 300'000, 'b');    // Moved, its block freed.
+  table->SetAux(find(*table, "aux"), 7);
+  EXPECT_EQ(table->loans(), 1u);  // "aux": the word fits in its record, after the value.
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_FALSE(loans[i]->lent()) << keys[i].first;
+    EXPECT_EQ(loans[i]->view(), value_for(keys[i].first, keys[i].second, 'a')) << keys[i].first;
+  }
+  EXPECT_EQ(Table::ValueOf(*find(*table, "arena")), value_for("arena", 20'000, 'b'));
+  loans.clear();
+  EXPECT_EQ(table->loans(), 0u);
+
+  // Compaction moves lent records out of the segment it empties, and frees that.
+  std::vector<std::string> lent_keys;
+  for (int i = 0; i < 600; ++i) {
+    const std::string key = "c:" + std::to_string(i);
+    const Table::Entry* e = put(*table, key, 50'000, 'c');
+    if (i % 10 == 0) {
+      loans.push_back(table->Lend(*e));
+      lent_keys.push_back(key);
+    }
+  }
+  for (int i = 0; i < 600; ++i) {
+    if (i % 10 != 0) table->Erase(find(*table, "c:" + std::to_string(i)));
+  }
+  const size_t moved = table->big_arena().moved_bytes();
+  while (table->has_upkeep() && table->Upkeep(1024) > 0) {
+  }
+  EXPECT_GT(table->big_arena().moved_bytes(), moved);
+  size_t copied = 0;
+  for (size_t i = 0; i < loans.size(); ++i) {
+    copied += !loans[i]->lent();
+    ASSERT_EQ(loans[i]->view(), value_for(lent_keys[i], 50'000, 'c')) << lent_keys[i];
+    ASSERT_EQ(Table::ValueOf(*find(*table, lent_keys[i])), loans[i]->view());
+  }
+  EXPECT_GT(copied, 0u);
+  EXPECT_EQ(table->loans(), loans.size() - copied);
+
+  // The records change hands with a swap, and the loans with them; the table's end copies them.
+  Table other;
+  other.Swap(*table);
+  EXPECT_EQ(table->loans(), 0u);
+  EXPECT_EQ(other.loans(), loans.size() - copied);
+  other.Erase(find(other, lent_keys[0]));
+  EXPECT_EQ(loans[0]->view(), value_for(lent_keys[0], 50'000, 'c'));
+  const Table::Entry* e = put(other, "last", 200'000, 'd');
+  loans.push_back(other.Lend(*e));
+  lent_keys.push_back("last");
+  std::destroy_at(&other);
+  std::construct_at(&other);
+  for (size_t i = 0; i < loans.size(); ++i) {
+    EXPECT_FALSE(loans[i]->lent());
+    ASSERT_EQ(loans[i]->view(), value_for(lent_keys[i], lent_keys[i] == "last" ? 200'000 : 50'000,
+                                          lent_keys[i] == "last" ? 'd' : 'c'));
+  }
+  loans.clear();  // Returned to no table: theirs has gone.
 }
 
 TEST(Table, ReserveSizesTheTableToStayFourFifthsFull) {
