@@ -14,6 +14,7 @@ LockEngine::LockEngine(uint32_t maps, size_t reserve_per_map, size_t key_locks, 
 void LockEngine::Execute(Request& r) {
   r.hash = Router::Hash(r.key);
   r.owner = r.op == Op::kScan ? r.target : static_cast<uint16_t>(router_.ShardOf(r.hash));
+  r.lend = false;  // Its shards are any thread's: a loan would be returned under no lock.
   LockedShard& map = *maps_[r.owner];
   std::lock_guard<std::mutex> key_lock(key_locks_[r.hash % key_locks_.size()]);
   if (map.shard.ReadsOnly(r)) {

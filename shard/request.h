@@ -10,8 +10,11 @@
 #define RINGKV_SHARD_REQUEST_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+
+#include "base/shared_bytes.h"
 
 namespace ringkv {
 
@@ -67,6 +70,9 @@ struct Request {
   Op op = Op::kGet;
   Condition condition = Condition::kNone;
   uint16_t target = 0;  // SCAN only: the shard to run on.
+  // GET only: the origin takes the value lent (`lent`) rather than copied, where the shard can
+  // lend it (a big record) and runs on the origin's own thread (the engine clears it otherwise).
+  bool lend = false;
   std::string_view key;
   std::string_view value;   // PUT only.
   int64_t deadline_ms = 0;  // PUT, EXPIRE: wall-clock milliseconds since the Unix epoch.
@@ -119,6 +125,10 @@ struct Request {
     uint64_t end_bytes = 0;
     uint64_t head_bytes = 0;
   } tail;
+  // Set by the owning shard, GET with `lend` only: the value, lent where it lies in the shard's
+  // record (shard/internal/table.h's Table::Loan), instead of `out`. Its holders' last
+  // reference must go on the owning worker's thread.
+  std::shared_ptr<const SharedBytes> lent;
 };
 
 }  // namespace ringkv

@@ -169,7 +169,10 @@ void Shard::Execute(Request& r, int64_t now_ms) {
     }
     if (track_access_ && (e->meta() & kReferenced) == 0) e->meta() |= kReferenced;
     const std::string_view value = Table::ValueOf(*e);
-    r.out.assign(value.data(), value.size());
+    // A large value lent where it lies (Table::Lend), where the origin can take it: no copy.
+    if (!r.lend || value.size() < kLendBytes || (r.lent = table_.Lend(*e)) == nullptr) {
+      r.out.assign(value.data(), value.size());
+    }
     r.version = VersionOf(*e);
     r.deadline_ms = e->has_aux() ? static_cast<int64_t>(Table::Aux(*e)) : 0;
     r.result = Result::kOk;

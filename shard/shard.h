@@ -83,6 +83,10 @@ class Shard {
         track_access_(limit.eviction == Eviction::kAllKeysLru),
         table_(reserve, limit.bytes == 0 ? reserve_payload : 0) {}
 
+  // A GET with Request::lend of a value from this size takes it lent (Table::Lend: records of
+  // about this much are the table's big ones) rather than copied.
+  static constexpr size_t kLendBytes = 16 * 1024;
+
   void Prefetch(const HashedKey& key) const { table_.Prefetch(key.hash); }
   // After Prefetch, once the slot is likely in: starts the DRAM fetch of the key's record.
   void PrefetchRecord(const HashedKey& key) const { table_.PrefetchRecord(key.hash); }

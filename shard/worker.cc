@@ -136,6 +136,8 @@ void Worker::Admit(Request** batch, size_t n, RequestSource& source) {
                    : static_cast<uint16_t>(router_.ShardOf(r->hash));
     r->origin = id_;
     r->result = Result::kPending;
+    // A loan is returned where its holder lets go: only this thread may take one.
+    if (r->owner != id_) r->lend = false;
   }
   if (profile_) {
     WorkerCounters::Add(counters_.hash_cycles, Rdtscp() - t0);

@@ -105,6 +105,9 @@ class Connection final : public CallConnection {
   // whether the receive goes on (multishot).
   void OnReceived(int result, const char* data, bool more);
   void OnSent(int result);  // Bytes sent, or -errno.
+  // Whether its sends read their bytes before they return (epoll's), so that its output may hold
+  // bytes a shard lends (net/send_queue.h): not io_uring's, which the kernel reads later.
+  bool sends_at_once() const override { return !completions_; }
   // Operations the ring has of this connection's (it is deleted only once there are none).
   uint32_t ops() const { return ops_; }
   // End of turn: nghttp2's frames to the output buffer, the buffer to the socket.

@@ -379,6 +379,11 @@ bool H2Call::ShareField(uint32_t field, std::string& bytes) {
   return true;
 }
 
+void H2Call::ShareLoan(uint32_t field, std::shared_ptr<const SharedBytes> bytes) {
+  shared_ = std::move(bytes);
+  shared_field_ = field;
+}
+
 void H2Call::StartResponse() {
   connection_->SubmitResponse(*this);
   response_started_ = true;

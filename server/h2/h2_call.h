@@ -84,6 +84,9 @@ class CallConnection {
   // A call holds an answer that acknowledges writes, until it is framed: AckFramed (from the
   // connection's side) or the stream's close.
   virtual void HoldAck() = 0;
+  // Whether its sends read the bytes they send before they return, so that a call's output may
+  // hold bytes a shard lends (CallSink::TakesLoans).
+  virtual bool sends_at_once() const { return false; }
 
  protected:
   ~CallConnection() = default;
@@ -162,6 +165,10 @@ class H2Call final : public CallSink {
   }
   void Acknowledges() override { ack_next_ = true; }
   bool ShareField(uint32_t field, std::string& bytes) override;
+  bool TakesLoans() const override {
+    return connection_ != nullptr && connection_->sends_at_once();
+  }
+  void ShareLoan(uint32_t field, std::shared_ptr<const SharedBytes> bytes) override;
 
   // For the connection's count of answers that acknowledge writes and are not framed yet
   // (Connection::HoldsAck): true once, when the held answer has been taken by the session (after a

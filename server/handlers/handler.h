@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -45,6 +46,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/shared_bytes.h"
 #include "server/auth/role.h"
 #include "server/handlers/handler_host.h"
 #include "server/server_context.h"
@@ -119,6 +121,13 @@ class CallSink {
   // in the response as usual.
   static constexpr size_t kShareBytes = 16 * 1024;
   virtual bool ShareField(uint32_t /*field*/, std::string& /*bytes*/) { return false; }
+  // Whether the transport takes bytes a shard lends where they lie (Request::lend, a GET of a
+  // big record on the connection's own worker: shard/internal/table.h's Table::Loan), for
+  // ShareLoan: the h2 transport on epoll, which sends on this thread and reads its output's
+  // bytes only as it sends them; not io_uring, whose kernel reads them later, nor grpc++.
+  virtual bool TakesLoans() const { return false; }
+  // ShareField for lent bytes; only where TakesLoans.
+  virtual void ShareLoan(uint32_t /*field*/, std::shared_ptr<const SharedBytes> /*bytes*/) {}
 
  protected:
   ~CallSink() = default;

@@ -122,12 +122,16 @@ class GetHandler : public SingleKeyHandler<pb::GetRequest, pb::GetResponse> {
   using SingleKeyHandler::SingleKeyHandler;
   bool reads() const override { return true; }
   absl::Status Prepare(Request* op) override {
-    return PrepareGet(context_.limits(), request_.key(), op);
+    absl::Status s = PrepareGet(context_.limits(), request_.key(), op);
+    op->lend = sink_.TakesLoans();
+    return s;
   }
   void Take(Request& r) override {
     if (r.result != ringkv::Result::kOk) return;
-    if (r.out.size() < CallSink::kShareBytes ||
-        !sink_.ShareField(pb::GetResponse::kValueFieldNumber, r.out)) {
+    if (r.lent != nullptr) {
+      sink_.ShareLoan(pb::GetResponse::kValueFieldNumber, std::move(r.lent));
+    } else if (r.out.size() < CallSink::kShareBytes ||
+               !sink_.ShareField(pb::GetResponse::kValueFieldNumber, r.out)) {
       response_.set_value(std::move(r.out));
     }
     response_.set_version(r.version);

@@ -68,6 +68,7 @@ void Reset(Op op, std::string_view key, Request* r) {
   r->condition = Condition::kNone;
   r->version = 0;
   r->number = 0;
+  r->lend = false;
 }
 
 }  // namespace
