@@ -85,52 +85,51 @@ uint64_t Table::HashOf(const Entry& e) { return Router::Hash(KeyOf(e)); }
 std::shared_ptr<const SharedBytes> Table::Lend(const Entry& e) {
   char* record = e.record();
   if (!IsBig(record)) return nullptr;
-  auto loan = std::make_shared<Loan>(this, record, ValueOf(e), loans_.size());
-  loans_.push_back(loan.get());
-  AddLoans(record, 1);
+  if (IsLent(record)) return loans_.at(record)->shared_from_this();  // Shared by its holders.
+  auto loan = std::make_shared<Loan>(record, ValueOf(e));
+  loans_.emplace(record, loan.get());  // If this throws, the loan goes unlisted: no harm.
+  loan->lender_ = this;
+  SetLent(record, true);
   return loan;
 }
 
 void Table::Return(Loan* loan) {
-  AddLoans(loan->record_, -1);
-  Forget(loan);
-}
-
-void Table::Forget(Loan* loan) {
-  Loan* last = loans_.back();
-  loans_[loan->index_] = last;
-  last->index_ = loan->index_;
-  loans_.pop_back();
+  SetLent(loan->record_, false);
+  loans_.erase(loan->record_);
 }
 
 void Table::Unlend(char* record) {
-  // Rare (a value written, deleted or moved while an answer that shares it is still being
-  // sent), and the loans few (the answers in flight): a walk of them all.
-  for (size_t i = 0; i < loans_.size();) {
-    Loan* loan = loans_[i];
-    if (loan->record_ != record) {
-      ++i;
-      continue;
-    }
-    loan->Own();
-    loan->lender_ = nullptr;
-    Forget(loan);  // loans_[i] is another one now.
-  }
-  AddLoans(record, -static_cast<int64_t>(LoansOf(record)));
+  const auto it = loans_.find(record);
+  Loan* loan = it->second;
+  loans_.erase(it);
+  SetLent(record, false);
+  loan->lender_ = nullptr;
+  loan->Own();
+}
+
+void Table::MoveLoan(char* from, char* to) {
+  const auto it = loans_.find(from);
+  Loan* loan = it->second;
+  loans_.erase(it);
+  SetLent(from, false);
+  loans_.emplace(to, loan);
+  SetLent(to, true);
+  loan->record_ = to;
+  loan->MovedTo(to + kRecordHeader + KeyLen(to));
 }
 
 void Table::UnlendAll() {
-  for (Loan* loan : loans_) {
-    loan->Own();
+  for (const auto& [record, loan] : loans_) {
     loan->lender_ = nullptr;
+    loan->Own();
   }
-  loans_.clear();  // The records' counts go with them.
+  loans_.clear();  // The records' flags go with them.
 }
 
 void Table::SwapLoans(Table& other) {
   loans_.swap(other.loans_);
-  for (Loan* loan : loans_) loan->lender_ = this;
-  for (Loan* loan : other.loans_) loan->lender_ = &other;
+  for (const auto& [record, loan] : loans_) loan->lender_ = this;
+  for (const auto& [record, loan] : other.loans_) loan->lender_ = &other;
 }
 
 size_t Table::BucketRun(const Entry* slots, size_t mask, size_t bucket, size_t* count) {
@@ -309,8 +308,11 @@ size_t Table::Compact(Arena& arena, size_t bytes) {
     const std::string_view key(r + kRecordHeader, KeyLen(r));
     Entry* e = Find(key, Router::Hash(key));
     if (e == nullptr || e->record() != r) continue;
-    if (big) BeforeChange(r);  // The move frees the block, and gives its pages back.
-    e->set_record(arena.Move(block, allocated) + prefix);
+    // Asked first: the move may give back the page the record's header is on.
+    const bool lent = big && IsLent(r);
+    char* to = arena.Move(block, allocated) + prefix;  // The prefix too, with its lent flag.
+    if (lent) MoveLoan(r, to);                         // Before a send reads the bytes given back.
+    e->set_record(to);
   }
   return walked;
 }
@@ -329,6 +331,8 @@ char* Table::MoveRecord(Entry* e, size_t need, size_t keep) {
   std::memcpy(record, old, sizeof(uint64_t));            // meta
   std::memcpy(record + 12, old + 12, sizeof(uint32_t));  // value length
   std::memcpy(record + kRecordHeader, old + kRecordHeader, key_len + keep);
+  // A loan follows a value that moves whole (SetAux's move; SetValue's has ended it).
+  if (IsLent(old) && keep >= ValueLen(old) && IsBig(record)) MoveLoan(old, record);
   FreeRecord(old);
   e->set_record(record);
   return record;
@@ -588,7 +592,7 @@ void CopyValue(char* to, std::string_view value) {
 
 void Table::SetValue(Entry* e, std::string_view value) {
   char* r = e->record();
-  BeforeChange(r);  // Written in place, or moved.
+  BeforeChange(r);  // Written in place, or in a new record.
   const size_t key_end = kRecordHeader + KeyLen(r);
   const bool aux = e->has_aux();
   const uint64_t aux_word = aux ? Aux(*e) : 0;

@@ -65,12 +65,14 @@
 // slots; the big arena's the same way (CompactBigBudget).
 //
 // A big record's value can be lent where it lies (Lend), so that a GET's answer reaches the
-// socket with no copy in user space (the kernel's own is the only one): the table copies it
-// into each of the record's loans (SharedBytes::Own) before anything writes, moves or frees the
-// record (SetValue, Erase, a move to make room for an aux word, the big arena's compaction,
-// the table's end), and the loans' holders read it from there on. A record's loans are counted
-// in its block's prefix, so that those paths tell in one load whether there are any; the table
-// keeps a list of them to find them. A value lent and unchanged is never copied in user space.
+// socket with no copy in user space (the kernel's own is the only one). A record has at most one
+// loan, which all its holders share; a flag in its block's prefix tells the paths below in one
+// load whether it has one, and a map from records finds it. When a lent record moves with its
+// value (the big arena's compaction, a move to make room for an aux word) the loan is re-pointed
+// to where it went; before anything writes or frees it (SetValue, Erase, the table's end) the
+// value is copied into the loan (SharedBytes::Own), once, whatever the number of holders, and
+// the holders read it from there. So a value is copied in user space only when its record is
+// written or freed while an answer that shares it is still on its way.
 //
 // Entry pointers (to slots) are valid until the next Insert (which may move entries as the
 // table grows), Erase (which shifts the entries after the erased one) or Upkeep. A record's
@@ -97,6 +99,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "base/shared_bytes.h"
 #include "shard/internal/arena.h"
 #include "shard/internal/prefetch.h"
@@ -253,13 +256,14 @@ class Table {
   const Arena& arena() const { return arena_; }
   const Arena& big_arena() const { return big_; }
 
-  // A record's value, lent (above): the bytes where they lie, until the record is about to
-  // change, when they are copied into the loan. Null if the record is not a big one (a value
-  // under about 16 KiB), whose value the caller copies. Its last holder returns it, on the
-  // owner's thread; it may outlive the table (its bytes are then its own).
+  // A record's value, lent (above): the bytes where they lie, until the record is about to be
+  // written or freed, when they are copied into the loan. Null if the record is not a big one (a
+  // value under about 16 KiB), whose value the caller copies. Its last holder returns it, on
+  // the owner's thread (or once that has stopped); it may outlive the table (its bytes are then
+  // its own).
   class Loan;
   std::shared_ptr<const SharedBytes> Lend(const Entry& e);
-  // Loans out, of records as they are (for tests).
+  // Records lent, as they are (for tests).
   size_t loans() const { return loans_.size(); }
 
   static std::string_view KeyOf(const Entry& e) {
@@ -506,26 +510,27 @@ class Table {
   // CompactStep or CompactBigStep: walks up to `bytes` of `arena`'s emptiest segment.
   size_t Compact(Arena& arena, size_t bytes);
 
-  // A record's loans, counted in a big block's prefix (above kDeadBlock): AddLoans, and
-  // Unlend, which copies the value into each of them and ends them as loans.
-  static constexpr int kLoanShift = 16;
-  static uint64_t LoansOf(const char* record) {
-    return IsBig(record) ? Load<uint64_t>(record - kBigPrefix + 8) >> kLoanShift : 0;
+  // Whether a record is lent: a flag in a big block's prefix, above kDeadBlock. Unlend copies
+  // its value into its loan and ends the loan as one; MoveLoan re-points it to the record's
+  // new place, which holds the same value.
+  static constexpr uint64_t kLentBlock = uint64_t{1} << 9;
+  static bool IsLent(const char* record) {
+    return IsBig(record) && (Load<uint64_t>(record - kBigPrefix + 8) & kLentBlock) != 0;
   }
-  static void AddLoans(char* record, int64_t n) {
-    const uint64_t flags =
-        Load<uint64_t>(record - kBigPrefix + 8) + (static_cast<uint64_t>(n) << kLoanShift);
+  static void SetLent(char* record, bool lent) {
+    uint64_t flags = Load<uint64_t>(record - kBigPrefix + 8);
+    flags = lent ? flags | kLentBlock : flags & ~kLentBlock;
     std::memcpy(record - kBigPrefix + 8, &flags, sizeof(flags));
   }
   void Unlend(char* record);
-  // Before a record changes: its value copied out of it into its loans, if it has any.
+  void MoveLoan(char* from, char* to);
+  // Before a record is written or freed: its value copied out of it into its loan, if any.
   void BeforeChange(char* record) {
-    if (LoansOf(record) != 0) [[unlikely]] {
+    if (IsLent(record)) [[unlikely]] {
       Unlend(record);
     }
   }
   void Return(Loan* loan);  // Its last holder has let go of a loan still out.
-  void Forget(Loan* loan);  // Off the list of loans.
   void UnlendAll();
   void SwapLoans(Table& other);
 
@@ -561,22 +566,20 @@ class Table {
   // A block of the pool for a record of `bytes`, or null if none is left or it would not fit.
   char* TakePooled(size_t bytes);
 
-  std::vector<Loan*> loans_;  // The loans of records as they are.
+  absl::flat_hash_map<const char*, Loan*> loans_;  // Each lent record's loan.
 };
 
-class Table::Loan final : public SharedBytes {
+class Table::Loan final : public SharedBytes, public std::enable_shared_from_this<Loan> {
  public:
-  Loan(Table* lender, char* record, std::string_view value, size_t index)
-      : SharedBytes(value), lender_(lender), record_(record), index_(index) {}
+  Loan(char* record, std::string_view value) : SharedBytes(value), record_(record) {}
   ~Loan() {
     if (lender_ != nullptr) lender_->Return(this);
   }
 
  private:
   friend class Table;
-  Table* lender_;  // Null once the bytes are the loan's own.
+  Table* lender_ = nullptr;  // Null until it is listed, and once the bytes are its own.
   char* record_;
-  size_t index_;  // In lender_->loans_.
 };
 
 }  // namespace ringkv::internal

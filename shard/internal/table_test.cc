@@ -306,10 +306,12 @@ TEST(Table, BigRecordsCostTheirSizeAndGiveFreedPagesBack) {
   EXPECT_LE(big.held_bytes(), big.segment_bytes() / 16);
 }
 
-// A big record's value is lent where it lies, and copied into its loans before the record is
-// written, moved or freed (in each of the big pools: the big arena, a mapping of its own), so a
-// loan always holds the value it was lent. (A freed mapping's bytes, read, would fault; a
-// freed big-arena block's pages are given back, and read as zeros.)
+// A big record's value is lent where it lies, one loan per record whatever its holders; it
+// follows its record when the value moves whole (compaction, a move for the aux word), and is
+// copied into the loan before the record is written or freed (in each of the big pools: the big
+// arena, a mapping of its own), so a loan always holds the value it was lent. (A freed
+// mapping's bytes, read, would fault; a freed big-arena block's pages are given back, and read
+// as zeros.)
 TEST(Table, BigValuesAreLentUncopiedAndCopiedOutBeforeTheirRecordsChange) {
   auto table = std::make_unique<Table>();
   auto value_for = [](const std::string& key, size_t len, char round) {
@@ -324,8 +326,12 @@ TEST(Table, BigValuesAreLentUncopiedAndCopiedOutBeforeTheirRecordsChange) {
     return e;
   };
   auto find = [](Table& t, const std::string& key) { return t.Find(key, H(key)); };
-  const std::vector<std::pair<std::string, size_t>> keys = {
-      {"arena", 20'000}, {"mapped", 600'000}, {"twice", 100'000}, {"aux", 40'000}};
+  // "mover": 16 + 5 + 40,011 bytes fill its record, which must move for an aux word.
+  const std::vector<std::pair<std::string, size_t>> keys = {{"arena", 20'000},
+                                                            {"mapped", 600'000},
+                                                            {"twice", 100'000},
+                                                            {"aux", 40'000},
+                                                            {"mover", 40'011}};
   std::vector<std::shared_ptr<const SharedBytes>> loans;
   for (const auto& [key, len] : keys) {
     const Table::Entry* e = put(*table, key, len, 'a');
@@ -336,31 +342,37 @@ TEST(Table, BigValuesAreLentUncopiedAndCopiedOutBeforeTheirRecordsChange) {
   }
   EXPECT_EQ(table->Lend(*put(*table, "small", 1000, 'a')), nullptr);  // The caller copies.
   auto second = table->Lend(*find(*table, "twice"));
+  EXPECT_EQ(second, loans[2]);  // One loan per record.
   EXPECT_EQ(table->loans(), 5u);
-  second.reset();  // Returned: the record's other loan is still out.
-  EXPECT_EQ(table->loans(), 4u);
+  second.reset();
 
+  table->SetAux(find(*table, "aux"), 7);    // The word fits after the value: in place.
+  table->SetAux(find(*table, "mover"), 7);  // The record moves, its value whole.
+  EXPECT_TRUE(loans[3]->lent());
+  EXPECT_TRUE(loans[4]->lent());
+  EXPECT_EQ(loans[4]->data(), Table::ValueOf(*find(*table, "mover")).data());
   put(*table, "arena", 20'000, 'b');     // In place.
   table->Erase(find(*table, "mapped"));  // Unmapped.
-  put(*table, "twice", 300'000, 'b');    // Moved, its block freed.
-  table->SetAux(find(*table, "aux"), 7);
-  EXPECT_EQ(table->loans(), 1u);  // "aux": the word fits in its record, after the value.
-  for (size_t i = 0; i < 3; ++i) {
-    EXPECT_FALSE(loans[i]->lent()) << keys[i].first;
+  put(*table, "twice", 300'000, 'b');    // Into a new record, the old one freed.
+  EXPECT_EQ(table->loans(), 2u);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(loans[i]->lent(), i >= 3) << keys[i].first;
     EXPECT_EQ(loans[i]->view(), value_for(keys[i].first, keys[i].second, 'a')) << keys[i].first;
   }
   EXPECT_EQ(Table::ValueOf(*find(*table, "arena")), value_for("arena", 20'000, 'b'));
   loans.clear();
   EXPECT_EQ(table->loans(), 0u);
 
-  // Compaction moves lent records out of the segment it empties, and frees that.
+  // Compaction moves lent records out of the segment it empties, and their loans with them.
   std::vector<std::string> lent_keys;
+  std::vector<const char*> lent_at;
   for (int i = 0; i < 600; ++i) {
     const std::string key = "c:" + std::to_string(i);
     const Table::Entry* e = put(*table, key, 50'000, 'c');
     if (i % 10 == 0) {
       loans.push_back(table->Lend(*e));
       lent_keys.push_back(key);
+      lent_at.push_back(loans.back()->data());
     }
   }
   for (int i = 0; i < 600; ++i) {
@@ -370,21 +382,23 @@ TEST(Table, BigValuesAreLentUncopiedAndCopiedOutBeforeTheirRecordsChange) {
   while (table->has_upkeep() && table->Upkeep(1024) > 0) {
   }
   EXPECT_GT(table->big_arena().moved_bytes(), moved);
-  size_t copied = 0;
+  size_t followed = 0;
   for (size_t i = 0; i < loans.size(); ++i) {
-    copied += !loans[i]->lent();
+    ASSERT_TRUE(loans[i]->lent()) << lent_keys[i];  // Moved, not copied.
+    followed += loans[i]->data() != lent_at[i];
+    ASSERT_EQ(loans[i]->data(), Table::ValueOf(*find(*table, lent_keys[i])).data());
     ASSERT_EQ(loans[i]->view(), value_for(lent_keys[i], 50'000, 'c')) << lent_keys[i];
-    ASSERT_EQ(Table::ValueOf(*find(*table, lent_keys[i])), loans[i]->view());
   }
-  EXPECT_GT(copied, 0u);
-  EXPECT_EQ(table->loans(), loans.size() - copied);
+  EXPECT_GT(followed, 0u);
+  EXPECT_EQ(table->loans(), loans.size());
 
   // The records change hands with a swap, and the loans with them; the table's end copies them.
   Table other;
   other.Swap(*table);
   EXPECT_EQ(table->loans(), 0u);
-  EXPECT_EQ(other.loans(), loans.size() - copied);
+  EXPECT_EQ(other.loans(), loans.size());
   other.Erase(find(other, lent_keys[0]));
+  EXPECT_FALSE(loans[0]->lent());
   EXPECT_EQ(loans[0]->view(), value_for(lent_keys[0], 50'000, 'c'));
   const Table::Entry* e = put(other, "last", 200'000, 'd');
   loans.push_back(other.Lend(*e));
