@@ -172,6 +172,8 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   const ServerOptions options_;
   const absl::Time started_;
   int port_ = 0;
+  // The engines before the loops, so that the loops (and their connections, which may hold
+  // values a shard lent: Request::lent) go first, on the thread that joined the workers.
   std::unique_ptr<RingEngine> ring_engine_;
   std::unique_ptr<LockEngine> lock_engine_;
   std::vector<std::unique_ptr<ShardLoop>> loops_;

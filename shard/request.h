@@ -127,7 +127,8 @@ struct Request {
   } tail;
   // Set by the owning shard, GET with `lend` only: the value, lent where it lies in the shard's
   // record (shard/internal/table.h's Table::Loan), instead of `out`. Its holders' last
-  // reference must go on the owning worker's thread.
+  // reference must go on the owning worker's thread, or once the workers have stopped (the
+  // server's loops, and their connections, go before its engine and shards: server.h).
   std::shared_ptr<const SharedBytes> lent;
 };
 

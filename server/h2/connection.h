@@ -12,7 +12,7 @@
 //     nghttp2 frame it: at most --max-concurrent-streams responses per connection, since a
 //     stream stays open until its response is out.
 //   - Frames wait in the connection's output (a SendQueue: a large value's bytes are shared
-//     from its call's buffer, not copied, but for TLS) until the socket takes them, a sendmsg
+//     from its call's buffer or lent from the shard's record, not copied, but for TLS) until the socket takes them, a sendmsg
 //     per round. While the socket refuses kPauseReadBytes, the connection reads nothing more
 //     from it, so a client that sends requests but never reads the answers (even answers that
 //     no flow-control window holds back, like errors) is held back by TCP; reading resumes
@@ -105,9 +105,11 @@ class Connection final : public CallConnection {
   // whether the receive goes on (multishot).
   void OnReceived(int result, const char* data, bool more);
   void OnSent(int result);  // Bytes sent, or -errno.
-  // Whether its sends read their bytes before they return (epoll's), so that its output may hold
-  // bytes a shard lends (net/send_queue.h): not io_uring's, which the kernel reads later.
-  bool sends_at_once() const override { return !completions_; }
+  // Whether its output may hold bytes a shard lends (net/send_queue.h): its sends read their
+  // bytes before they return (epoll's; not io_uring's, which the kernel reads later), and share
+  // them rather than copy them into the output (not TLS's, which copies to encrypt anyway, so
+  // a loan would only add the copy a changed record makes into it).
+  bool sends_at_once() const override { return !completions_ && ssl_ == nullptr; }
   // Operations the ring has of this connection's (it is deleted only once there are none).
   uint32_t ops() const { return ops_; }
   // End of turn: nghttp2's frames to the output buffer, the buffer to the socket.

@@ -257,7 +257,7 @@ class H2Call final : public CallSink {
   SendQueue out_;
   uint64_t taken_ = 0;         // Bytes of the response taken by the session (or dropped).
   size_t promised_ = 0;        // Bytes ReadyResponse gave a DATA frame, not yet taken.
-  SendQueue::Shared shared_;   // ShareField's bytes, for Finish's response ...
+  SendQueue::Shared shared_;   // ShareField's or ShareLoan's bytes, for Finish's response ...
   uint32_t shared_field_ = 0;  // ... as this field.
   bool ack_next_ = false;      // Acknowledges() came: the next Write or Finish acknowledges.
   bool ack_held_ = false;      // Counted in the connection's answers not framed (HoldAck).

@@ -69,6 +69,7 @@ void Reset(Op op, std::string_view key, Request* r) {
   r->version = 0;
   r->number = 0;
   r->lend = false;
+  r->lent.reset();
 }
 
 }  // namespace
