@@ -18,6 +18,7 @@ bench/ab_server.py build/server/ringkv-server runs one server with two clients).
 """
 import os
 import re
+import statistics
 import sys
 import tempfile
 
@@ -123,8 +124,9 @@ def main():
             ops, us, client = results[(shape, name)]
             ratio = ""
             if name == "current":
-                base_ops = sorted(results[(shape, "base")][0])
-                ratio = f"{sorted(ops)[len(ops) // 2] / base_ops[len(base_ops) // 2]:.2f}"
+                # Of the medians the cells show.
+                base_ops = results[(shape, "base")][0]
+                ratio = f"{statistics.median(ops) / statistics.median(base_ops):.2f}"
             print(f"| {shape} | {name} | {benchlib.cell(ops)} | "
                   f"{benchlib.cell(us, '{:.2f}')} | {benchlib.cell(client, '{:.2f}')} | {ratio} |")
 
