@@ -12,11 +12,11 @@
 //     nghttp2 frame it: at most --max-concurrent-streams responses per connection, since a
 //     stream stays open until its response is out.
 //   - Frames wait in the connection's output (a SendQueue: a large value's bytes are shared
-//     from its call's buffer or lent from the shard's record, not copied, but for TLS) until the socket takes them, a sendmsg
-//     per round. While the socket refuses kPauseReadBytes, the connection reads nothing more
-//     from it, so a client that sends requests but never reads the answers (even answers that
-//     no flow-control window holds back, like errors) is held back by TCP; reading resumes
-//     under kResumeReadBytes.
+//     from its call's buffer or lent from the shard's record, not copied, but for TLS) until
+//     the socket takes them, a sendmsg per round. While the socket refuses kPauseReadBytes,
+//     the connection reads nothing more from it, so a client that sends requests but never
+//     reads the answers (even answers that no flow-control window holds back, like errors) is
+//     held back by TCP; reading resumes under kResumeReadBytes.
 //     Only the socket pauses reading: a response waiting for the client's window must not,
 //     since the client's WINDOW_UPDATE would then never be read.
 //
