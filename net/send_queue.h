@@ -19,8 +19,9 @@
 // pieces are dropped from the front as they pile up.
 //
 // A shared piece is kept as its owner and a range of it, and read through the owner each time:
-// a lent record's bytes are copied out (SharedBytes::Own) before the record changes, so they
-// are the same bytes but may not be where they were. Iovecs from Gather are for a send made at
+// a lent record's bytes are copied out (SharedBytes::Own) before the record changes, and
+// followed (SharedBytes::MovedTo) when it moves, so they are the same bytes but may not be where
+// they were. Iovecs from Gather are for a send made at
 // once, not for one that reads them later (io_uring's: its queue holds no lent bytes).
 //
 // Threads: not thread-safe; a shared buffer of its own may be shared across threads (its count

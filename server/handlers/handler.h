@@ -123,8 +123,9 @@ class CallSink {
   virtual bool ShareField(uint32_t /*field*/, std::string& /*bytes*/) { return false; }
   // Whether the transport takes bytes a shard lends where they lie (Request::lend, a GET of a
   // big record on the connection's own worker: shard/internal/table.h's Table::Loan), for
-  // ShareLoan: the h2 transport on epoll, which sends on this thread and reads its output's
-  // bytes only as it sends them; not io_uring, whose kernel reads them later, nor grpc++.
+  // ShareLoan: the h2 transport on epoll without TLS, which sends on this thread and reads its
+  // output's bytes only as it sends them; not io_uring, whose kernel reads them later, nor TLS,
+  // which copies them to encrypt, nor grpc++.
   virtual bool TakesLoans() const { return false; }
   // ShareField for lent bytes; only where TakesLoans.
   virtual void ShareLoan(uint32_t /*field*/, std::shared_ptr<const SharedBytes> /*bytes*/) {}

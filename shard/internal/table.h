@@ -97,7 +97,6 @@
 #include <span>
 #include <string_view>
 #include <utility>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "base/shared_bytes.h"
