@@ -76,7 +76,7 @@ constexpr Canonical MakeCanonical() {
 }
 
 constexpr Canonical kHuffman = MakeCanonical();
-static_assert(kHuffman.code['0'] == 0x0 && kHuffman.code['a'] == 0x3 &&
+static_assert(kHuffman.code[size_t{'0'}] == 0x0 && kHuffman.code[size_t{'a'}] == 0x3 &&
                   kHuffman.code[256] == 0x3fffffff,
               "RFC 7541, Appendix B");
 

@@ -297,10 +297,10 @@ TEST(Hpack, RandomBlocksAgreeWithNghttp2BothWays) {
                                           "authorization", "x-custom",     "x-other-custom-name",
                                           "cookie",        "grpc-status"};
   auto random_value = [&] {
-    static const std::string alphabet =
+    static const std::string kAlphabet =
         "abcdefghijklmnopqrstuvwxyz0123456789/-_.:ABCDEFGHIJKLMNOPQRSTUVWXYZ ~!@#$%^&*()\x01\xff";
     std::string v(rng() % 5 == 0 ? rng() % 300 : rng() % 24, ' ');
-    for (char& c : v) c = alphabet[rng() % alphabet.size()];
+    for (char& c : v) c = kAlphabet[rng() % kAlphabet.size()];
     return v;
   };
   std::vector<std::string> values;

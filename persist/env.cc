@@ -36,11 +36,11 @@ int Env::Write(int fd, uint64_t offset, std::string_view data) {
 }
 
 int Env::Zero(int fd, uint64_t offset, uint64_t bytes) {
-  static constexpr size_t kZeros = size_t{64} << 10;
-  static const char zeros[kZeros] = {};
+  static constexpr size_t kZeroBytes = size_t{64} << 10;
+  static const char kZeros[kZeroBytes] = {};
   for (uint64_t done = 0; done < bytes;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - done, kZeros));
-    if (int error = WriteAllAt(fd, offset + done, std::string_view(zeros, n)); error != 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - done, kZeroBytes));
+    if (int error = WriteAllAt(fd, offset + done, std::string_view(kZeros, n)); error != 0) {
       return error;
     }
     done += n;

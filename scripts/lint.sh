@@ -29,15 +29,20 @@ if [ ! -f "$build/compile_commands.json" ]; then
   failed=1
 else
   # Two at a time: this machine has two cores. --quiet drops the "N warnings generated" lines
-  # of the system headers, which the header filter leaves out anyway.
-  if ! git ls-files '*.cc' | xargs -P2 -n4 clang-tidy -p "$build" --quiet 2>&1 |
-       grep -v -E '^[0-9]+ warnings? (and [0-9]+ errors? )?generated\.$' |
-       tee /tmp/ringkv-tidy.$$ | grep -q -E 'warning:|error:'; then
-    :
-  else
+  # of the system headers, which the header filter leaves out anyway. The findings file decides,
+  # not the pipeline's status: clang-tidy exits non-zero on every finding (WarningsAsErrors), so
+  # a test of the status alone would read a finding as clean, or a crash as a finding.
+  git ls-files '*.cc' | xargs -P2 -n4 clang-tidy -p "$build" --quiet 2>&1 |
+    grep -v -E '^[0-9]+ warnings? (and [0-9]+ errors? )?generated\.$' >/tmp/ringkv-tidy.$$
+  tidy_status=${PIPESTATUS[1]}
+  if grep -q -E 'warning:|error:' /tmp/ringkv-tidy.$$; then
     grep -E 'warning:|error:' /tmp/ringkv-tidy.$$ | sort -u | head -60
-    echo "lint: clang-tidy found $(grep -c -E 'warning:|error:' /tmp/ringkv-tidy.$$) problems" \
-         "(.clang-tidy says which checks)"
+    echo "lint: clang-tidy found $(grep -E 'warning:|error:' /tmp/ringkv-tidy.$$ | sort -u | wc -l)" \
+         "problems (.clang-tidy says which checks)"
+    failed=1
+  elif [ "$tidy_status" != 0 ]; then
+    tail -20 /tmp/ringkv-tidy.$$
+    echo "lint: clang-tidy exited $tidy_status with no finding: see its output above"
     failed=1
   fi
   rm -f /tmp/ringkv-tidy.$$

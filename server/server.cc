@@ -821,11 +821,11 @@ void Server::FillReplicationStats(ringkv::v1::StatsResponse* stats) const {
 }
 
 const std::string& Server::journal_failure_message() const {
-  static const std::string fenced =
+  static const std::string kFenced =
       "not the group's primary now: this server does not hold the group's leader key in etcd "
       "(not elected yet, deposed, or its lease could have run out while etcd was out of "
       "reach), so it acknowledges no write; `ringkv cluster status` names the primary";
-  if (fence_.closed()) return fenced;
+  if (fence_.closed()) return kFenced;
   if (data_dir_ != nullptr && !data_dir_->logs_failed()) return journal_stalled_;
   return journal_failure_;
 }

@@ -392,7 +392,7 @@ bool ReplSource::AnswerBegin(Request& request, int64_t now_ms) {
   if (sync_.has_value() && sync_->flow != request.deadline_ms) return false;  // Another's.
   if (!sync_.has_value()) {
     if (walking_) return false;  // A dropped full sync's walk is still running.
-    sync_.emplace();
+    sync_ = FullSync{};  // Not emplace(): clang reads FullSync as not default-constructible.
     sync_->flow = request.deadline_ms;
   }
   if (!sync_->started) {

@@ -23,7 +23,9 @@
 
 // LeakSanitizer's (null outside sanitizer builds): it scans the heap, stacks and globals for
 // pointers, not mappings of our own, so a table's heap blocks would look leaked without these.
+// NOLINTNEXTLINE(readability-identifier-naming): LeakSanitizer names them.
 extern "C" void __lsan_register_root_region(const void* p, size_t size) __attribute__((weak));
+// NOLINTNEXTLINE(readability-identifier-naming)
 extern "C" void __lsan_unregister_root_region(const void* p, size_t size) __attribute__((weak));
 
 namespace ringkv::internal {
@@ -63,7 +65,7 @@ inline void FreeHuge(void* p, size_t bytes) {
 
 template <typename T>
 struct HugePageAllocator {
-  using value_type = T;
+  using value_type = T;  // NOLINT(readability-identifier-naming): the allocator concept's.
 
   HugePageAllocator() = default;
   template <typename U>

@@ -17,6 +17,7 @@
 #include "shard/router.h"
 
 // LeakSanitizer's (null outside sanitizer builds).
+// NOLINTNEXTLINE(readability-identifier-naming): LeakSanitizer names it.
 extern "C" void __lsan_ignore_object(const void* p) __attribute__((weak));
 
 namespace ringkv::internal {
