@@ -65,6 +65,9 @@ SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
     "h2 unary PUT of 80 KB, 10 connections x 1": ([], LARGE + ["--connections=10",
                                                                "--concurrency=10",
                                                                "--ratio=0:1"]),
+    "h2 MultiGet of 16 of 80 KB, 10 connections x 1": ([], LARGE + ["--mode=multi", "--batch=16",
+                                                                    "--connections=10",
+                                                                    "--concurrency=10"]),
 }
 
 

@@ -67,6 +67,48 @@ def get_value(data):
     return message[i:i + size]
 
 
+def fields(message):
+    """(number, value) of each field of protobuf bytes: an int for a varint, bytes for a
+    length-delimited field."""
+    out, i = [], 0
+
+    def varint():
+        nonlocal i
+        value, shift = 0, 0
+        while True:
+            byte = message[i]
+            i += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value
+
+    while i < len(message):
+        key = varint()
+        if key & 7 == 0:
+            out.append((key >> 3, varint()))
+        elif key & 7 == 2:
+            size = varint()
+            out.append((key >> 3, message[i:i + size]))
+            i += size
+        else:
+            raise AssertionError(f"wire type {key & 7} at {i}")
+    return out
+
+
+def multi_get_values(data):
+    """Each item of the one MultiGetResponse in gRPC message bytes: its value, or its code if
+    it has none."""
+    _, length = struct.unpack(">BI", data[:5])
+    assert len(data) == 5 + length, (len(data), length)
+    items = []
+    for number, item in fields(data[5:]):
+        assert number == 1, number
+        item = dict(fields(item))
+        items.append(item.get(3, item.get(1, 0)))
+    return items
+
+
 def read_frames(sock, seconds=3.0):
     """Frames the server sends until it closes the connection or `seconds` pass."""
     sock.settimeout(seconds)
@@ -596,13 +638,19 @@ class ResourceTest(ServerCase):
         # until the socket has taken it (Table::Lend; not under --io=uring, which copies). Here
         # the answers wait on a window of 0 while their keys are overwritten in place, deleted
         # and their memory reused; once the client opens its window, each answer is the value
-        # its GET read, whole.
+        # its GET read, whole. A MultiGet's items are lent the same way, inside its reply: one
+        # record twice, between a small value and a missing key.
         self.start("--threads=1")
-        old = {b"lent-arena": os.urandom(300_000), b"lent-mapped": os.urandom(900_000)}
+        old = {b"lent-arena": os.urandom(300_000), b"lent-mapped": os.urandom(900_000),
+               b"small": b"s" * 100}
         for key, value in old.items():
             r = self.cli("put", key, "-", input=value)
             self.assertEqual(r.returncode, 0, r.stderr)
-        calls = {key: self.call_held(key) for key in old}
+        calls = {key: self.call_held(key) for key in old if key != b"small"}
+        batch = [b"lent-arena", b"small", b"lent-mapped", b"missing", b"lent-arena"]
+        calls[b"multi"] = Call(self.addr, "/ringkv.v1.KV/MultiGet",
+                               grpc_message(b"".join(field(1, key) for key in batch)), window=0)
+        self.addCleanup(calls[b"multi"].close)
         for call in calls.values():
             call.wait(1)  # The answer's headers: the GET has run.
             self.assertEqual(call.headers.get(":status"), "200")
@@ -617,9 +665,28 @@ class ResourceTest(ServerCase):
             call.conn.increment_flow_control_window(1 << 24)
             call.flush()
             self.assertEqual(call.wait(10), 0, call.message())
-            self.assertEqual(get_value(call.data), old[key], key)
+            if key == b"multi":
+                self.assertEqual(multi_get_values(call.data),
+                                 [old.get(k, 5) for k in batch])  # 5: NOT_FOUND.
+            else:
+                self.assertEqual(get_value(call.data), old[key], key)
         self.assertEqual(self.cli("get", "lent-arena").stdout, new)
         self.assertNotEqual(self.cli("get", "lent-mapped").returncode, 0)
+        self.assertServing()
+
+    @unittest.skipIf(GRPCPP or "--io=uring" in SERVER_FLAGS,
+                     "where values are lent: elsewhere the reply's values are copied first")
+    def test_a_reply_past_protobufs_limit_is_refused_whole(self):
+        # One key many times over costs a reply of lent values next to no memory, but a reply
+        # of 2 GiB or more is no protobuf message (and past 4 GiB its gRPC prefix would wrap):
+        # refused, saying why.
+        self.start("--threads=1", f"--max-value-bytes={64 << 20}")
+        r = self.cli("put", "huge", "-", input=b"h" * (64 << 20), timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        call = Call(self.addr, "/ringkv.v1.KV/MultiGet", grpc_message(field(1, b"huge") * 33))
+        self.addCleanup(call.close)
+        self.assertEqual(call.wait(10), 8, call.message())  # RESOURCE_EXHAUSTED
+        self.assertIn("a gRPC message is at most 2147483647", call.message())
         self.assertServing()
 
     def call_held(self, key):

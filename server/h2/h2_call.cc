@@ -384,6 +384,26 @@ void H2Call::ShareLoan(uint32_t field, std::shared_ptr<const SharedBytes> bytes)
   shared_field_ = field;
 }
 
+void H2Call::ShareLoans(std::string& bytes, std::vector<LentAt> loans) {
+  shared_ = std::make_shared<const SharedBytes>(std::move(bytes));
+  loans_ = std::move(loans);
+}
+
+void H2Call::AppendMessage(SendQueue::Shared own, std::vector<LentAt>& loans) {
+  const std::string_view bytes = own->view();
+  size_t size = bytes.size();
+  for (const LentAt& loan : loans) size += loan.bytes->size();
+  WriteMessagePrefix(out_.AppendSpace(kMessagePrefixBytes), false, static_cast<uint32_t>(size));
+  size_t from = 0;
+  for (LentAt& loan : loans) {
+    out_.Append(own, bytes.substr(from, loan.at - from));
+    const std::string_view lent = loan.bytes->view();
+    out_.Append(std::move(loan.bytes), lent);
+    from = loan.at;
+  }
+  out_.Append(std::move(own), bytes.substr(from));
+}
+
 void H2Call::StartResponse() {
   connection_->SubmitResponse(*this);
   response_started_ = true;
@@ -412,13 +432,16 @@ void H2Call::Write(const google::protobuf::MessageLite& message) {
 void H2Call::Finish(const absl::Status& status, const google::protobuf::MessageLite* response) {
   const bool acknowledges = std::exchange(ack_next_, false);
   SendQueue::Shared shared = std::move(shared_);
+  std::vector<LentAt> loans = std::move(loans_);
   handler_done_ = true;
   read_wanted_ = false;
   write_pending_ = false;
   ReleaseInput();
   if (!cancelled_ && Alive() && !final_status_.has_value()) {
     ClearDeadline();
-    if (status.ok() && response != nullptr) {
+    if (status.ok() && response != nullptr && !loans.empty()) {
+      AppendMessage(std::move(shared), loans);
+    } else if (status.ok() && response != nullptr) {
       AppendMessage(*response, std::move(shared), shared_field_);
     }
     // The trailers' grpc-status 0 is what acknowledges: held until the stream closes.

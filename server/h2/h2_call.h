@@ -42,6 +42,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "net/byte_buffer.h"
@@ -169,6 +170,7 @@ class H2Call final : public CallSink {
     return connection_ != nullptr && connection_->sends_at_once();
   }
   void ShareLoan(uint32_t field, std::shared_ptr<const SharedBytes> bytes) override;
+  void ShareLoans(std::string& bytes, std::vector<LentAt> loans) override;
 
   // For the connection's count of answers that acknowledge writes and are not framed yet
   // (Connection::HoldsAck): true once, when the held answer has been taken by the session (after a
@@ -218,6 +220,9 @@ class H2Call final : public CallSink {
   // appended with `shared` (ShareField's) has that field ahead of its own fields, shared.
   void AppendMessage(const google::protobuf::MessageLite& message,
                      SendQueue::Shared shared = nullptr, uint32_t field = 0);
+  // A message that is `own` (ShareLoans's bytes) with each of `loans` inserted where it says,
+  // shared: no byte of either copied here.
+  void AppendMessage(SendQueue::Shared own, std::vector<LentAt>& loans);
   void StartResponse();
   // The response has something new to send: starts it, or resumes the session's pull.
   void ResumeResponse();
@@ -258,7 +263,8 @@ class H2Call final : public CallSink {
   uint64_t taken_ = 0;         // Bytes of the response taken by the session (or dropped).
   size_t promised_ = 0;        // Bytes ReadyResponse gave a DATA frame, not yet taken.
   SendQueue::Shared shared_;   // ShareField's or ShareLoan's bytes, for Finish's response ...
-  uint32_t shared_field_ = 0;  // ... as this field.
+  uint32_t shared_field_ = 0;  // ... as this field; or ShareLoans's, the whole response ...
+  std::vector<LentAt> loans_;  // ... with these inserted.
   bool ack_next_ = false;      // Acknowledges() came: the next Write or Finish acknowledges.
   bool ack_held_ = false;      // Counted in the connection's answers not framed (HoldAck).
   uint64_t ack_until_ = 0;

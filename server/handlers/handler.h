@@ -40,6 +40,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -123,12 +125,31 @@ class CallSink {
   virtual bool ShareField(uint32_t /*field*/, std::string& /*bytes*/) { return false; }
   // Whether the transport takes bytes a shard lends where they lie (Request::lend, a GET of a
   // big record on the connection's own worker: shard/internal/table.h's Table::Loan), for
-  // ShareLoan: the h2 transport on epoll without TLS, which sends on this thread and reads its
-  // output's bytes only as it sends them; not io_uring, whose kernel reads them later, nor TLS,
-  // which copies them to encrypt, nor grpc++.
+  // ShareLoan and ShareLoans: the h2 transport on epoll without TLS, which sends on this thread
+  // and reads its output's bytes only as it sends them; not io_uring, whose kernel reads them
+  // later, nor TLS, which copies them to encrypt, nor grpc++.
   virtual bool TakesLoans() const { return false; }
   // ShareField for lent bytes; only where TakesLoans.
   virtual void ShareLoan(uint32_t /*field*/, std::shared_ptr<const SharedBytes> /*bytes*/) {}
+  // Lent bytes that go inside a reply the handler wrote itself (a MultiGet's items, each value
+  // where it lies), for ShareLoans: at `at`, an offset of the reply's own bytes.
+  struct LentAt {
+    size_t at;
+    std::shared_ptr<const SharedBytes> bytes;
+  };
+  // ShareLoan for such a reply: the next Finish's response is `bytes` (taken: the response given
+  // to Finish must be the empty message they were taken from) with each of `loans`, in order of
+  // `at`, inserted where it says. Meant for where TakesLoans; a sink that takes none copies the
+  // loans into `bytes` instead, which stay the response, whole.
+  virtual void ShareLoans(std::string& bytes, std::vector<LentAt> loans) {
+    std::string whole;
+    size_t from = 0;
+    for (const LentAt& loan : loans) {
+      whole.append(bytes, from, loan.at - from).append(loan.bytes->view());
+      from = loan.at;
+    }
+    bytes = std::move(whole.append(bytes, from));
+  }
 
  protected:
   ~CallSink() = default;

@@ -124,7 +124,9 @@ class TestHost final : public HandlerHost {
 class RecordingSink final : public CallSink {
  public:
   // `shares`: takes large fields as the h2 transport does (ShareField), or refuses as grpc++.
-  explicit RecordingSink(bool shares = false) : shares_(shares) {}
+  // `lends`: takes lent values as the h2 transport on epoll does (TakesLoans, ShareLoans).
+  explicit RecordingSink(bool shares = false, bool lends = false)
+      : shares_(shares), lends_(lends) {}
   void Read() override { ++reads; }
   void Write(const google::protobuf::MessageLite& message) override {
     writes.push_back(message.SerializeAsString());
@@ -133,7 +135,7 @@ class RecordingSink final : public CallSink {
   void Finish(const absl::Status& s, const google::protobuf::MessageLite* response) override {
     ++finishes;
     status = s;
-    if (response != nullptr) answer = response->SerializeAsString();
+    if (response != nullptr) answer = std::move(lent_answer) + response->SerializeAsString();
     acknowledging_finish = std::exchange(acknowledges_next_, false);
   }
   void Acknowledges() override { acknowledges_next_ = true; }
@@ -142,6 +144,12 @@ class RecordingSink final : public CallSink {
     shared_field = field;
     shared = std::move(bytes);
     return true;
+  }
+  bool TakesLoans() const override { return lends_; }
+  void ShareLoans(std::string& bytes, std::vector<LentAt> loans) override {
+    lent += static_cast<int>(loans.size());
+    CallSink::ShareLoans(bytes, std::move(loans));  // The loans copied in: the reply, whole.
+    lent_answer = std::exchange(bytes, {});         // Taken, as the h2 call takes them.
   }
   std::string PeerHost() const override { return ""; }
 
@@ -155,9 +163,12 @@ class RecordingSink final : public CallSink {
   bool acknowledging_finish = false;
   uint32_t shared_field = 0;  // What ShareField took.
   std::string shared;
+  int lent = 0;             // Values ShareLoans took.
+  std::string lent_answer;  // What it took them into.
 
  private:
   const bool shares_;
+  const bool lends_;
   bool acknowledges_next_ = false;
 };
 
@@ -170,8 +181,8 @@ class Call {
   // `stays` false, offered as bytes that do not stay (Handler::ParseCopy), as the h2 transport
   // offers a request read whole: they are overwritten right after.
   Call(TestHost& host, MethodId id, const google::protobuf::MessageLite& request,
-       bool shares = false, std::string wire = "", bool stays = true)
-      : host_(host), sink_(shares), handler_(MethodOf(id).make(host, sink_)) {
+       bool shares = false, std::string wire = "", bool stays = true, bool lends = false)
+      : host_(host), sink_(shares, lends), handler_(MethodOf(id).make(host, sink_)) {
     handler_->OnStart();
     if (wire.empty()) wire = request.SerializeAsString();
     wire_ = std::move(wire);  // Stays put while the handler lives, as the transport's buffer.
@@ -258,6 +269,37 @@ TEST(HandlersTest, ALargeGetValueIsSharedWithATransportThatTakesIt) {
   EXPECT_EQ(small.Answer<pb::GetResponse>().value(), below);
   Call copied(host, MethodId::kGet, Get("large"), /*shares=*/false);
   EXPECT_EQ(copied.Answer<pb::GetResponse>().value(), large);
+}
+
+// A MultiGet's large values go to a transport that takes loans beside the reply's own bytes
+// (CallSink::ShareLoans), each where it belongs: the reply, put together, is protobuf's. One
+// record asked for twice, a small value and a missing key between.
+TEST(HandlersTest, AMultiGetsLargeValuesAreLentToATransportThatTakesThem) {
+  TestHost host;
+  const std::string big(300'000, 'B');
+  const std::string large(CallSink::kShareBytes, 'L');
+  for (const auto& [key, value] :
+       {std::pair{"big", big}, {"large", large}, {"small", std::string("s")}}) {
+    Call put(host, MethodId::kPut, Put(key, value));
+    ASSERT_TRUE(put.sink().status.ok()) << put.sink().status;
+  }
+  pb::MultiGetRequest gets;
+  for (const char* key : {"big", "small", "missing", "large", "big"}) gets.add_keys(key);
+  for (const bool lends : {false, true}) {
+    Call get(host, MethodId::kMultiGet, gets, false, "", true, lends);
+    ASSERT_TRUE(get.sink().status.ok()) << get.sink().status;
+    EXPECT_EQ(get.sink().lent, lends ? 3 : 0);
+    const pb::MultiGetResponse reply = get.Answer<pb::MultiGetResponse>();
+    ASSERT_EQ(reply.results_size(), 5) << lends;
+    EXPECT_EQ(reply.results(0).value(), big);
+    EXPECT_EQ(reply.results(1).value(), "s");
+    EXPECT_EQ(reply.results(2).code(), static_cast<int>(absl::StatusCode::kNotFound));
+    EXPECT_EQ(reply.results(3).value(), large);
+    EXPECT_EQ(reply.results(4).value(), big);
+    EXPECT_GT(reply.results(4).version(), 0u);
+    EXPECT_EQ(reply.results(4).ttl_ms(), -1);
+    EXPECT_EQ(get.sink().answer, reply.SerializeAsString()) << lends;
+  }
 }
 
 // A large PUT's value is not copied out of the transport's buffer before the shard's copy

@@ -4,7 +4,9 @@
 // is outstanding into the next message (BidiHandler does the reading and writing).
 #include <google/protobuf/io/coded_stream.h>
 
+#include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -285,7 +287,8 @@ bool ReadFields(std::string_view wire, Read read) {
 
 // MultiGet and MultiPut: one Request per item, answered per item; a bad item is answered at
 // once and the others still run. The reply (a ResponsePb: repeated ItemResult results = 1) is
-// written item by item once all are back (AppendItem), with no ItemResult object per item.
+// written item by item once all are back (AppendItem), with no ItemResult object per item; a
+// MultiGet's values lent where they lie go to the transport beside it (CallSink::ShareLoans).
 template <typename RequestPb, typename ResponsePb>
 class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
  public:
@@ -300,10 +303,7 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
 
  protected:
   void Take(Request&) override {}  // Its outcome stays in ops_ until the reply is written.
-  absl::Status Result() override {
-    WriteReply();
-    return absl::OkStatus();
-  }
+  absl::Status Result() override { return WriteReply(); }
   size_t ops() const override { return ops_.size(); }
 
   static constexpr size_t kInlineItems = 32;
@@ -324,10 +324,7 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
         accepted.push_back(&op);
       }
     }
-    if (accepted.empty()) {
-      WriteReply();
-      return this->Reply(absl::OkStatus());
-    }
+    if (accepted.empty()) return this->Reply(WriteReply());
     // Each is counted as it is submitted: a completion comes only from a later engine turn.
     for (Request* op : accepted) this->SubmitCounted(*op, Lane::kBatch);
   }
@@ -335,21 +332,37 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
  private:
   static constexpr uint32_t kResults = ResponsePb::kResultsFieldNumber;
 
-  void WriteReply() {
+  // A reply's most: protobuf's limit on a message (and within the gRPC prefix's 4 bytes).
+  static constexpr size_t kMaxReplyBytes = std::numeric_limits<int32_t>::max();
+
+  absl::Status WriteReply() {
     this->response_.set_type_name(ResponsePb::descriptor()->full_name().c_str());
     std::string& out = this->response_.bytes();
     size_t room = 0;  // About what the items take: one allocation for the reply.
-    for (const Request& op : ops_) room += op.out.size() + 32;
+    size_t lent = 0;
+    for (const Request& op : ops_) {
+      room += op.out.size() + 32;
+      if (op.lent != nullptr) lent += op.lent->size();
+    }
+    if (room + lent > kMaxReplyBytes) {  // Lent values make such a reply cheap to ask for.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the reply would take about ", room + lent, " bytes; a gRPC message is at most ",
+          kMaxReplyBytes, " (protobuf's limit): ask for fewer or smaller values at a time"));
+    }
     out.reserve(room);
+    std::vector<CallSink::LentAt> loans;  // A MultiGet's values lent where they lie, if any.
     auto refused = refused_.begin();
     for (size_t i = 0; i < ops_.size(); ++i) {
       if (refused != refused_.end() && refused->first == i) {
         AppendItem(kResults, (refused++)->second, &out);
       } else {
-        AppendItem(kResults, ops_[i], this->context_, &out);
+        AppendItem(kResults, ops_[i], this->context_, &out, &loans);
         std::string().swap(ops_[i].out);  // In the reply now: not held twice while it is sent.
+        ops_[i].lent.reset();             // Copied, if not in `loans` now (a linearizable read).
       }
     }
+    if (!loans.empty()) this->sink_.ShareLoans(out, std::move(loans));
+    return absl::OkStatus();
   }
 
   std::vector<Request> ops_;
@@ -377,13 +390,20 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
     return in_place_;
   }
   void Start() override {
+    // Each large value is lent where it lies, where the transport takes loans (GetHandler).
+    const bool lend = sink_.TakesLoans();
     if (in_place_) {
       return Run(static_cast<int>(keys_.size()), [&](int i, Request* op) {
-        return PrepareGet(context_.limits(), keys_[static_cast<size_t>(i)], op);
+        absl::Status s = PrepareGet(context_.limits(), keys_[static_cast<size_t>(i)], op);
+        op->lend = lend;
+        return s;
       });
     }
-    Run(request_.keys_size(),
-        [&](int i, Request* op) { return PrepareGet(context_.limits(), request_.keys(i), op); });
+    Run(request_.keys_size(), [&](int i, Request* op) {
+      absl::Status s = PrepareGet(context_.limits(), request_.keys(i), op);
+      op->lend = lend;
+      return s;
+    });
   }
 
  private:

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/handlers/handler.h"
@@ -196,7 +198,11 @@ void SetItem(pb::ItemResult* item, Request& r, const ServerContext& context) {
   if (r.result != Result::kOk) return;
   switch (r.op) {
     case Op::kGet:
-      item->set_value(std::move(r.out));
+      if (r.lent != nullptr) {
+        item->set_value(std::string(r.lent->view()));  // Copied: a linearizable read's.
+      } else {
+        item->set_value(std::move(r.out));
+      }
       item->set_ttl_ms(TtlLeft(r.deadline_ms, context));
       break;
     case Op::kIncrement:
@@ -275,6 +281,10 @@ class ItemWriter {
     version_ = r.version;
     if (r.op == Op::kGet) {
       value_ = r.out;
+      if (r.lent != nullptr) {
+        value_ = r.lent->view();
+        lent_ = &r.lent;
+      }
       ttl_ = static_cast<uint64_t>(TtlLeft(r.deadline_ms, context));
     } else if (r.op == Op::kIncrement) {
       number_ = static_cast<uint64_t>(r.number);
@@ -290,8 +300,10 @@ class ItemWriter {
   }
 
   size_t size() const { return size_; }
-  // The item as field `field`: its tag, its length and its bytes, after what `heads` holds.
-  void AppendTo(uint32_t field, Heads& heads, std::string* out) const {
+  // The item as field `field`: its tag, its length and its bytes, after what `heads` holds. With
+  // `loans`, a lent value goes there, not into `out` (AppendItem).
+  void AppendTo(uint32_t field, Heads& heads, std::string* out,
+                std::vector<CallSink::LentAt>* loans = nullptr) const {
     heads.Head(field, size_);
     if (slow_.has_value()) {
       heads.AppendTo(out);
@@ -303,7 +315,11 @@ class ItemWriter {
     if (!value_.empty()) {
       heads.Head(pb::ItemResult::kValueFieldNumber, value_.size());
       heads.AppendTo(out);
-      out->append(value_);
+      if (lent_ != nullptr && loans != nullptr) {
+        loans->push_back({out->size(), std::move(*lent_)});
+      } else {
+        out->append(value_);
+      }
     }
     heads.IntField(pb::ItemResult::kVersionFieldNumber, version_);
     heads.IntField(pb::ItemResult::kTtlMsFieldNumber, ttl_);
@@ -314,6 +330,7 @@ class ItemWriter {
  private:
   std::optional<pb::ItemResult> slow_;
   std::string_view value_;
+  std::shared_ptr<const SharedBytes>* lent_ = nullptr;  // The request's loan, if value_ is one.
   uint64_t version_ = 0;
   uint64_t ttl_ = 0;
   uint64_t number_ = 0;
@@ -336,6 +353,12 @@ void AppendStreamResult(uint64_t id, const ItemWriter& item, std::string* out) {
 void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out) {
   Heads heads;
   ItemWriter(r, context).AppendTo(field, heads, out);
+}
+
+void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out,
+                std::vector<CallSink::LentAt>* loans) {
+  Heads heads;
+  ItemWriter(r, context).AppendTo(field, heads, out, loans);
 }
 
 void AppendItem(uint32_t field, const absl::Status& status, std::string* out) {

@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "ringkv/v1/kv.pb.h"
+#include "server/handlers/handler.h"
 #include "server/request_limits.h"
 #include "server/server_context.h"
 #include "shard/request.h"
@@ -50,6 +52,11 @@ void SetItem(ringkv::v1::ItemResult* item, const absl::Status& status);
 // others, rarer and with messages, through SetItem.
 void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out);
 void AppendItem(uint32_t field, const absl::Status& status, std::string* out);
+// The same, with a value lent where it lies (Request::lent) not copied into `out`: its place in
+// `out` (where its bytes would start) and the loan, moved out of `r`, go to `loans` instead, for
+// CallSink::ShareLoans.
+void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out,
+                std::vector<CallSink::LentAt>* loans);
 // A Stream reply's result (StreamResponse.results: a StreamResult with its id and the item,
 // as protobuf writes it), appended to `out`.
 void AppendStreamResult(uint64_t id, Request& r, const ServerContext& context, std::string* out);
