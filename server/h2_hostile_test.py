@@ -55,16 +55,9 @@ def get_value(data):
     """The value of the one GetResponse in gRPC message bytes (field 1 first, as ringkv
     writes it)."""
     _, length = struct.unpack(">BI", data[:5])
-    message = data[5:5 + length]
-    assert message[0] == 0x0A, message[:8]
-    size, shift, i = 0, 0, 1
-    while True:
-        size |= (message[i] & 0x7F) << shift
-        shift += 7
-        i += 1
-        if message[i - 1] < 0x80:
-            break
-    return message[i:i + size]
+    number, value = fields(data[5:5 + length])[0]
+    assert number == 1, number
+    return value
 
 
 def fields(message):

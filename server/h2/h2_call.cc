@@ -439,10 +439,12 @@ void H2Call::Finish(const absl::Status& status, const google::protobuf::MessageL
   ReleaseInput();
   if (!cancelled_ && Alive() && !final_status_.has_value()) {
     ClearDeadline();
-    if (status.ok() && response != nullptr && !loans.empty()) {
-      AppendMessage(std::move(shared), loans);
-    } else if (status.ok() && response != nullptr) {
-      AppendMessage(*response, std::move(shared), shared_field_);
+    if (status.ok() && response != nullptr) {
+      if (loans.empty()) {
+        AppendMessage(*response, std::move(shared), shared_field_);
+      } else {
+        AppendMessage(std::move(shared), loans);
+      }
     }
     // The trailers' grpc-status 0 is what acknowledges: held until the stream closes.
     if (acknowledges && status.ok()) HoldAck(kUntilClose);

@@ -392,18 +392,16 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
   void Start() override {
     // Each large value is lent where it lies, where the transport takes loans (GetHandler).
     const bool lend = sink_.TakesLoans();
-    if (in_place_) {
-      return Run(static_cast<int>(keys_.size()), [&](int i, Request* op) {
-        absl::Status s = PrepareGet(context_.limits(), keys_[static_cast<size_t>(i)], op);
-        op->lend = lend;
-        return s;
-      });
-    }
-    Run(request_.keys_size(), [&](int i, Request* op) {
-      absl::Status s = PrepareGet(context_.limits(), request_.keys(i), op);
+    auto get = [&](std::string_view key, Request* op) {
+      absl::Status s = PrepareGet(context_.limits(), key, op);
       op->lend = lend;
       return s;
-    });
+    };
+    if (in_place_) {
+      return Run(static_cast<int>(keys_.size()),
+                 [&](int i, Request* op) { return get(keys_[static_cast<size_t>(i)], op); });
+    }
+    Run(request_.keys_size(), [&](int i, Request* op) { return get(request_.keys(i), op); });
   }
 
  private:

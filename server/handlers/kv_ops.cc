@@ -350,11 +350,6 @@ void AppendStreamResult(uint64_t id, const ItemWriter& item, std::string* out) {
 
 }  // namespace
 
-void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out) {
-  Heads heads;
-  ItemWriter(r, context).AppendTo(field, heads, out);
-}
-
 void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out,
                 std::vector<CallSink::LentAt>* loans) {
   Heads heads;

@@ -49,14 +49,12 @@ void SetItem(ringkv::v1::ItemResult* item, const absl::Status& status);
 // The same items, appended to `out` serialized as a repeated ItemResult field `field` (tag,
 // length and the ItemResult, as protobuf writes them): a batch reply written without an
 // ItemResult object per item (WireMessage). The OK ones are written here, field by field; the
-// others, rarer and with messages, through SetItem.
-void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out);
-void AppendItem(uint32_t field, const absl::Status& status, std::string* out);
-// The same, with a value lent where it lies (Request::lent) not copied into `out`: its place in
-// `out` (where its bytes would start) and the loan, moved out of `r`, go to `loans` instead, for
-// CallSink::ShareLoans.
+// others, rarer and with messages, through SetItem. With `loans`, a value lent where it lies
+// (Request::lent) is not copied into `out`: its place in `out` (where its bytes would start) and
+// the loan, moved out of `r`, go to `loans` instead, for CallSink::ShareLoans.
 void AppendItem(uint32_t field, Request& r, const ServerContext& context, std::string* out,
-                std::vector<CallSink::LentAt>* loans);
+                std::vector<CallSink::LentAt>* loans = nullptr);
+void AppendItem(uint32_t field, const absl::Status& status, std::string* out);
 // A Stream reply's result (StreamResponse.results: a StreamResult with its id and the item,
 // as protobuf writes it), appended to `out`.
 void AppendStreamResult(uint64_t id, Request& r, const ServerContext& context, std::string* out);
