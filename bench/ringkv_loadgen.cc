@@ -65,6 +65,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/command_line.h"
+#include "base/exit.h"
 #include "bench/latency_histogram.h"
 #include "client/client.h"
 #include "net/h2_channel.h"
@@ -1178,4 +1179,5 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace ringkv::bench
 
-int main(int argc, char** argv) { return ringkv::bench::Main(argc, argv); }
+// gRPC's threads may still be winding down: base/exit.h says why the exit handlers are skipped.
+int main(int argc, char** argv) { ringkv::ExitWithoutTeardown(ringkv::bench::Main(argc, argv)); }

@@ -48,6 +48,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "base/command_line.h"
+#include "base/exit.h"
 #include "client/client.h"
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
@@ -826,4 +827,5 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace ringkv
 
-int main(int argc, char** argv) { return ringkv::Main(argc, argv); }
+// gRPC's threads may still be winding down: base/exit.h says why the exit handlers are skipped.
+int main(int argc, char** argv) { ringkv::ExitWithoutTeardown(ringkv::Main(argc, argv)); }

@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/command_line.h"
+#include "base/exit.h"
 #include "base/log.h"
 #include "persist/log_writer.h"
 #include "server/auth/exposure.h"
@@ -221,10 +222,6 @@ ABSL_FLAG(std::string, acks, "count",
           "joins it, and only the primary and the members may take over, so a failover loses no "
           "acknowledged write");
 ABSL_FLAG(std::string, log_level, "info", "error, warning, info or debug");
-
-// LeakSanitizer's entry point, present only in sanitizer builds.
-extern "C" void __lsan_do_leak_check()  // NOLINT(readability-identifier-naming)
-    __attribute__((weak));
 
 namespace ringkv {
 namespace {
@@ -743,9 +740,7 @@ int RunDaemon(ServerOptions options, const DaemonHooks& hooks) {
   // flush. Tearing down gRPC's library state from here can block for up to 10 s on one of its
   // executor threads (seen in grpc_shutdown's Executor::ShutdownAll, waiting out an epoll
   // timeout), so the daemon exits without it. Sanitizer builds still get their leak check.
-  if (&__lsan_do_leak_check != nullptr) __lsan_do_leak_check();
-  std::fflush(nullptr);
-  std::_Exit(stopped.ok() ? 0 : 1);
+  ExitWithoutTeardown(stopped.ok() ? 0 : 1);
 }
 
 }  // namespace ringkv
