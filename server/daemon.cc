@@ -72,6 +72,16 @@ ABSL_FLAG(std::string, engine, "ring", "ring (shards joined by rings) or lock (t
 ABSL_FLAG(uint64_t, ring_size, 16384, "capacity of each ring, in requests");
 ABSL_FLAG(uint64_t, max_key_bytes, 4096, "longest key accepted");
 ABSL_FLAG(uint64_t, max_value_bytes, 4 << 20, "largest value accepted");
+// DynamoDB's BatchGetItem takes 100 keys, etcd's transactions 128 operations (--max-txn-ops);
+// Redis bounds an MGET by its query buffer alone. 10,000 is far past any batch that pays (16 to
+// 1,000 keys, BENCHMARKS.md) and keeps a call's work in the engine a few MB.
+ABSL_FLAG(uint32_t, max_batch_items, 10000,
+          "most keys in a MultiGet, items in a MultiPut, operations in one Stream message; "
+          "more is refused whole with INVALID_ARGUMENT (a Stream call ends), nothing run");
+ABSL_FLAG(std::string, max_reply_bytes, "64MiB",
+          "most bytes of values one MultiGet's reply may carry: bytes or with a unit (256MiB, "
+          "1GB), at least --max-value-bytes; more is refused whole with RESOURCE_EXHAUSTED, "
+          "and its values stop being copied once it is passed");
 ABSL_FLAG(int64_t, spin_us, -1,
           "microseconds a worker keeps polling after its last work before it parks, while "
           "its clients wait on each answer and their next call comes within that time; -1: "
@@ -370,7 +380,8 @@ void ParseNetworkFlags(const char* argv0, ServerOptions* options) {
   options->shutdown_grace = absl::Seconds(grace);
 }
 
-// --ring, --engine, --ring-size, --max-key-bytes, --max-value-bytes, --poll-mode, --spin-us.
+// --ring, --engine, --ring-size, --max-key-bytes, --max-value-bytes, --max-batch-items,
+// --max-reply-bytes, --poll-mode, --spin-us.
 void ParseEngineFlags(const char* argv0, ServerOptions* options) {
   const std::string ring = absl::GetFlag(FLAGS_ring);
   if (ring == "spsc") {
@@ -388,6 +399,20 @@ void ParseEngineFlags(const char* argv0, ServerOptions* options) {
   options->ring_capacity = absl::GetFlag(FLAGS_ring_size);
   options->limits.max_key_bytes = absl::GetFlag(FLAGS_max_key_bytes);
   options->limits.max_value_bytes = absl::GetFlag(FLAGS_max_value_bytes);
+  const uint32_t batch_items = absl::GetFlag(FLAGS_max_batch_items);
+  if (batch_items < 1 || batch_items > 1'000'000) {
+    ExitUsageError(argv0,
+                   absl::StrCat("--max-batch-items must be 1 .. 1000000, got ", batch_items));
+  }
+  options->limits.max_batch_items = batch_items;
+  const std::string reply = absl::GetFlag(FLAGS_max_reply_bytes);
+  const std::optional<uint64_t> reply_bytes = ParseByteSize(reply);
+  if (!reply_bytes || *reply_bytes < options->limits.max_value_bytes) {
+    ExitUsageError(argv0, absl::StrCat("--max-reply-bytes must be bytes or a size with a unit "
+                                       "(64MiB, 1GB), at least --max-value-bytes (",
+                                       options->limits.max_value_bytes, "), got '", reply, "'"));
+  }
+  options->limits.max_reply_bytes = *reply_bytes;
   options->poll_mode = absl::GetFlag(FLAGS_poll_mode);
   int64_t spin_us = absl::GetFlag(FLAGS_spin_us);
   if (spin_us < -1 || spin_us > 1'000'000) {

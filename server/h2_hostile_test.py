@@ -673,13 +673,84 @@ class ResourceTest(ServerCase):
         # One key many times over costs a reply of lent values next to no memory, but a reply
         # of 2 GiB or more is no protobuf message (and past 4 GiB its gRPC prefix would wrap):
         # refused, saying why.
-        self.start("--threads=1", f"--max-value-bytes={64 << 20}")
+        self.start("--threads=1", f"--max-value-bytes={64 << 20}", "--max-reply-bytes=4GiB")
         r = self.cli("put", "huge", "-", input=b"h" * (64 << 20), timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
         call = Call(self.addr, "/ringkv.v1.KV/MultiGet", grpc_message(field(1, b"huge") * 33))
         self.addCleanup(call.close)
         self.assertEqual(call.wait(10), 8, call.message())  # RESOURCE_EXHAUSTED
         self.assertIn("a gRPC message is at most 2147483647", call.message())
+        self.assertServing()
+
+    def test_batches_past_their_limits_are_refused_whole_and_cost_nothing(self):
+        # One call can ask for much: a MultiGet of one key many times over asks for its value
+        # as often (here 10,000 x 4 MiB, 40 GiB). --max-batch-items (10,000) bounds a MultiGet's
+        # keys, a MultiPut's items and a Stream message's operations; --max-reply-bytes (64 MiB)
+        # the values a MultiGet's reply carries, and its shards stop copying them once it is
+        # passed. Four keys: both workers' shards, values lent on one and copied on the other.
+        server = self.start()
+        big = {str(i).encode(): bytes([i]) * (4 << 20) for i in range(4)}
+        for key, value in big.items():
+            r = self.cli("put", key, "-", input=value, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        before = rss_kib(server.process.pid)
+        started = time.time()
+        keys = b"".join(field(1, key) for key in big)
+        call = Call(self.addr, "/ringkv.v1.KV/MultiGet", grpc_message(keys * 2500))
+        self.addCleanup(call.close)
+        self.assertEqual(call.wait(30), 8, call.message())  # RESOURCE_EXHAUSTED
+        self.assertIn("the limit is --max-reply-bytes=67108864", call.message())
+        grown = rss_kib(server.process.pid) - before
+        print(f"refused in {time.time() - started:.2f} s; resident memory grew by {grown} KiB",
+              file=sys.stderr)
+        if not SANITIZED:  # The budget's 64 MiB copied at most, and the message's keys.
+            self.assertLess(grown, 256 << 10, f"RSS grew by {grown} KiB")
+        # One key past --max-batch-items: refused whole, before any is read.
+        call = Call(self.addr, "/ringkv.v1.KV/MultiGet", grpc_message(field(1, b"0") * 10_001))
+        self.addCleanup(call.close)
+        self.assertEqual(call.wait(10), 3, call.message())  # INVALID_ARGUMENT
+        self.assertIn("MultiGet has 10001 keys; the limit is --max-batch-items=10000",
+                      call.message())
+        # Within the limits, a batch is answered.
+        call = Call(self.addr, "/ringkv.v1.KV/MultiGet", grpc_message(keys))
+        self.addCleanup(call.close)
+        self.assertEqual(call.wait(30), 0, call.message())
+        self.assertEqual(multi_get_values(call.data), list(big.values()))
+        self.assertServing()
+
+    def test_batch_limits_are_flags_and_checked_at_start(self):
+        self.start("--max-batch-items=2", "--max-reply-bytes=5MiB")
+        r = self.cli("put", "v4", "-", input=b"x" * (4 << 20))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.cli("mget", "v4", "v4")
+        self.assertEqual(r.returncode, 3, r.stderr)  # RESOURCE_EXHAUSTED: 8 MiB of values.
+        self.assertIn(b"--max-reply-bytes=5242880", r.stderr)
+        r = self.cli("mget", "v4", "missing")
+        self.assertEqual(r.returncode, 1, r.stderr)  # Answered: one key not found.
+        self.assertEqual(r.stdout.count(b"\n"), 2)
+        # One item past --max-batch-items: each method refused whole, nothing run.
+        refusals = {
+            "MultiGet": (field(1, b"v4") * 3, "MultiGet has 3 keys"),
+            "MultiPut": (b"".join(field(1, put_request(f"mp-{i}".encode(), b"v"))
+                                  for i in range(3)), "MultiPut has 3 items"),
+            "Stream": (b"".join(field(1, bytes([2 << 3, 2]) + field(3, f"st-{i}".encode()) +
+                                      field(4, b"v")) for i in range(3)),
+                       "a Stream message has 3 operations"),
+        }
+        for method, (body, said) in refusals.items():
+            call = Call(self.addr, f"/ringkv.v1.KV/{method}", grpc_message(body))
+            self.addCleanup(call.close)
+            self.assertEqual(call.wait(10), 3, (method, call.message()))  # INVALID_ARGUMENT
+            self.assertIn(f"{said}; the limit is --max-batch-items=2", call.message())
+        for key in ("mp-0", "mp-2", "st-0", "st-2"):
+            self.assertEqual(self.cli("get", key).returncode, 1, key)  # Not found.
+        for flags, said in ((["--max-batch-items=0"], "--max-batch-items must be 1 .. 1000000"),
+                            (["--max-reply-bytes=1MiB"], "at least --max-value-bytes (4194304)"),
+                            (["--max-reply-bytes=lots"], "--max-reply-bytes must be bytes")):
+            r = subprocess.run([SERVER, "--listen=127.0.0.1:0", *flags, *SERVER_FLAGS],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(said, r.stderr)
         self.assertServing()
 
     def call_held(self, key):

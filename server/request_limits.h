@@ -1,6 +1,9 @@
-// RequestLimits: what the daemon accepts, from --max-key-bytes and --max-value-bytes. A request
-// that breaks one is rejected whole with INVALID_ARGUMENT (or, inside a batch, that item alone)
-// and its message names the limit. Constant after construction; any thread.
+// RequestLimits: what the daemon accepts, from --max-key-bytes, --max-value-bytes,
+// --max-batch-items and --max-reply-bytes. A request that breaks one is rejected whole with
+// INVALID_ARGUMENT (or, inside a batch, that item alone), a MultiGet whose values would pass the
+// reply's limit with RESOURCE_EXHAUSTED, and the message names the limit. They bound what one
+// call can make the server hold: a MultiGet of one key many times over asks for its value as
+// often. Constant after construction; any thread.
 //
 //   RequestLimits limits{.max_key_bytes = 4096, .max_value_bytes = 4 << 20};
 //   if (absl::Status s = limits.CheckKey(key); !s.ok()) ...
@@ -20,6 +23,10 @@ namespace ringkv {
 struct RequestLimits {
   size_t max_key_bytes = 4096;
   size_t max_value_bytes = size_t{4} << 20;
+  // Keys of a MultiGet, items of a MultiPut, operations of one Stream message.
+  size_t max_batch_items = 10000;
+  // The bytes of the values one MultiGet's reply may carry (at least max_value_bytes).
+  size_t max_reply_bytes = size_t{64} << 20;
 
   absl::Status CheckKey(std::string_view key) const {
     if (key.empty()) return absl::InvalidArgumentError("key is empty; keys are 1 or more bytes");
@@ -39,6 +46,14 @@ struct RequestLimits {
   absl::Status CheckPut(std::string_view key, std::string_view value) const {
     absl::Status status = CheckKey(key);
     return status.ok() ? CheckValue(value) : status;
+  }
+  // `what` ("MultiGet", "a Stream message") holds `items` items, named `unit` ("keys"):
+  // refused past max_batch_items.
+  absl::Status CheckBatch(const char* what, size_t items, const char* unit) const {
+    if (items <= max_batch_items) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has ", items, " ", unit,
+                     "; the limit is --max-batch-items=", max_batch_items, ": split it"));
   }
   // The largest request message a transport reads: room for a value at the limit plus its key
   // and framing, with slack for batches, and at most 2 GiB (protobuf's own limit). A bigger one

@@ -9,6 +9,7 @@
 #ifndef RINGKV_SHARD_REQUEST_H_
 #define RINGKV_SHARD_REQUEST_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -63,6 +64,8 @@ enum class Result : uint8_t {
   kNotReplicated,    // A write run here whose records `acked_replicas` of the `replicas` it
                      // asked for applied within --min-replicas-timeout: not acknowledged, yet
                      // it stays (and may still reach them).
+  kOverBudget,       // A GET with a `budget` whose value would take it below 0: neither copied
+                     // nor lent (its version and TTL are not set).
 };
 
 struct Request {
@@ -130,7 +133,19 @@ struct Request {
   // reference must go on the owning worker's thread, or once the workers have stopped (the
   // server's loops, and their connections, go before its engine and shards: server.h).
   std::shared_ptr<const SharedBytes> lent;
+  // Set by the origin, GET only (null: none): the bytes of values the call's reply may still
+  // take, shared by the GETs of one batch, whichever shards run them. The owning shard takes a
+  // found value of kBudgetedValueBytes or more from it before copying or lending it
+  // (Result::kOverBudget if that leaves it below 0), so a batch that asks for more than its
+  // reply may carry stops costing memory there. Relaxed: a count, read by no one else; the
+  // origin reads the results only once every request is back.
+  std::atomic<int64_t>* budget = nullptr;
 };
+
+// The smallest value a GET takes from its `budget`: a smaller one is copied uncounted (a batch
+// of N items copies at most N times this past its budget), and its shard touches no shared
+// counter.
+inline constexpr size_t kBudgetedValueBytes = 1024;
 
 }  // namespace ringkv
 

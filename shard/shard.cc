@@ -1,6 +1,7 @@
 #include "shard/shard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <charconv>
 #include <limits>
@@ -169,6 +170,13 @@ void Shard::Execute(Request& r, int64_t now_ms) {
     }
     if (track_access_ && (e->meta() & kReferenced) == 0) e->meta() |= kReferenced;
     const std::string_view value = Table::ValueOf(*e);
+    if (value.size() >= kBudgetedValueBytes && r.budget != nullptr) [[unlikely]] {
+      const auto size = static_cast<int64_t>(value.size());
+      if (r.budget->fetch_sub(size, std::memory_order_relaxed) < size) {
+        r.result = Result::kOverBudget;
+        return;
+      }
+    }
     // A large value lent where it lies (Table::Lend), where the origin can take it: no copy.
     if (!r.lend || value.size() < kLendBytes || (r.lent = table_.Lend(*e)) == nullptr) {
       r.out.assign(value.data(), value.size());

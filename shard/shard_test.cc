@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <map>
 #include <random>
@@ -86,6 +87,38 @@ TEST(Shard, PutGetDeleteAndGrowingVersions) {
   EXPECT_EQ(shard.payload_bytes(), 0u);
   // A re-created key never gets an old version back (no ABA for compare-and-set).
   EXPECT_GT(run.Put("a", "1").version, second.version);
+}
+
+TEST(Shard, GetsWithABudgetTakeLargeValuesFromItUntilItWouldGoBelowZero) {
+  Shard shard;
+  Driver run{shard};
+  const std::string large(kBudgetedValueBytes, 'l');
+  ASSERT_EQ(run.Put("large", large).result, Result::kOk);
+  ASSERT_EQ(run.Put("small", "s").result, Result::kOk);
+  std::atomic<int64_t> budget{static_cast<int64_t>(2 * kBudgetedValueBytes + 10)};
+  auto get = [&](std::string_view key) {
+    Request r = Make(Op::kGet, key);
+    r.budget = &budget;
+    return run.Do(r);
+  };
+  for (int i = 0; i < 2; ++i) {
+    const Request r = get("large");
+    EXPECT_EQ(r.result, Result::kOk);
+    EXPECT_EQ(r.out, large);
+  }
+  EXPECT_EQ(budget.load(), 10);
+  const Request over = get("large");  // Past what is left: neither copied nor lent.
+  EXPECT_EQ(over.result, Result::kOverBudget);
+  EXPECT_TRUE(over.out.empty());
+  EXPECT_EQ(over.lent, nullptr);
+  EXPECT_LT(budget.load(), 0);
+  // A value under kBudgetedValueBytes is copied uncounted; a missing key costs nothing.
+  const int64_t left = budget.load();
+  EXPECT_EQ(get("small").out, "s");
+  EXPECT_EQ(get("missing").result, Result::kNotFound);
+  EXPECT_EQ(budget.load(), left);
+  EXPECT_EQ(get("large").result, Result::kOverBudget);
+  EXPECT_EQ(run.Get("large").out, large);  // No budget: no bound.
 }
 
 TEST(Shard, ConditionsHoldOrFailWithTheCurrentVersion) {

@@ -4,12 +4,15 @@
 // is outstanding into the next message (BidiHandler does the reading and writing).
 #include <google/protobuf/io/coded_stream.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -309,17 +312,21 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
   static constexpr size_t kInlineItems = 32;
 
   // Prepares every item with `prepare(i, request)`: an item it refuses is answered with what
-  // is wrong with it, the others are submitted.
+  // is wrong with it, the others are submitted. A batch of more than --max-batch-items is
+  // refused whole, before any item is (`what` names the method, `unit` its items).
   template <typename Prepare>
-  void Run(int items, Prepare prepare) {
-    ops_.resize(static_cast<size_t>(items));
+  void Run(size_t items, const char* what, const char* unit, Prepare prepare) {
+    if (absl::Status s = this->context_.limits().CheckBatch(what, items, unit); !s.ok()) {
+      return this->Reply(s);
+    }
+    ops_.resize(items);
     // None allocated for a batch's accepted items up to kInlineItems, where growing them one
     // item at a time took several.
     absl::InlinedVector<Request*, kInlineItems> accepted;
-    for (int i = 0; i < items; ++i) {
-      Request& op = ops_[static_cast<size_t>(i)];
+    for (size_t i = 0; i < items; ++i) {
+      Request& op = ops_[i];
       if (absl::Status s = prepare(i, &op); !s.ok()) {
-        refused_.emplace_back(static_cast<size_t>(i), std::move(s));
+        refused_.emplace_back(i, std::move(s));
       } else {
         accepted.push_back(&op);
       }
@@ -339,10 +346,21 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
     this->response_.set_type_name(ResponsePb::descriptor()->full_name().c_str());
     std::string& out = this->response_.bytes();
     size_t room = 0;  // About what the items take: one allocation for the reply.
+    size_t values = 0;
     size_t lent = 0;
+    bool over_budget = false;  // A shard found the reply's values past --max-reply-bytes.
     for (const Request& op : ops_) {
       room += op.out.size() + 32;
+      values += op.out.size();
       if (op.lent != nullptr) lent += op.lent->size();
+      over_budget = over_budget || op.result == Result::kOverBudget;
+    }
+    const size_t max_values = this->context_.limits().max_reply_bytes;
+    if (over_budget || values + lent > max_values) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the reply's values would take more than ", max_values,
+                       " bytes; the limit is --max-reply-bytes=", max_values,
+                       ": ask for fewer or smaller values at a time"));
     }
     if (room + lent > kMaxReplyBytes) {  // Lent values make such a reply cheap to ask for.
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -378,35 +396,53 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
   // as every client sends it) is split here; any other field, or bytes that do not parse,
   // are left to protobuf.
   bool ParseInPlace(std::string_view wire) override {
+    const size_t most = context_.limits().max_batch_items;
     in_place_ = ReadFields(wire, [&](uint32_t tag, google::protobuf::io::CodedInputStream& in) {
       std::string_view key;
       if (tag != (pb::MultiGetRequest::kKeysFieldNumber << 3 | 2) || !ReadBytes(in, wire, &key)) {
         return false;
       }
-      keys_.push_back(key);
+      if (++count_ <= most) keys_.push_back(key);  // Past it, counted for the refusal only.
       return true;
     });
-    if (!in_place_) keys_.clear();
+    if (!in_place_) {
+      keys_.clear();
+      count_ = 0;
+    }
     return in_place_;
   }
   void Start() override {
     // Each large value is lent where it lies, where the transport takes loans (GetHandler).
     const bool lend = sink_.TakesLoans();
+    // The GETs take their values from one budget, whichever shard runs them: past it, they
+    // stop copying, and the reply is refused (WriteReply).
+    budget_.store(
+        static_cast<int64_t>(std::min<size_t>(context_.limits().max_reply_bytes, kMaxReplyBudget)),
+        std::memory_order_relaxed);
     auto get = [&](std::string_view key, Request* op) {
       absl::Status s = PrepareGet(context_.limits(), key, op);
       op->lend = lend;
+      op->budget = &budget_;
       return s;
     };
     if (in_place_) {
-      return Run(static_cast<int>(keys_.size()),
-                 [&](int i, Request* op) { return get(keys_[static_cast<size_t>(i)], op); });
+      return Run(count_, "MultiGet", "keys",
+                 [&](size_t i, Request* op) { return get(keys_[i], op); });
     }
-    Run(request_.keys_size(), [&](int i, Request* op) { return get(request_.keys(i), op); });
+    Run(static_cast<size_t>(request_.keys_size()), "MultiGet", "keys",
+        [&](size_t i, Request* op) { return get(request_.keys(static_cast<int>(i)), op); });
   }
 
  private:
+  // Within int64_t, however large the flag.
+  static constexpr size_t kMaxReplyBudget = size_t{1} << 62;
+
   absl::InlinedVector<std::string_view, kInlineItems> keys_;  // Into the message's bytes.
+  size_t count_ = 0;  // The keys ParseInPlace found (keys_ holds the first --max-batch-items).
   bool in_place_ = false;
+  // The bytes of values the reply may still take (Request::budget). Written here before the
+  // GETs are submitted (the ring's hand-off publishes it), then only by the shards.
+  std::atomic<int64_t> budget_{0};
 };
 
 class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutResponse> {
@@ -417,22 +453,26 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
   // bytes that do not parse are left to protobuf.
   bool ParseInPlace(std::string_view wire) override {
     in_place_ = SplitItems(wire);
-    if (!in_place_) items_.clear();
+    if (!in_place_) {
+      items_.clear();
+      count_ = 0;
+    }
     return in_place_;
   }
   void Start() override {
     const int64_t now = context_.NowMs();
     if (in_place_) {
-      return Run(static_cast<int>(items_.size()), [&](int i, Request* op) {
-        const Item& item = items_[static_cast<size_t>(i)];
+      return Run(count_, "MultiPut", "items", [&](size_t i, Request* op) {
+        const Item& item = items_[i];
         return PreparePut(context_.limits(), now, item.key, item.value, item.ttl_ms, nullptr, op);
       });
     }
-    Run(request_.items_size(), [&](int i, Request* op) {
-      const pb::KeyValue& item = request_.items(i);
-      return PreparePut(context_.limits(), now, item.key(), item.value(), item.ttl_ms(),
-                        item.has_condition() ? &item.condition() : nullptr, op);
-    });
+    Run(static_cast<size_t>(request_.items_size()), "MultiPut", "items",
+        [&](size_t i, Request* op) {
+          const pb::KeyValue& item = request_.items(static_cast<int>(i));
+          return PreparePut(context_.limits(), now, item.key(), item.value(), item.ttl_ms(),
+                            item.has_condition() ? &item.condition() : nullptr, op);
+        });
   }
 
  private:
@@ -444,14 +484,17 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
 
   bool SplitItems(std::string_view wire) {
     using google::protobuf::io::CodedInputStream;
+    const size_t most = context_.limits().max_batch_items;
     return ReadFields(wire, [&](uint32_t tag, CodedInputStream& in) {
       std::string_view bytes;
       if (tag != (pb::MultiPutRequest::kItemsFieldNumber << 3 | 2) ||
           !ReadBytes(in, wire, &bytes)) {
         return false;
       }
-      // A field given twice in an item: the last one counts, as protobuf has it.
-      Item& item = items_.emplace_back();
+      // A field given twice in an item: the last one counts, as protobuf has it. Past
+      // --max-batch-items, an item is read for its count only (Run refuses the batch).
+      Item spare;
+      Item& item = ++count_ <= most ? items_.emplace_back() : spare;
       return ReadFields(bytes, [&](uint32_t field_tag, CodedInputStream& fields) {
         uint64_t ttl;
         switch (field_tag) {
@@ -471,6 +514,7 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
   }
 
   absl::InlinedVector<Item, kInlineItems> items_;  // Into the message's bytes.
+  size_t count_ = 0;  // The items SplitItems found (items_ holds the first --max-batch-items).
   bool in_place_ = false;
 };
 
@@ -630,12 +674,25 @@ class StreamHandler : public BidiHandler<WireMessage> {
   // and value into its operation's strings, whose room is kept from one operation to the next.
   bool ParseCopy(std::string_view wire) override {
     parsed_.clear();
+    parsed_count_ = 0;
     if (SplitOps(wire)) return true;
     parsed_.clear();
+    parsed_count_ = 0;
     return false;
   }
 
   void TakeMessage() override {
+    // A message of more operations than --max-batch-items ends the call, as one whose bytes
+    // do not parse would: answering each with a refusal would cost as much as running it.
+    const size_t ops =
+        parsed_count_ != 0 ? parsed_count_ : static_cast<size_t>(incoming_.ops_size());
+    if (absl::Status s = context_.limits().CheckBatch("a Stream message", ops, "operations");
+        !s.ok()) {
+      parsed_.clear();
+      parsed_count_ = 0;
+      incoming_.Clear();
+      return End(s);
+    }
     const int64_t now = context_.NowMs();
     if (!parsed_.empty()) {
       for (const OpFields& in : parsed_) {
@@ -645,6 +702,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
         TakeOp(in.id, in.type, in.ttl_ms, in.delta, nullptr, now, op);
       }
       parsed_.clear();
+      parsed_count_ = 0;
       return;
     }
     for (pb::StreamOp& in : *incoming_.mutable_ops()) {
@@ -720,12 +778,15 @@ class StreamHandler : public BidiHandler<WireMessage> {
 
   bool SplitOps(std::string_view wire) {
     using google::protobuf::io::CodedInputStream;
+    const size_t most = context_.limits().max_batch_items;
     return ReadFields(wire, [&](uint32_t tag, CodedInputStream& in) {
       std::string_view bytes;
       if (tag != (pb::StreamRequest::kOpsFieldNumber << 3 | 2) || !ReadBytes(in, wire, &bytes)) {
         return false;
       }
-      OpFields& op = parsed_.emplace_back();
+      // Past --max-batch-items, an op is read for its count only (TakeMessage ends the call).
+      OpFields spare;
+      OpFields& op = ++parsed_count_ <= most ? parsed_.emplace_back() : spare;
       return ReadFields(bytes, [&](uint32_t field_tag, CodedInputStream& fields) {
         uint64_t number;
         switch (field_tag) {
@@ -789,6 +850,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
 
   pb::StreamRequest incoming_;
   std::vector<OpFields> parsed_;  // ParseCopy's, into the message's bytes until TakeMessage.
+  size_t parsed_count_ = 0;       // The ops ParseCopy found (parsed_ holds the first ones).
   std::vector<std::unique_ptr<InFlight>> ops_;  // Every one made; free_ lists the idle ones.
   std::vector<InFlight*> free_;
   size_t in_flight_ = 0;

@@ -72,6 +72,7 @@ void Reset(Op op, std::string_view key, Request* r) {
   r->number = 0;
   r->lend = false;
   r->lent.reset();
+  r->budget = nullptr;
 }
 
 }  // namespace
@@ -168,6 +169,9 @@ absl::Status StatusOf(const Request& r, const ServerContext& context) {
                        " replicas it needs applied it within --min-replicas-timeout (",
                        context.options().min_replicas_timeout_ms,
                        " ms): it may yet reach them, or be lost with this server"));
+    case Result::kOverBudget:  // A batch's; its reply is refused whole (BatchHandler).
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the reply's values would pass --max-reply-bytes=", context.limits().max_reply_bytes));
     case Result::kPending:
       break;
   }

@@ -42,8 +42,12 @@ class Call:
             request.append(("content-type", content_type))
         self.conn.send_headers(self.stream, request + list(headers),
                                end_stream=end and not body)
-        if body:
-            self.conn.send_data(self.stream, body, end_stream=end)
+        # In frames of HTTP/2's default size; a body past the first window (64 KiB) waits on
+        # a WINDOW_UPDATE that this client does not read for.
+        frame_bytes = self.conn.max_outbound_frame_size
+        for at in range(0, len(body), frame_bytes):
+            self.conn.send_data(self.stream, body[at:at + frame_bytes],
+                                end_stream=end and at + frame_bytes >= len(body))
         self.flush()
         self.headers, self.trailers, self.data, self.reset = {}, {}, b"", None
         self.ended = False
