@@ -226,8 +226,10 @@ class ServerCase(unittest.TestCase):
         cls.port = int(cls.addr.rsplit(":", 1)[1])
 
     def cli(self, *args, timeout=10, input=None):
-        return subprocess.run([CLI, f"--addr={self.addr}", "--timeout=5", *args],
-                              capture_output=True, timeout=timeout, input=input)
+        # A sanitizer's server on two loaded cores once took past 5 s to answer after a flood.
+        wait = 20 if SANITIZED else 5
+        return subprocess.run([CLI, f"--addr={self.addr}", f"--timeout={wait}", *args],
+                              capture_output=True, timeout=max(timeout, wait + 5), input=input)
 
     def assertServing(self):
         key = f"alive-{random.random()}"
