@@ -892,7 +892,7 @@ Plan ParsePlanOrExit(int argc, char** argv) {
     if (absl::Status found = plan.finder->Stats().status(); !found.ok()) {
       std::fprintf(stderr, "ringkv-loadgen: no primary found: %s\n",
                    std::string(found.message()).c_str());
-      std::exit(3);
+      ExitWithoutTeardown(3);  // gRPC has started (base/exit.h).
     }
     plan.addr = plan.finder->address();
     plan.config.follow = true;

@@ -78,10 +78,11 @@ ABSL_FLAG(uint64_t, max_value_bytes, 4 << 20, "largest value accepted");
 ABSL_FLAG(uint32_t, max_batch_items, 10000,
           "most keys in a MultiGet, items in a MultiPut, operations in one Stream message; "
           "more is refused whole with INVALID_ARGUMENT (a Stream call ends), nothing run");
-ABSL_FLAG(std::string, max_reply_bytes, "64MiB",
-          "most bytes of values one MultiGet's reply may carry: bytes or with a unit (256MiB, "
-          "1GB), at least --max-value-bytes; more is refused whole with RESOURCE_EXHAUSTED, "
-          "and its values stop being copied once it is passed");
+ABSL_FLAG(std::string, max_reply_bytes, "",
+          "most bytes of values one MultiGet's reply may carry, or one Stream's answers hold "
+          "until the client reads them: bytes or with a unit (256MiB, 1GB), at least "
+          "--max-value-bytes (default: 64MiB, or --max-value-bytes if larger). A MultiGet past "
+          "it is refused whole with RESOURCE_EXHAUSTED, a Stream GET past it is answered so");
 ABSL_FLAG(int64_t, spin_us, -1,
           "microseconds a worker keeps polling after its last work before it parks, while "
           "its clients wait on each answer and their next call comes within that time; -1: "
@@ -406,7 +407,9 @@ void ParseEngineFlags(const char* argv0, ServerOptions* options) {
   }
   options->limits.max_batch_items = batch_items;
   const std::string reply = absl::GetFlag(FLAGS_max_reply_bytes);
-  const std::optional<uint64_t> reply_bytes = ParseByteSize(reply);
+  const std::optional<uint64_t> reply_bytes =
+      reply.empty() ? std::max<uint64_t>(uint64_t{64} << 20, options->limits.max_value_bytes)
+                    : ParseByteSize(reply);
   if (!reply_bytes || *reply_bytes < options->limits.max_value_bytes) {
     ExitUsageError(argv0, absl::StrCat("--max-reply-bytes must be bytes or a size with a unit "
                                        "(64MiB, 1GB), at least --max-value-bytes (",

@@ -102,6 +102,26 @@ def multi_get_values(data):
     return items
 
 
+def stream_gets(key, ids):
+    """A StreamRequest of a GET of `key` for each id (ids under 128)."""
+    return b"".join(field(1, bytes([1 << 3, i, 2 << 3, 1]) + field(3, key)) for i in ids)
+
+
+def stream_results(data):
+    """id -> (code, value or message) of each result in gRPC messages of StreamResponses."""
+    results = {}
+    while len(data) >= 5 and len(data) >= 5 + struct.unpack(">I", data[1:5])[0]:  # Whole ones.
+        _, length = struct.unpack(">BI", data[:5])
+        for number, result in fields(data[5:5 + length]):
+            assert number == 1, number
+            result = dict(fields(result))
+            item = dict(fields(result.get(2, b"")))
+            code = item.get(1, 0)
+            results[result.get(1, 0)] = (code, item.get(2 if code else 3, b""))
+        data = data[5 + length:]
+    return results
+
+
 def read_frames(sock, seconds=3.0):
     """Frames the server sends until it closes the connection or `seconds` pass."""
     sock.settimeout(seconds)
@@ -126,10 +146,11 @@ def read_frames(sock, seconds=3.0):
     return frames
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS"):
+    """Resident memory now (VmRSS), or at its peak (VmHWM)."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
 
@@ -702,7 +723,7 @@ class ResourceTest(ServerCase):
         self.addCleanup(call.close)
         self.assertEqual(call.wait(30), 8, call.message())  # RESOURCE_EXHAUSTED
         self.assertIn("the limit is --max-reply-bytes=67108864", call.message())
-        grown = rss_kib(server.process.pid) - before
+        grown = rss_kib(server.process.pid, "VmHWM") - before  # The peak: copies freed count.
         print(f"refused in {time.time() - started:.2f} s; resident memory grew by {grown} KiB",
               file=sys.stderr)
         if not SANITIZED:  # The budget's 64 MiB copied at most, and the message's keys.
@@ -718,6 +739,62 @@ class ResourceTest(ServerCase):
         self.addCleanup(call.close)
         self.assertEqual(call.wait(30), 0, call.message())
         self.assertEqual(multi_get_values(call.data), list(big.values()))
+        self.assertServing()
+
+    def test_a_stream_that_does_not_read_holds_about_max_reply_bytes(self):
+        # A Stream's GETs hold their values until the client reads the answers: a client that
+        # asks for large values and does not read would have the server hold every one (up to
+        # 4,096 in flight, 100 calls a connection). Past --max-reply-bytes unread, a GET is
+        # answered RESOURCE_EXHAUSTED with nothing read, and the call stops reading messages
+        # until the client reads; then it goes on as before.
+        self.start("--max-reply-bytes=8MiB")
+        value = os.urandom(1 << 20)
+        r = self.cli("put", "s", "-", input=value)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        call = Call(self.addr, "/ringkv.v1.KV/Stream", grpc_message(stream_gets(b"s", range(1, 21))),
+                    end=False, window=0)
+        self.addCleanup(call.close)
+        self.assertIsNone(call.wait(1))  # Answered, but nothing can be sent yet.
+        # The client reads; once it has the answers, the budget is back: one more GET.
+        call.conn.increment_flow_control_window(1 << 30, call.stream)
+        call.conn.increment_flow_control_window(1 << 30)
+        call.flush()
+        deadline = time.time() + 20
+        while len(stream_results(call.data)) < 20 and time.time() < deadline:
+            call.wait(0.2)
+        call.send(grpc_message(stream_gets(b"s", [21])), end=True)
+        self.assertEqual(call.wait(20), 0, call.message())
+        results = stream_results(call.data)
+        self.assertEqual(sorted(results), list(range(1, 22)))
+        first = [results[i] for i in range(1, 21)]
+        self.assertEqual(sum(1 for code, got in first if code == 0 and got == value), 8, first)
+        refused = [got for code, got in first if code == 8]  # RESOURCE_EXHAUSTED
+        self.assertEqual(len(refused), 12, first)
+        self.assertIn(b"would pass --max-reply-bytes=8388608", refused[0])
+        self.assertEqual(results[21], (0, value))
+        self.assertServing()
+
+    def test_a_stream_message_past_the_limit_while_an_answer_is_being_written(self):
+        # The call ends while the transport still holds an answer of its: it finishes once that
+        # Write is done, and the answer goes out whole before the status.
+        self.start("--max-batch-items=2")
+        value = os.urandom(1 << 20)
+        r = self.cli("put", "s", "-", input=value)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        call = Call(self.addr, "/ringkv.v1.KV/Stream", grpc_message(stream_gets(b"s", [1, 2])),
+                    end=False, window=0)
+        self.addCleanup(call.close)
+        self.assertIsNone(call.wait(1))  # Answered; the Write waits on the window.
+        call.send(grpc_message(stream_gets(b"s", [3, 4, 5])), end=True)
+        self.assertIsNone(call.wait(1))
+        call.conn.increment_flow_control_window(1 << 30, call.stream)
+        call.conn.increment_flow_control_window(1 << 30)
+        call.flush()
+        self.assertEqual(call.wait(20), 3, call.message())  # INVALID_ARGUMENT
+        self.assertIn("a Stream message has 3 operations", call.message())
+        results = stream_results(call.data)
+        self.assertTrue(set(results) <= {1, 2}, results.keys())
+        self.assertTrue(all(got == (0, value) for got in results.values()))
         self.assertServing()
 
     def test_batch_limits_are_flags_and_checked_at_start(self):

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <string_view>
 
@@ -46,6 +47,10 @@ struct RequestLimits {
   absl::Status CheckPut(std::string_view key, std::string_view value) const {
     absl::Status status = CheckKey(key);
     return status.ok() ? CheckValue(value) : status;
+  }
+  // max_reply_bytes as a Request::budget (an int64_t, however large the flag).
+  int64_t reply_budget() const {
+    return static_cast<int64_t>(std::min<size_t>(max_reply_bytes, size_t{1} << 62));
   }
   // `what` ("MultiGet", "a Stream message") holds `items` items, named `unit` ("keys"):
   // refused past max_batch_items.

@@ -65,7 +65,7 @@ enum class Result : uint8_t {
                      // asked for applied within --min-replicas-timeout: not acknowledged, yet
                      // it stays (and may still reach them).
   kOverBudget,       // A GET with a `budget` whose value would take it below 0: neither copied
-                     // nor lent (its version and TTL are not set).
+                     // nor lent, nothing taken (its version and TTL are not set).
 };
 
 struct Request {
@@ -133,12 +133,13 @@ struct Request {
   // reference must go on the owning worker's thread, or once the workers have stopped (the
   // server's loops, and their connections, go before its engine and shards: server.h).
   std::shared_ptr<const SharedBytes> lent;
-  // Set by the origin, GET only (null: none): the bytes of values the call's reply may still
-  // take, shared by the GETs of one batch, whichever shards run them. The owning shard takes a
-  // found value of kBudgetedValueBytes or more from it before copying or lending it
-  // (Result::kOverBudget if that leaves it below 0), so a batch that asks for more than its
-  // reply may carry stops costing memory there. Relaxed: a count, read by no one else; the
-  // origin reads the results only once every request is back.
+  // Set by the origin, GET only (null: none): the bytes of values the call may still hold for
+  // its answers, shared by its GETs whichever shards run them (a MultiGet's reply; a Stream's
+  // results not yet read, which its origin gives back as they are written). The owning shard
+  // takes a found value of kBudgetedValueBytes or more from it before copying or lending it,
+  // or, if that would leave it below 0, takes nothing and answers Result::kOverBudget: a call
+  // that asks for more than it may hold stops costing memory there. Relaxed: a count, with
+  // nothing published through it.
   std::atomic<int64_t>* budget = nullptr;
 };
 

@@ -171,11 +171,16 @@ void Shard::Execute(Request& r, int64_t now_ms) {
     if (track_access_ && (e->meta() & kReferenced) == 0) e->meta() |= kReferenced;
     const std::string_view value = Table::ValueOf(*e);
     if (value.size() >= kBudgetedValueBytes && r.budget != nullptr) [[unlikely]] {
+      // Taken only if it fits (not taken and given back, which could refuse another shard's
+      // GET that fitted).
       const auto size = static_cast<int64_t>(value.size());
-      if (r.budget->fetch_sub(size, std::memory_order_relaxed) < size) {
-        r.result = Result::kOverBudget;
-        return;
-      }
+      int64_t left = r.budget->load(std::memory_order_relaxed);
+      do {
+        if (left < size) {
+          r.result = Result::kOverBudget;
+          return;
+        }
+      } while (!r.budget->compare_exchange_weak(left, left - size, std::memory_order_relaxed));
     }
     // A large value lent where it lies (Table::Lend), where the origin can take it: no copy.
     if (!r.lend || value.size() < kLendBytes || (r.lent = table_.Lend(*e)) == nullptr) {

@@ -89,7 +89,7 @@ TEST(Shard, PutGetDeleteAndGrowingVersions) {
   EXPECT_GT(run.Put("a", "1").version, second.version);
 }
 
-TEST(Shard, GetsWithABudgetTakeLargeValuesFromItUntilItWouldGoBelowZero) {
+TEST(Shard, GetsWithABudgetTakeLargeValuesFromItWhileItWouldNotGoBelowZero) {
   Shard shard;
   Driver run{shard};
   const std::string large(kBudgetedValueBytes, 'l');
@@ -111,14 +111,31 @@ TEST(Shard, GetsWithABudgetTakeLargeValuesFromItUntilItWouldGoBelowZero) {
   EXPECT_EQ(over.result, Result::kOverBudget);
   EXPECT_TRUE(over.out.empty());
   EXPECT_EQ(over.lent, nullptr);
-  EXPECT_LT(budget.load(), 0);
+  EXPECT_EQ(budget.load(), 10);  // Nothing taken.
   // A value under kBudgetedValueBytes is copied uncounted; a missing key costs nothing.
-  const int64_t left = budget.load();
   EXPECT_EQ(get("small").out, "s");
   EXPECT_EQ(get("missing").result, Result::kNotFound);
-  EXPECT_EQ(budget.load(), left);
-  EXPECT_EQ(get("large").result, Result::kOverBudget);
+  EXPECT_EQ(budget.load(), 10);
+  budget += static_cast<int64_t>(kBudgetedValueBytes);  // Given back (a Stream's reply written).
+  EXPECT_EQ(get("large").result, Result::kOk);
+  EXPECT_EQ(budget.load(), 10);
   EXPECT_EQ(run.Get("large").out, large);  // No budget: no bound.
+  // A value the shard would lend: past the budget, not lent either.
+  const std::string lendable(Shard::kLendBytes, 'x');
+  ASSERT_EQ(run.Put("lendable", lendable).result, Result::kOk);
+  Request lend = Make(Op::kGet, "lendable");
+  lend.lend = true;
+  lend.budget = &budget;
+  const Request refused = run.Do(lend);
+  EXPECT_EQ(refused.result, Result::kOverBudget);
+  EXPECT_EQ(refused.lent, nullptr);
+  EXPECT_EQ(budget.load(), 10);
+  budget += static_cast<int64_t>(lendable.size());
+  const Request lent = run.Do(lend);
+  ASSERT_EQ(lent.result, Result::kOk);
+  ASSERT_NE(lent.lent, nullptr);
+  EXPECT_EQ(lent.lent->view(), lendable);
+  EXPECT_EQ(budget.load(), 10);
 }
 
 TEST(Shard, ConditionsHoldOrFailWithTheCurrentVersion) {

@@ -33,7 +33,8 @@ namespace {
 
 namespace pb = ::ringkv::v1;
 
-// Most operations a single Stream keeps in flight; reading pauses at this bound.
+// Operations a single Stream keeps in flight before it pauses reading: at most this, less one,
+// plus one message's (--max-batch-items).
 constexpr size_t kMaxStreamInFlight = 4096;
 // A Stream reply message stops taking results at about this size; more go in the next one.
 constexpr size_t kStreamReplyBytes = size_t{1} << 20;
@@ -416,9 +417,7 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
     const bool lend = sink_.TakesLoans();
     // The GETs take their values from one budget, whichever shard runs them: past it, they
     // stop copying, and the reply is refused (WriteReply).
-    budget_.store(
-        static_cast<int64_t>(std::min<size_t>(context_.limits().max_reply_bytes, kMaxReplyBudget)),
-        std::memory_order_relaxed);
+    budget_.store(context_.limits().reply_budget(), std::memory_order_relaxed);
     auto get = [&](std::string_view key, Request* op) {
       absl::Status s = PrepareGet(context_.limits(), key, op);
       op->lend = lend;
@@ -434,9 +433,6 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
   }
 
  private:
-  // Within int64_t, however large the flag.
-  static constexpr size_t kMaxReplyBudget = size_t{1} << 62;
-
   absl::InlinedVector<std::string_view, kInlineItems> keys_;  // Into the message's bytes.
   size_t count_ = 0;  // The keys ParseInPlace found (keys_ holds the first --max-batch-items).
   bool in_place_ = false;
@@ -618,7 +614,8 @@ class SnapshotHandler : public UnaryHandler<pb::SnapshotRequest, pb::SnapshotRes
 };
 
 // Stream: up to kMaxStreamInFlight operations in flight; the answers that one engine turn
-// completes, or that pile up while a Write is out, share the next reply message.
+// completes, or that pile up while a Write is out, share the next reply message. The values
+// its GETs found are held to about --max-reply-bytes until the client reads them (budget_).
 class StreamHandler : public BidiHandler<WireMessage> {
  public:
   using BidiHandler::BidiHandler;
@@ -631,6 +628,11 @@ class StreamHandler : public BidiHandler<WireMessage> {
       // A linearizable GET is answered only while this server may (after the read ran).
       const absl::Status refusal =
           linearizable_ && request->op == Op::kGet ? LinearizableRefusal() : absl::OkStatus();
+      // What the shard took from the budget: the value it copied, whatever the result became
+      // (a linearizable read's may turn UNAVAILABLE; its value is moved out below).
+      const size_t taken = request->op == Op::kGet && request->out.size() >= kBudgetedValueBytes
+                               ? request->out.size()
+                               : 0;
       std::string& reply = Gathering(request->out.size() + 32);
       if (refusal.ok()) {
         AppendStreamResult(op.id, *request, context_, &reply);
@@ -638,6 +640,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
       } else {
         AppendStreamResult(op.id, refusal, &reply);
       }
+      if (taken != 0) Hold(static_cast<int64_t>(taken));  // Back once written (Written).
     }
     Release(op);
     --in_flight_;
@@ -665,7 +668,28 @@ class StreamHandler : public BidiHandler<WireMessage> {
   static constexpr size_t kKeptOpBytes = 1024;
 
   bool Busy() const override { return in_flight_ > 0; }
-  bool RoomForMore() const override { return in_flight_ < kMaxStreamInFlight; }
+  // Not while the values unread fill the budget: a client that asks and does not read is
+  // held back by HTTP/2's flow control.
+  bool RoomForMore() const override {
+    return in_flight_ < kMaxStreamInFlight && budget_.load(std::memory_order_relaxed) > 0;
+  }
+
+  // The back reply holds `bytes` of the budget.
+  void Hold(int64_t bytes) {
+    const uint64_t seq = back_seq();
+    if (!held_.empty() && held_.back().first == seq) {
+      held_.back().second += bytes;
+    } else {
+      held_.emplace_back(seq, bytes);
+    }
+  }
+  // The replies before `end` are written (or dropped): what they held goes back to the budget.
+  void Written(uint64_t end) override {
+    while (!held_.empty() && held_.front().first < end) {
+      budget_.fetch_add(held_.front().second, std::memory_order_relaxed);
+      held_.pop_front();
+    }
+  }
 
   // The operations' fields read from the message's bytes, with no StreamOp object each: ops
   // of an id, a type, a key, a value, a TTL and a delta (every field but a condition) are read
@@ -735,6 +759,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
       switch (type) {
         case pb::OP_TYPE_GET:
           status = PrepareGet(limits, key, &op);
+          op.budget = &budget_;
           break;
         case pb::OP_TYPE_PUT:
           status = PreparePut(limits, now, key, op.value_bytes, ttl_ms, condition, &op);
@@ -855,6 +880,12 @@ class StreamHandler : public BidiHandler<WireMessage> {
   std::vector<InFlight*> free_;
   size_t in_flight_ = 0;
   bool flush_requested_ = false;
+  // The bytes of values the GETs may still take (Request::budget): taken by the shards, given
+  // back by this thread as the replies that hold them are written. RoomForMore reads it
+  // relaxed: a shard's take shows up by the next look, and nothing else is published with it.
+  std::atomic<int64_t> budget_{context_.limits().reply_budget()};
+  // Each reply's hold on the budget, by its number (BidiHandler's), oldest first.
+  std::deque<std::pair<uint64_t, int64_t>> held_;
 };
 
 }  // namespace

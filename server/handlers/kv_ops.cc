@@ -169,9 +169,11 @@ absl::Status StatusOf(const Request& r, const ServerContext& context) {
                        " replicas it needs applied it within --min-replicas-timeout (",
                        context.options().min_replicas_timeout_ms,
                        " ms): it may yet reach them, or be lost with this server"));
-    case Result::kOverBudget:  // A batch's; its reply is refused whole (BatchHandler).
+    case Result::kOverBudget:  // A MultiGet's reply is refused whole instead (BatchHandler).
       return absl::ResourceExhaustedError(absl::StrCat(
-          "the reply's values would pass --max-reply-bytes=", context.limits().max_reply_bytes));
+          "not read: the values this Stream's answers hold until the client reads them would "
+          "pass --max-reply-bytes=",
+          context.limits().max_reply_bytes, "; read the answers before asking for more"));
     case Result::kPending:
       break;
   }

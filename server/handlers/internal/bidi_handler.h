@@ -54,12 +54,14 @@ class BidiHandler : public Handler {
     writing_ = false;
     replies_.pop_front();
     ++front_seq_;
-    if (!ok) return OnCancel();  // The client is gone.
+    Written(front_seq_);
+    if (!ok) OnCancel();  // The client is gone (nothing to do if the call had ended).
     ReadNext();
     Progress();
   }
 
-  void OnCancel() final { End(absl::CancelledError("call cancelled")); }
+  // The transport reports no Write after a cancel: the one out is dropped too.
+  void OnCancel() final { End(absl::CancelledError("call cancelled"), /*write_reported=*/false); }
 
  protected:
   // incoming() holds a request message: act on it, queueing replies in replies_.
@@ -68,6 +70,8 @@ class BidiHandler : public Handler {
   virtual bool Busy() const { return false; }
   // There is room for the work of another message.
   virtual bool RoomForMore() const { return true; }
+  // Every reply numbered before `end` (back_seq) has been written or dropped.
+  virtual void Written(uint64_t /*end*/) {}
 
   // Asks for the next message if there is room for it.
   void ReadNext() {
@@ -107,17 +111,24 @@ class BidiHandler : public Handler {
   }
 
   bool cancelled() const { return cancelled_; }
+  // The number of replies_.back() (replies are numbered from 0 as the call makes them).
+  uint64_t back_seq() const { return front_seq_ + replies_.size() - 1; }
 
-  // Drops the replies and reads no more; the call finishes with `status` once it is idle.
-  void End(const absl::Status& status) {
+  // Drops the replies and reads no more; the call finishes with `status` once it is idle. The
+  // reply being written stays until its OnWriteDone, which the transport still reports unless
+  // it has cancelled the call (`write_reported` false): the call's sink is not told to Finish
+  // while a Write is out, and OnWriteDone pops that reply, not another.
+  void End(const absl::Status& status, bool write_reported = true) {
     if (cancelled_) return;
     cancelled_ = true;
     end_status_ = status;
     reading_ = false;
-    writing_ = false;
     reads_done_ = true;
-    front_seq_ += replies_.size();
-    replies_.clear();
+    if (!write_reported) writing_ = false;
+    const size_t kept = writing_ ? 1 : 0;
+    front_seq_ += replies_.size() - kept;
+    while (replies_.size() > kept) replies_.pop_back();  // Not erase: replies need not move.
+    Written(front_seq_ + kept);
     Progress();
   }
 
