@@ -776,26 +776,38 @@ class ResourceTest(ServerCase):
 
     def test_a_stream_message_past_the_limit_while_an_answer_is_being_written(self):
         # The call ends while the transport still holds an answer of its: it finishes once that
-        # Write is done, and the answer goes out whole before the status.
-        self.start("--max-batch-items=2")
+        # Write is done, the answer whole before the status; or, if the client resets the
+        # call meanwhile, at once (and the server still stops in time).
+        server = self.start("--max-batch-items=2")
         value = os.urandom(1 << 20)
         r = self.cli("put", "s", "-", input=value)
         self.assertEqual(r.returncode, 0, r.stderr)
-        call = Call(self.addr, "/ringkv.v1.KV/Stream", grpc_message(stream_gets(b"s", [1, 2])),
-                    end=False, window=0)
-        self.addCleanup(call.close)
-        self.assertIsNone(call.wait(1))  # Answered; the Write waits on the window.
-        call.send(grpc_message(stream_gets(b"s", [3, 4, 5])), end=True)
-        self.assertIsNone(call.wait(1))
-        call.conn.increment_flow_control_window(1 << 30, call.stream)
-        call.conn.increment_flow_control_window(1 << 30)
-        call.flush()
-        self.assertEqual(call.wait(20), 3, call.message())  # INVALID_ARGUMENT
-        self.assertIn("a Stream message has 3 operations", call.message())
-        results = stream_results(call.data)
-        self.assertTrue(set(results) <= {1, 2}, results.keys())
-        self.assertTrue(all(got == (0, value) for got in results.values()))
+        for reset in (False, True):
+            call = Call(self.addr, "/ringkv.v1.KV/Stream",
+                        grpc_message(stream_gets(b"s", [1, 2])), end=False, window=0)
+            self.addCleanup(call.close)
+            deadline = time.time() + 20
+            while ":status" not in call.headers and time.time() < deadline:
+                call.wait(0.1)  # The answer's headers go with its first Write.
+            self.assertIn(":status", call.headers)
+            call.send(grpc_message(stream_gets(b"s", [3, 4, 5])), end=True)
+            time.sleep(0.5)  # Read and refused; the call's end waits on the Write out.
+            if reset:
+                call.cancel()
+                self.assertServing()
+                continue
+            call.conn.increment_flow_control_window(1 << 30, call.stream)
+            call.conn.increment_flow_control_window(1 << 30)
+            call.flush()
+            self.assertEqual(call.wait(20), 3, call.message())  # INVALID_ARGUMENT
+            self.assertIn("a Stream message has 3 operations", call.message())
+            # GET 1's answer, whole, and GET 2's if the window opened before the refusal.
+            results = stream_results(call.data)
+            self.assertIn(1, results)
+            self.assertTrue(set(results) <= {1, 2}, results.keys())
+            self.assertTrue(all(got == (0, value) for got in results.values()))
         self.assertServing()
+        server.stop()  # Fails if a call that never finished holds the server past STOP_S.
 
     def test_batch_limits_are_flags_and_checked_at_start(self):
         self.start("--max-batch-items=2", "--max-reply-bytes=5MiB")

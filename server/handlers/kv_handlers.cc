@@ -668,10 +668,14 @@ class StreamHandler : public BidiHandler<WireMessage> {
   static constexpr size_t kKeptOpBytes = 1024;
 
   bool Busy() const override { return in_flight_ > 0; }
-  // Not while the values unread fill the budget: a client that asks and does not read is
-  // held back by HTTP/2's flow control.
+  // Not while less than the largest value's room is left of the budget: a client that asks
+  // and does not read is held back by HTTP/2's flow control. All of it is back once every
+  // answer is written, so a call with nothing in flight and nothing unwritten reads on.
   bool RoomForMore() const override {
-    return in_flight_ < kMaxStreamInFlight && budget_.load(std::memory_order_relaxed) > 0;
+    return in_flight_ < kMaxStreamInFlight &&
+           budget_.load(std::memory_order_relaxed) >=
+               std::min(static_cast<int64_t>(context_.limits().max_value_bytes),
+                        context_.limits().reply_budget());
   }
 
   // The back reply holds `bytes` of the budget.

@@ -114,21 +114,23 @@ class BidiHandler : public Handler {
   // The number of replies_.back() (replies are numbered from 0 as the call makes them).
   uint64_t back_seq() const { return front_seq_ + replies_.size() - 1; }
 
-  // Drops the replies and reads no more; the call finishes with `status` once it is idle. The
-  // reply being written stays until its OnWriteDone, which the transport still reports unless
-  // it has cancelled the call (`write_reported` false): the call's sink is not told to Finish
-  // while a Write is out, and OnWriteDone pops that reply, not another.
+  // Drops the replies and reads no more; the call finishes with the first End's `status` once
+  // it is idle. The reply being written stays until its OnWriteDone, which the transport still
+  // reports unless it has cancelled the call (`write_reported` false, which may come after an
+  // End of the handler's own): the sink is not told to Finish while a Write is out, and
+  // OnWriteDone pops that reply, not another. The budget the dropped replies hold is not given
+  // back (Written): the call reads no more, and what its work still in the engine copies
+  // stays within it.
   void End(const absl::Status& status, bool write_reported = true) {
-    if (cancelled_) return;
-    cancelled_ = true;
-    end_status_ = status;
-    reading_ = false;
-    reads_done_ = true;
     if (!write_reported) writing_ = false;
+    if (!cancelled_) {
+      cancelled_ = true;
+      end_status_ = status;
+      reading_ = false;
+      reads_done_ = true;
+    }
     const size_t kept = writing_ ? 1 : 0;
-    front_seq_ += replies_.size() - kept;
     while (replies_.size() > kept) replies_.pop_back();  // Not erase: replies need not move.
-    Written(front_seq_ + kept);
     Progress();
   }
 
