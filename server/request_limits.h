@@ -1,7 +1,8 @@
 // RequestLimits: what the daemon accepts, from --max-key-bytes, --max-value-bytes,
 // --max-batch-items and --max-reply-bytes. A request that breaks one is rejected whole with
 // INVALID_ARGUMENT (or, inside a batch, that item alone), a MultiGet whose values would pass the
-// reply's limit with RESOURCE_EXHAUSTED, and the message names the limit. They bound what one
+// reply's limit (or a Stream GET past its unread answers') with RESOURCE_EXHAUSTED, and the
+// message names the limit. They bound what one
 // call can make the server hold: a MultiGet of one key many times over asks for its value as
 // often. Constant after construction; any thread.
 //
@@ -26,7 +27,8 @@ struct RequestLimits {
   size_t max_value_bytes = size_t{4} << 20;
   // Keys of a MultiGet, items of a MultiPut, operations of one Stream message.
   size_t max_batch_items = 10000;
-  // The bytes of the values one MultiGet's reply may carry (at least max_value_bytes).
+  // The bytes of values one MultiGet's reply may carry, or one Stream's answers hold until they
+  // are written (at least max_value_bytes).
   size_t max_reply_bytes = size_t{64} << 20;
 
   absl::Status CheckKey(std::string_view key) const {

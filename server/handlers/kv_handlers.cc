@@ -1,7 +1,8 @@
 // ringkv.v1.KV's handlers. Unary methods check their input, submit one Request per key (Scan:
 // one per shard), and Finish once all are back. Stream keeps up to
-// kMaxStreamInFlight operations in flight and coalesces the results that pile up while a Write
-// is outstanding into the next message (BidiHandler does the reading and writing).
+// kMaxStreamInFlight operations in flight (and one message's more) and coalesces the results
+// that pile up while a Write is outstanding into the next message (BidiHandler does the reading
+// and writing). --max-batch-items and --max-reply-bytes bound what one call may hold.
 #include <google/protobuf/io/coded_stream.h>
 
 #include <algorithm>
@@ -346,16 +347,15 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
   absl::Status WriteReply() {
     this->response_.set_type_name(ResponsePb::descriptor()->full_name().c_str());
     std::string& out = this->response_.bytes();
-    size_t room = 0;  // About what the items take: one allocation for the reply.
-    size_t values = 0;
+    size_t values = 0;  // Copied into the items.
     size_t lent = 0;
     bool over_budget = false;  // A shard found the reply's values past --max-reply-bytes.
     for (const Request& op : ops_) {
-      room += op.out.size() + 32;
       values += op.out.size();
       if (op.lent != nullptr) lent += op.lent->size();
       over_budget = over_budget || op.result == Result::kOverBudget;
     }
+    const size_t room = values + 32 * ops_.size();  // About what the items take: one allocation.
     const size_t max_values = this->context_.limits().max_reply_bytes;
     if (over_budget || values + lent > max_values) {
       return absl::ResourceExhaustedError(
@@ -701,12 +701,14 @@ class StreamHandler : public BidiHandler<WireMessage> {
   // bytes stay only until the OnMessage that follows returns, so TakeMessage copies each key
   // and value into its operation's strings, whose room is kept from one operation to the next.
   bool ParseCopy(std::string_view wire) override {
-    parsed_.clear();
-    parsed_count_ = 0;
+    ClearParsed();
     if (SplitOps(wire)) return true;
+    ClearParsed();
+    return false;
+  }
+  void ClearParsed() {
     parsed_.clear();
     parsed_count_ = 0;
-    return false;
   }
 
   void TakeMessage() override {
@@ -716,8 +718,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
         parsed_count_ != 0 ? parsed_count_ : static_cast<size_t>(incoming_.ops_size());
     if (absl::Status s = context_.limits().CheckBatch("a Stream message", ops, "operations");
         !s.ok()) {
-      parsed_.clear();
-      parsed_count_ = 0;
+      ClearParsed();
       incoming_.Clear();
       return End(s);
     }
@@ -729,8 +730,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
         op.value_bytes.assign(in.value);
         TakeOp(in.id, in.type, in.ttl_ms, in.delta, nullptr, now, op);
       }
-      parsed_.clear();
-      parsed_count_ = 0;
+      ClearParsed();
       return;
     }
     for (pb::StreamOp& in : *incoming_.mutable_ops()) {
