@@ -51,6 +51,9 @@ class BidiHandler : public Handler {
   }
 
   void OnWriteDone(bool ok) final {
+    // Never with no Write out, by the transports' contract; if it came, popping the replies
+    // would free one that was never written (or pop an empty deque).
+    if (!writing_) return;
     writing_ = false;
     replies_.pop_front();
     ++front_seq_;
