@@ -22,10 +22,12 @@ for --transport=grpc. This script re-runs itself under TOOLS_DIR's venv (for `h2
 import os
 import random
 import resource
+import shutil
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -688,6 +690,71 @@ class ResourceTest(ServerCase):
                 self.assertEqual(get_value(call.data), old[key], key)
         self.assertEqual(self.cli("get", "lent-arena").stdout, new)
         self.assertNotEqual(self.cli("get", "lent-mapped").returncode, 0)
+        self.assertServing()
+
+    def test_large_puts_read_back_whole_whatever_follows(self):
+        # A unary PUT of 16 KiB or more comes in pieces: read into its call's buffer, parsed in
+        # place, its value copied into the table from there (Handler::ParseInPlace). Whatever
+        # follows, each key reads back what was last written to it: overwrites by large and
+        # small values, a TTL, deletes, keys on either worker, a value field before the key and
+        # a condition after both, an answer held while its key changes, and a restart from the
+        # data directory.
+        data = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, data, True)
+        server = self.start(f"--data-dir={data}")
+        rng = random.Random(25)
+        want = {}
+
+        def put(key, value, *flags):
+            r = self.cli("put", *flags, key, "-", input=value)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            want[key] = value
+
+        for i in range(24):
+            put(f"big-{i}", os.urandom(rng.randrange(16 << 10, 300 << 10)))
+        read = want["big-0"]
+        held = self.call_held(b"big-0")
+        held.wait(1)
+        self.assertEqual(held.headers.get(":status"), "200")
+        for i in range(0, 24, 3):
+            put(f"big-{i}", os.urandom(rng.randrange(16 << 10, 300 << 10)))
+        for i in range(1, 24, 6):
+            put(f"big-{i}", b"small now")
+        for i in range(2, 24, 6):
+            put(f"big-{i}", os.urandom(40 << 10), "--ttl=1h")
+        for i in range(5, 24, 6):
+            self.assertEqual(self.cli("del", f"big-{i}").returncode, 0)
+            del want[f"big-{i}"]
+        # A raw call whose value comes before the key, and a condition after both.
+        value = os.urandom(40 << 10)  # Within HTTP/2's first window, which Call does not wait on.
+        call = Call(self.addr, "/ringkv.v1.KV/Put",
+                    grpc_message(field(2, value) + field(1, b"raw") + field(4, b"\x08\x01")))
+        self.addCleanup(call.close)
+        self.assertEqual(call.wait(10), 0, call.message())
+        want["raw"] = value
+        held.conn.increment_flow_control_window(1 << 24, held.stream)
+        held.conn.increment_flow_control_window(1 << 24)
+        held.flush()
+        self.assertEqual(held.wait(10), 0, held.message())
+        self.assertEqual(get_value(held.data), read)  # What it read, not what replaced it.
+
+        def check():
+            for i in range(24):
+                r = self.cli("get", f"big-{i}")
+                if f"big-{i}" in want:
+                    self.assertEqual(r.returncode, 0, (i, r.stderr))
+                    self.assertEqual(r.stdout, want[f"big-{i}"], i)
+                else:
+                    self.assertEqual(r.returncode, 1, (i, r.stderr))
+            self.assertEqual(self.cli("get", "raw").stdout, want["raw"])
+            ttl = self.cli("ttl", "big-2")
+            self.assertEqual(ttl.returncode, 0, ttl.stderr)
+            self.assertNotIn(b"no TTL", ttl.stdout)
+
+        check()
+        server.stop()
+        self.start(f"--data-dir={data}")
+        check()
         self.assertServing()
 
     @unittest.skipIf(GRPCPP or "--io=uring" in SERVER_FLAGS,

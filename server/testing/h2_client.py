@@ -11,8 +11,16 @@ def grpc_message(payload, compressed=False, length=None):
                        len(payload) if length is None else length) + payload
 
 
-def field(number, data):  # A length-delimited protobuf field (lengths < 128 here).
-    return bytes([number << 3 | 2, len(data)]) + data
+def varint(n):
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out) + bytes([n])
+
+
+def field(number, data):  # A length-delimited protobuf field (field numbers < 16).
+    return bytes([number << 3 | 2]) + varint(len(data)) + data
 
 
 def put_request(key, value):
