@@ -20,6 +20,42 @@
 #include "server/status_details.h"
 
 namespace ringkv {
+
+// A request message as grpc++ reads it for a handler: offered whole to the handler's own parser
+// (Handler::ParseCopy) where it has one, as the h2 transport does, so that a batch past
+// --max-batch-items is refused on its count before protobuf makes a string of each item; parsed
+// by protobuf into the handler's incoming() otherwise.
+struct IncomingMessage {
+  Handler* handler;
+  // The bytes ParseCopy took, kept until the OnMessage that follows returns, as its contract
+  // says (the adapters empty it then).
+  grpc::Slice taken;
+};
+
+}  // namespace ringkv
+
+template <>
+class grpc::SerializationTraits<ringkv::IncomingMessage> {
+ public:
+  static grpc::Status Deserialize(grpc::ByteBuffer* buffer, ringkv::IncomingMessage* message) {
+    ringkv::Handler& handler = *message->handler;
+    if (buffer != nullptr && handler.ParsesCopies()) {
+      grpc::Slice& whole = message->taken;  // The message's one slice, or its slices joined.
+      if (buffer->TrySingleSlice(&whole).ok() || buffer->DumpToSingleSlice(&whole).ok()) {
+        const std::string_view bytes(reinterpret_cast<const char*>(whole.begin()), whole.size());
+        if (handler.ParseCopy(bytes)) {
+          buffer->Clear();
+          return grpc::Status::OK;
+        }
+        whole = grpc::Slice();  // Protobuf parses the buffer itself.
+      }
+    }
+    return grpc::GenericDeserialize<grpc::ProtoBufferReader, google::protobuf::MessageLite>(
+        buffer, handler.incoming());
+  }
+};
+
+namespace ringkv {
 namespace {
 
 enum EventKind : int { kAccepted, kRead, kWritten, kFinished, kDone };
@@ -75,7 +111,10 @@ class Adapter : public GrpcCall {
 
  protected:
   Adapter(GrpcLoopIo& io, const Method& method)
-      : io_(io), method_(method), handler_(method.make(io.loop(), *this)) {
+      : io_(io),
+        method_(method),
+        handler_(method.make(io.loop(), *this)),
+        incoming_{handler_.get(), {}} {
     io_.CallMade();
   }
 
@@ -158,6 +197,7 @@ class Adapter : public GrpcCall {
   GrpcLoopIo& io_;
   const Method& method_;
   std::unique_ptr<Handler> handler_;
+  IncomingMessage incoming_;  // Where grpc++ reads each request message: handler_'s.
   grpc::ServerContext context_;
   int pending_ = 0;            // grpc++ operations outstanding (and the done notice, if asked).
   bool handler_done_ = false;  // The handler called Finish, or never ran (refused).
@@ -176,8 +216,8 @@ class UnaryAdapter final : public Adapter {
   UnaryAdapter(GrpcLoopIo& io, const Method& method) : Adapter(io, method), responder_(&context_) {}
 
   void Arm() {
-    io_.services().RequestAsyncUnary(Index(), &context_, handler_->incoming(), &responder_,
-                                     io_.cq(), io_.cq(), &accepted_);
+    io_.services().RequestAsyncUnary(Index(), &context_, &incoming_, &responder_, io_.cq(),
+                                     io_.cq(), &accepted_);
   }
 
   void OnEvent(int kind, bool ok) override {
@@ -187,6 +227,7 @@ class UnaryAdapter final : public Adapter {
       if (!Admit()) return;
       handler_->OnStart();
       handler_->OnMessage();
+      incoming_.taken = grpc::Slice();  // The handler holds its own copy of what it keeps.
       return;
     }
     --pending_;  // kFinished: the reply is out, or the call is gone.
@@ -224,8 +265,8 @@ class ServerStreamAdapter final : public Adapter {
   void Arm() {
     context_.AsyncNotifyWhenDone(&done_);  // Before the call starts, as gRPC requires.
     ++pending_;
-    io_.services().RequestAsyncServerStreaming(Index(), &context_, handler_->incoming(), &writer_,
-                                               io_.cq(), io_.cq(), &accepted_);
+    io_.services().RequestAsyncServerStreaming(Index(), &context_, &incoming_, &writer_, io_.cq(),
+                                               io_.cq(), &accepted_);
   }
 
   void OnEvent(int kind, bool ok) override {
@@ -304,6 +345,7 @@ class BidiAdapter final : public Adapter {
         if (ForHandler()) {
           if (ok) {
             handler_->OnMessage();
+            incoming_.taken = grpc::Slice();
           } else {
             handler_->OnHalfClose();
           }
@@ -323,7 +365,7 @@ class BidiAdapter final : public Adapter {
   void Read() override {
     ++pending_;
     if (io_.services().stopped()) return io_.FailLater(&read_);
-    stream_.Read(handler_->incoming(), &read_);
+    stream_.Read(&incoming_, &read_);
   }
 
   void Write(const google::protobuf::MessageLite& message) override {
@@ -344,7 +386,7 @@ class BidiAdapter final : public Adapter {
   }
 
  private:
-  grpc::ServerAsyncReaderWriter<Message, Message> stream_;
+  grpc::ServerAsyncReaderWriter<Message, IncomingMessage> stream_;
   GrpcCallEvent accepted_{this, kAccepted};
   GrpcCallEvent read_{this, kRead};
   GrpcCallEvent written_{this, kWritten};

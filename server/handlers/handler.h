@@ -179,6 +179,9 @@ class Handler {
   // a string per field. And for each message of a bidirectional call, whose bytes stay until
   // the OnMessage that follows returns (Stream's operations).
   virtual bool ParseCopy(std::string_view /*wire*/) { return false; }
+  // Whether ParseCopy may take a message: a transport that has one in pieces (grpc++) joins
+  // them only for a handler that does.
+  virtual bool ParsesCopies() const { return false; }
   // The call is accepted; a bidirectional handler Reads from here on.
   virtual void OnStart() {}
   // A request message is in incoming().

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.pb.h"
 #include "gtest/gtest.h"
 #include "ringkv/v1/kv.pb.h"
@@ -517,6 +518,60 @@ TEST(HandlersTest, AStreamsOperationsAreReadByItsHandlerAsProtobufReadsThem) {
   EXPECT_FALSE(handler->ParseCopy(first.SerializeAsString() + std::string("\x48\x01", 2)));
   EXPECT_FALSE(handler->ParseCopy(first.SerializeAsString() + '\0'));
   EXPECT_TRUE(handler->ParseCopy(first.SerializeAsString()));
+}
+
+// A batch past --max-batch-items that the handlers' own parsers leave to protobuf (an unknown
+// field, a group, a condition) is counted, not parsed, and refused whole: protobuf would have
+// made a string of each item first. At the limit, protobuf parses it as before.
+TEST(HandlersTest, ABatchPastTheLimitLeftToProtobufIsRefusedUnparsed) {
+  TestHost host;
+  const size_t most = host.context().limits().max_batch_items;
+  const std::string unknown("\x48\x01", 2);        // Field 9, a varint.
+  const std::string group("\x4b\x08\x01\x4c", 4);  // Field 9, a group holding a varint.
+  for (const size_t keys : {most, most + 1}) {
+    pb::MultiGetRequest gets;
+    for (size_t i = 0; i < keys; ++i) gets.add_keys("k");
+    for (const std::string& extra : {unknown, group}) {
+      for (const bool stays : {true, false}) {
+        Call get(host, MethodId::kMultiGet, gets, false, gets.SerializeAsString() + extra, stays);
+        EXPECT_EQ(get.in_place, keys > most) << keys;
+        if (keys <= most) {
+          ASSERT_TRUE(get.sink().status.ok()) << get.sink().status;
+          EXPECT_EQ(get.Answer<pb::MultiGetResponse>().results_size(), static_cast<int>(keys));
+          continue;
+        }
+        const int submitted = host.submitted;
+        EXPECT_EQ(get.sink().status.code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_EQ(get.sink().status.message(),
+                  absl::StrCat("MultiGet has ", keys,
+                               " keys; the limit is --max-batch-items=", most, ": split it"));
+        EXPECT_EQ(host.submitted, submitted);
+      }
+    }
+  }
+  pb::MultiPutRequest puts;
+  for (size_t i = 0; i <= most; ++i) puts.add_items()->set_key("k");
+  puts.mutable_items(0)->mutable_condition()->set_absent(true);
+  const int submitted = host.submitted;
+  Call put(host, MethodId::kMultiPut, puts);
+  EXPECT_TRUE(put.in_place);
+  EXPECT_EQ(put.sink().status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(put.sink().status.message().find("MultiPut has 10001 items"), std::string::npos)
+      << put.sink().status;
+  EXPECT_EQ(host.submitted, submitted);
+
+  // A Stream message: taken on its count alone (TakeMessage ends the call), or left to protobuf
+  // at the limit; bytes that do not parse are left to protobuf, which refuses them.
+  RecordingSink sink;
+  const std::unique_ptr<Handler> stream = MethodOf(MethodId::kStream).make(host, sink);
+  pb::StreamRequest ops;
+  for (size_t i = 0; i < most; ++i) ops.add_ops()->set_key("k");
+  EXPECT_FALSE(stream->ParseCopy(ops.SerializeAsString() + unknown));
+  ops.add_ops()->set_key("k");
+  EXPECT_TRUE(stream->ParseCopy(ops.SerializeAsString() + unknown));
+  EXPECT_TRUE(stream->ParseCopy(ops.SerializeAsString() + group));
+  EXPECT_FALSE(stream->ParseCopy(ops.SerializeAsString() + '\0'));
+  EXPECT_FALSE(stream->ParseCopy(ops.SerializeAsString() + "\x4c"));  // An end with no group.
 }
 
 TEST(HandlersTest, AKeyPastTheLimitIsRefusedByNameAndNeverReachesTheShard) {

@@ -4,6 +4,7 @@
 // that pile up while a Write is outstanding into the next message (BidiHandler does the reading
 // and writing). --max-batch-items and --max-reply-bytes bound what one call may hold.
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
 
 #include <algorithm>
 #include <atomic>
@@ -290,6 +291,24 @@ bool ReadFields(std::string_view wire, Read read) {
   }
 }
 
+// How often the message `wire` holds length-delimited field `number` (a batch's items): its
+// other fields, groups too, are skipped as protobuf would read past them; nullopt if the bytes
+// do not parse. A batch past --max-batch-items that its handler's own parser leaves to protobuf
+// (an item with a condition, an unknown field) is refused on this count, before protobuf would
+// make a string per item: a message of 1-byte keys costs protobuf about 13 times its size.
+std::optional<size_t> CountField(std::string_view wire, uint32_t number) {
+  using google::protobuf::internal::WireFormatLite;
+  size_t count = 0;
+  auto read = [&](uint32_t tag, google::protobuf::io::CodedInputStream& in) {
+    if (tag != (number << 3 | 2)) return WireFormatLite::SkipField(&in, tag);
+    std::string_view bytes;
+    ++count;
+    return ReadBytes(in, wire, &bytes);
+  };
+  if (!ReadFields(wire, read)) return std::nullopt;
+  return count;
+}
+
 // MultiGet and MultiPut: one Request per item, answered per item; a bad item is answered at
 // once and the others still run. The reply (a ResponsePb: repeated ItemResult results = 1) is
 // written item by item once all are back (AppendItem), with no ItemResult object per item; a
@@ -299,6 +318,7 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
  public:
   using UnaryHandler<RequestPb, WireMessage>::UnaryHandler;
   // A copy of bytes that do not stay, split in place (the derived ParseInPlace) if it can be.
+  bool ParsesCopies() const override { return true; }
   bool ParseCopy(std::string_view wire) override {
     wire_.assign(wire);
     if (this->ParseInPlace(wire_)) return true;
@@ -312,6 +332,22 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
   size_t ops() const override { return ops_.size(); }
 
   static constexpr size_t kInlineItems = 32;
+
+  // For a message the handler's own parser leaves to protobuf: true if its items (field
+  // `number`) are past --max-batch-items, which Start then refuses (RefuseUnparsed) with
+  // nothing parsed.
+  bool PastBatchLimit(std::string_view wire, uint32_t number) {
+    const std::optional<size_t> items = CountField(wire, number);
+    unparsed_items_ =
+        items.has_value() && *items > this->context_.limits().max_batch_items ? *items : 0;
+    return unparsed_items_ != 0;
+  }
+  // Replies with the refusal PastBatchLimit found, if it found one.
+  bool RefuseUnparsed(const char* what, const char* unit) {
+    if (unparsed_items_ == 0) return false;
+    this->Reply(this->context_.limits().CheckBatch(what, unparsed_items_, unit));
+    return true;
+  }
 
   // Prepares every item with `prepare(i, request)`: an item it refuses is answered with what
   // is wrong with it, the others are submitted. A batch of more than --max-batch-items is
@@ -386,7 +422,8 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
 
   std::vector<Request> ops_;
   std::vector<std::pair<size_t, absl::Status>> refused_;  // By item, in order.
-  std::string wire_;                                      // ParseCopy's bytes.
+  size_t unparsed_items_ = 0;  // A batch past the limit, counted by PastBatchLimit.
+  std::string wire_;           // ParseCopy's bytes.
 };
 
 class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetResponse> {
@@ -409,10 +446,12 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
     if (!in_place_) {
       keys_.clear();
       count_ = 0;
+      return PastBatchLimit(wire, pb::MultiGetRequest::kKeysFieldNumber);
     }
-    return in_place_;
+    return true;
   }
   void Start() override {
+    if (RefuseUnparsed("MultiGet", "keys")) return;
     // Each large value is lent where it lies, where the transport takes loans (GetHandler).
     const bool lend = sink_.TakesLoans();
     // The GETs take their values from one budget, whichever shard runs them: past it, they
@@ -452,10 +491,12 @@ class MultiPutHandler : public BatchHandler<pb::MultiPutRequest, pb::MultiPutRes
     if (!in_place_) {
       items_.clear();
       count_ = 0;
+      return PastBatchLimit(wire, pb::MultiPutRequest::kItemsFieldNumber);
     }
-    return in_place_;
+    return true;
   }
   void Start() override {
+    if (RefuseUnparsed("MultiPut", "items")) return;
     const int64_t now = context_.NowMs();
     if (in_place_) {
       return Run(count_, "MultiPut", "items", [&](size_t i, Request* op) {
@@ -700,10 +741,18 @@ class StreamHandler : public BidiHandler<WireMessage> {
   // here; a condition, any other field, or bytes that do not parse are left to protobuf. The
   // bytes stay only until the OnMessage that follows returns, so TakeMessage copies each key
   // and value into its operation's strings, whose room is kept from one operation to the next.
+  bool ParsesCopies() const override { return true; }
   bool ParseCopy(std::string_view wire) override {
     ClearParsed();
     if (SplitOps(wire)) return true;
     ClearParsed();
+    // Past --max-batch-items, the message is not parsed: TakeMessage ends the call on the
+    // count alone.
+    const std::optional<size_t> ops = CountField(wire, pb::StreamRequest::kOpsFieldNumber);
+    if (ops.has_value() && *ops > context_.limits().max_batch_items) {
+      parsed_count_ = *ops;
+      return true;
+    }
     return false;
   }
   void ClearParsed() {

@@ -48,24 +48,47 @@ class Call:
                    (":authority", address), ("te", "trailers")]
         if content_type is not None:
             request.append(("content-type", content_type))
-        self.conn.send_headers(self.stream, request + list(headers),
-                               end_stream=end and not body)
-        # In frames of HTTP/2's default size; a body past the first window (64 KiB) waits on
-        # a WINDOW_UPDATE that this client does not read for.
-        frame_bytes = self.conn.max_outbound_frame_size
-        for at in range(0, len(body), frame_bytes):
-            self.conn.send_data(self.stream, body[at:at + frame_bytes],
-                                end_stream=end and at + frame_bytes >= len(body))
-        self.flush()
         self.headers, self.trailers, self.data, self.reset = {}, {}, b"", None
         self.ended = False
+        self.conn.send_headers(self.stream, request + list(headers),
+                               end_stream=end and not body)
+        self.flush()
+        if body:
+            self.send(body, end=end)
 
     def flush(self):
         self.sock.sendall(self.conn.data_to_send())
 
-    def send(self, body, end=False):
-        self.conn.send_data(self.stream, body, end_stream=end)
-        self.flush()
+    def send(self, body, end=False, seconds=30.0):
+        """Sends `body` in frames of the size the server allows, as far as the flow-control
+        windows let it: past them, it reads for the server's WINDOW_UPDATEs (keeping what else
+        it sends for wait), for up to `seconds`. It stops where the stream ends first (the
+        server refused the call)."""
+        import h2.exceptions
+        deadline = time.time() + seconds
+        at = 0
+        while not self.ended:
+            room = min(self.conn.local_flow_control_window(self.stream),
+                       self.conn.max_outbound_frame_size, len(body) - at)
+            if room > 0 or at == len(body):
+                try:
+                    self.conn.send_data(self.stream, body[at:at + room],
+                                        end_stream=end and at + room == len(body))
+                except h2.exceptions.StreamClosedError:
+                    break
+                at += room
+                self.flush()
+                if at == len(body):
+                    break
+                continue
+            self.sock.settimeout(max(deadline - time.time(), 0.01))
+            try:
+                chunk = self.sock.recv(65536)
+            except (socket.timeout, ConnectionResetError):
+                raise TimeoutError(f"sent {at} of {len(body)} bytes: the window stayed shut")
+            if not chunk:
+                break
+            self.receive(chunk)
 
     def cancel(self):
         self.conn.reset_stream(self.stream)
@@ -73,7 +96,6 @@ class Call:
 
     def wait(self, seconds=5.0):
         """Reads until the stream ends or is reset; returns grpc-status (int) or None."""
-        import h2.events
         self.sock.settimeout(seconds)
         deadline = time.time() + seconds
         while not self.ended and time.time() < deadline:
@@ -83,23 +105,28 @@ class Call:
                 break
             if not chunk:
                 break
-            for event in self.conn.receive_data(chunk):
-                if isinstance(event, h2.events.ResponseReceived):
-                    self.headers.update(dict(event.headers))
-                elif isinstance(event, h2.events.TrailersReceived):
-                    self.trailers.update(dict(event.headers))
-                elif isinstance(event, h2.events.DataReceived):
-                    self.data += event.data
-                    self.conn.acknowledge_received_data(event.flow_controlled_length,
-                                                        event.stream_id)
-                elif isinstance(event, h2.events.StreamReset):
-                    self.reset = event.error_code
-                    self.ended = True
-                elif isinstance(event, h2.events.StreamEnded):
-                    self.ended = True
-            self.flush()
+            self.receive(chunk)
         status = self.trailers.get("grpc-status", self.headers.get("grpc-status"))
         return None if status is None else int(status)
+
+    def receive(self, chunk):
+        """Takes in what the server sent: headers, messages, trailers, the stream's end."""
+        import h2.events
+        for event in self.conn.receive_data(chunk):
+            if isinstance(event, h2.events.ResponseReceived):
+                self.headers.update(dict(event.headers))
+            elif isinstance(event, h2.events.TrailersReceived):
+                self.trailers.update(dict(event.headers))
+            elif isinstance(event, h2.events.DataReceived):
+                self.data += event.data
+                self.conn.acknowledge_received_data(event.flow_controlled_length,
+                                                    event.stream_id)
+            elif isinstance(event, h2.events.StreamReset):
+                self.reset = event.error_code
+                self.ended = True
+            elif isinstance(event, h2.events.StreamEnded):
+                self.ended = True
+        self.flush()
 
     def message(self):
         return self.trailers.get("grpc-message", self.headers.get("grpc-message", ""))
