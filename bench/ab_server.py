@@ -56,6 +56,11 @@ SHAPES = {  # name: ringkv-server flags, ringkv-loadgen flags
                                                               "--concurrency=50"]),
     "grpc unary GET, 4 connections x 50": (["--transport=grpc"],
                                            ["--connections=4", "--concurrency=200"]),
+    "grpc MultiGet of 16, 4 connections x 50": (["--transport=grpc"],
+                                                ["--mode=multi", "--batch=16", "--connections=4",
+                                                 "--concurrency=200"]),
+    "grpc stream GET, 1 x 16-op messages": (["--transport=grpc"],
+                                            ["--mode=stream", "--batch=16", "--concurrency=64"]),
     # 80 MB of values, beyond the caches, as the throughput matrix's 80 KB column.
     "h2 unary GET of 80 KB, 10 connections x 1": ([], LARGE + ["--connections=10",
                                                                "--concurrency=10"]),

@@ -45,12 +45,15 @@ if [ "${RINGKV_SANITIZERS:-1}" != 0 ]; then
     # their standalone fences); DPDK's multi-producer rings, classic and RTS, and the daemon
     # variant that uses RTS (a producer waits for the others with plain or relaxed loads of the
     # ring's head/tail, so TSan sees no happens-before between two producers' slot writes:
-    # formally racy inside DPDK's headers, ordered by x86 in practice); and the bench smoke run,
-    # which runs every method. scripts/tsan.supp silences reports inside gRPC, protobuf and
+    # formally racy inside DPDK's headers, ordered by x86 in practice); the bench smoke run,
+    # which runs every method; and the server tests on --h2=nghttp2 (suite transport-nghttp2),
+    # whose session runs on its connection's thread as ringkv's own does, which TSan sees on
+    # the h2 and uring transports (the ASan+UBSan run keeps them: about 5 minutes of TSan). scripts/tsan.supp silences reports inside gRPC, protobuf and
     # Abseil, which Debian builds without TSan (their synchronisation is invisible to it).
     GTEST_FILTER='-*moody*:*mpsc_rte*:*mpsc_rts*:*ring_mpsc*' \
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp" \
-      run_suite build-tsan "TSan (without moodycamel and DPDK MP)" --no-suite bench
+      run_suite build-tsan "TSan (without moodycamel, DPDK MP and the nghttp2 session)" \
+        --no-suite bench --no-suite transport-nghttp2
   else
     failed=$((failed + 1))
   fi

@@ -42,12 +42,16 @@ class grpc::SerializationTraits<ringkv::IncomingMessage> {
     if (buffer != nullptr && handler.ParsesCopies()) {
       grpc::Slice& whole = message->taken;  // The message's one slice, or its slices joined.
       if (buffer->TrySingleSlice(&whole).ok() || buffer->DumpToSingleSlice(&whole).ok()) {
+        buffer->Clear();  // Its bytes are in `whole` now, joined or shared.
         const std::string_view bytes(reinterpret_cast<const char*>(whole.begin()), whole.size());
-        if (handler.ParseCopy(bytes)) {
-          buffer->Clear();
-          return grpc::Status::OK;
-        }
-        whole = grpc::Slice();  // Protobuf parses the buffer itself.
+        if (handler.ParseCopy(bytes)) return grpc::Status::OK;
+        const bool parsed =
+            handler.incoming()->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+        whole = grpc::Slice();
+        return parsed ? grpc::Status::OK
+                      : grpc::Status(grpc::StatusCode::INTERNAL,
+                                     "cannot parse the request message as " +
+                                         handler.incoming()->GetTypeName());
       }
     }
     return grpc::GenericDeserialize<grpc::ProtoBufferReader, google::protobuf::MessageLite>(

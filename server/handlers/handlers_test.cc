@@ -533,6 +533,7 @@ TEST(HandlersTest, ABatchPastTheLimitLeftToProtobufIsRefusedUnparsed) {
     for (size_t i = 0; i < keys; ++i) gets.add_keys("k");
     for (const std::string& extra : {unknown, group}) {
       for (const bool stays : {true, false}) {
+        const int submitted = host.submitted;
         Call get(host, MethodId::kMultiGet, gets, false, gets.SerializeAsString() + extra, stays);
         EXPECT_EQ(get.in_place, keys > most) << keys;
         if (keys <= most) {
@@ -540,7 +541,6 @@ TEST(HandlersTest, ABatchPastTheLimitLeftToProtobufIsRefusedUnparsed) {
           EXPECT_EQ(get.Answer<pb::MultiGetResponse>().results_size(), static_cast<int>(keys));
           continue;
         }
-        const int submitted = host.submitted;
         EXPECT_EQ(get.sink().status.code(), absl::StatusCode::kInvalidArgument);
         EXPECT_EQ(get.sink().status.message(),
                   absl::StrCat("MultiGet has ", keys,

@@ -321,9 +321,10 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
   bool ParsesCopies() const override { return true; }
   bool ParseCopy(std::string_view wire) override {
     wire_.assign(wire);
-    if (this->ParseInPlace(wire_)) return true;
-    std::string().swap(wire_);  // Protobuf parses it instead.
-    return false;
+    const bool taken = this->ParseInPlace(wire_);
+    // Not kept for protobuf, which parses it instead, nor for a refusal on its count.
+    if (!taken || unparsed_items_ != 0) std::string().swap(wire_);
+    return taken;
   }
 
  protected:

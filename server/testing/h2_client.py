@@ -81,6 +81,8 @@ class Call:
                 if at == len(body):
                     break
                 continue
+            if time.time() > deadline:
+                raise TimeoutError(f"sent {at} of {len(body)} bytes: the window stayed shut")
             self.sock.settimeout(max(deadline - time.time(), 0.01))
             try:
                 chunk = self.sock.recv(65536)
