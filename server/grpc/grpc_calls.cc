@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "server/grpc/grpc_services.h"
 #include "server/handlers/methods.h"
+#include "server/handlers/parse_request.h"
 #include "server/loop_io.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
@@ -24,9 +25,12 @@ namespace ringkv {
 // A request message as grpc++ reads it for a handler: offered whole to the handler's own parser
 // (Handler::ParseCopy) where it has one, as the h2 transport does, so that a batch past
 // --max-batch-items is refused on its count before protobuf makes a string of each item; parsed
-// by protobuf into the handler's incoming() otherwise.
+// by protobuf into the handler's incoming() otherwise, once a message of 4 KiB or more is known
+// to hold no more fields than MaxRequestFields (server/handlers/parse_request.h). grpc++ answers
+// a message refused here INTERNAL, "Unable to parse request", whatever the reason.
 struct IncomingMessage {
   Handler* handler;
+  const RequestLimits* limits;
   // The bytes ParseCopy took, kept until the OnMessage that follows returns, as its contract
   // says (the adapters empty it then).
   grpc::Slice taken;
@@ -37,6 +41,10 @@ struct IncomingMessage {
 template <>
 class grpc::SerializationTraits<ringkv::IncomingMessage> {
  public:
+  static grpc::Status Status(const absl::Status& status) {
+    return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                        std::string(status.message()));
+  }
   static grpc::Status Deserialize(grpc::ByteBuffer* buffer, ringkv::IncomingMessage* message) {
     ringkv::Handler& handler = *message->handler;
     if (buffer != nullptr && handler.ParsesCopies()) {
@@ -44,14 +52,19 @@ class grpc::SerializationTraits<ringkv::IncomingMessage> {
       if (buffer->TrySingleSlice(&whole).ok() || buffer->DumpToSingleSlice(&whole).ok()) {
         buffer->Clear();  // Its bytes are in `whole` now, joined or shared.
         const std::string_view bytes(reinterpret_cast<const char*>(whole.begin()), whole.size());
-        if (handler.ParseCopy(bytes)) return grpc::Status::OK;
-        const bool parsed =
-            handler.incoming()->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
-        whole = grpc::Slice();
-        return parsed ? grpc::Status::OK
-                      : grpc::Status(grpc::StatusCode::INTERNAL,
-                                     "cannot parse the request message as " +
-                                         handler.incoming()->GetTypeName());
+        const absl::Status parsed =
+            ringkv::ParseRequest(handler, bytes, /*stays=*/false, *message->limits);
+        if (!parsed.ok()) whole = grpc::Slice();
+        return Status(parsed);
+      }
+    }
+    if (buffer != nullptr && buffer->Length() >= ringkv::kCountFieldsFromBytes) {
+      grpc::ProtoBufferReader reader(buffer);
+      google::protobuf::io::CodedInputStream in(&reader);
+      if (absl::Status s = ringkv::CheckRequestFields(*handler.incoming(), in, *message->limits);
+          !s.ok()) {
+        buffer->Clear();
+        return Status(s);
       }
     }
     return grpc::GenericDeserialize<grpc::ProtoBufferReader, google::protobuf::MessageLite>(
@@ -118,7 +131,7 @@ class Adapter : public GrpcCall {
       : io_(io),
         method_(method),
         handler_(method.make(io.loop(), *this)),
-        incoming_{handler_.get(), {}} {
+        incoming_{handler_.get(), &context().limits(), {}} {
     io_.CallMade();
   }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "net/grpc_wire.h"
+#include "server/handlers/parse_request.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
 #include "server/status_details.h"
@@ -243,6 +244,8 @@ void H2Call::ReserveRequest(const char* data, size_t length) {
   }
 }
 
+const RequestLimits& H2Call::Limits() const { return io_.loop().context().limits(); }
+
 void H2Call::ParseRequest(const char* bytes, size_t length, bool stays) {
   const MessagePrefix prefix = ReadMessagePrefix(bytes);
   if (absl::Status s = CheckPrefix(prefix); !s.ok()) return Fail(s);
@@ -250,11 +253,8 @@ void H2Call::ParseRequest(const char* bytes, size_t length, bool stays) {
     return Fail(absl::InternalError("a second request message on a call that takes one"));
   }
   const std::string_view message(bytes + kMessagePrefixBytes, prefix.length);
-  if (!(stays ? handler_->ParseInPlace(message) : handler_->ParseCopy(message)) &&
-      !handler_->incoming()->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
-    return Fail(absl::InternalError(
-        absl::StrCat("cannot parse the request message as ", handler_->incoming()->GetTypeName())));
-  }
+  if (absl::Status s = ringkv::ParseRequest(*handler_, message, stays, Limits()); !s.ok())
+    return Fail(s);
   request_parsed_ = true;
   Consume();
 }
@@ -268,10 +268,9 @@ void H2Call::Deliver() {
     const size_t message_end = kMessagePrefixBytes + prefix.length;
     if (available < message_end || !read_wanted_) break;
     const std::string_view message(in_.data() + in_read_ + kMessagePrefixBytes, prefix.length);
-    if (!handler_->ParseCopy(message) &&
-        !handler_->incoming()->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
-      return Fail(absl::InternalError(absl::StrCat("cannot parse the request message as ",
-                                                   handler_->incoming()->GetTypeName())));
+    if (absl::Status s = ringkv::ParseRequest(*handler_, message, /*stays=*/false, Limits());
+        !s.ok()) {
+      return Fail(s);
     }
     in_read_ += message_end;
     Consume();

@@ -52,6 +52,7 @@
 #include "server/h2/h2_io.h"
 #include "server/handlers/handler.h"
 #include "server/handlers/methods.h"
+#include "server/request_limits.h"
 
 namespace ringkv {
 
@@ -198,6 +199,7 @@ class H2Call final : public CallSink {
   // handler's incoming(); it is handed over at the end of the stream. `stays`: the bytes are
   // in_'s, which stay put while the handler lives (Handler::ParseInPlace may keep views).
   void ParseRequest(const char* bytes, size_t length, bool stays = false);
+  const RequestLimits& Limits() const;
   // A unary request in pieces: its buffer is sized once for the whole message, as the prefix
   // says, once an eighth of it is in (with `length` more bytes at `data`; half of it for a
   // message over kEagerReserveBytes), rather than doubled to the end, which copies it again each

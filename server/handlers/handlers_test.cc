@@ -19,6 +19,7 @@
 #include "server/handlers/handler_host.h"
 #include "server/handlers/internal/kv_ops.h"
 #include "server/handlers/methods.h"
+#include "server/handlers/parse_request.h"
 #include "server/server_context.h"
 #include "server/shard_loop.h"
 #include "server/status_details.h"
@@ -572,6 +573,87 @@ TEST(HandlersTest, ABatchPastTheLimitLeftToProtobufIsRefusedUnparsed) {
   EXPECT_TRUE(stream->ParseCopy(ops.SerializeAsString() + group));
   EXPECT_FALSE(stream->ParseCopy(ops.SerializeAsString() + '\0'));
   EXPECT_FALSE(stream->ParseCopy(ops.SerializeAsString() + "\x4c"));  // An end with no group.
+}
+
+// Protobuf makes an object of every field it parses, unknown ones too: a message left to it
+// (ParseRequest) of 4 KiB or more is counted first, at every depth, and refused past
+// MaxRequestFields with nothing parsed.
+TEST(HandlersTest, AMessageOfTooManyFieldsIsRefusedBeforeProtobufParsesIt) {
+  TestHost host;
+  const RequestLimits& limits = host.context().limits();
+  const size_t most = MaxRequestFields(limits);
+  EXPECT_EQ(most, 16 * limits.max_batch_items + 1024);
+  auto repeat = [](std::string_view bytes, size_t times) {
+    std::string out;
+    for (size_t i = 0; i < times; ++i) out += bytes;
+    return out;
+  };
+  const std::string empty_unknown("\x7a\x00", 2);  // Field 15, length-delimited, empty.
+  const std::string key = Get("k").SerializeAsString();
+  struct Case {
+    const char* what;
+    MethodId id;
+    std::string wire;
+    bool refused;
+  };
+  pb::MultiPutRequest conditioned;  // Left to protobuf for its condition.
+  pb::KeyValue* item = conditioned.add_items();
+  item->set_key("k");
+  item->mutable_condition()->set_absent(true);
+  // One item holding the unknown fields, inside its own length.
+  const std::string inner = item->SerializeAsString() + repeat(empty_unknown, most);
+  std::string nested = "\x0a";  // Field 1, its length a varint.
+  for (size_t n = inner.size(); n != 0; n >>= 7) {
+    nested.push_back(static_cast<char>((n & 0x7f) | (n >> 7 != 0 ? 0x80 : 0)));
+  }
+  nested += inner;
+  const std::vector<Case> cases = {
+      {"under 4 KiB, not counted", MethodId::kGet, key + repeat(empty_unknown, 1000), false},
+      {"at the limit", MethodId::kGet, key + repeat(empty_unknown, most - 1), false},
+      {"one past it", MethodId::kGet, key + repeat(empty_unknown, most), true},
+      {"in an unknown group", MethodId::kGet,
+       key + "\x7b" + repeat(std::string("\x0a\x01x", 3), most) + "\x7c", true},
+      {"inside a batch's item", MethodId::kMultiPut, nested, true},
+  };
+  for (const Case& c : cases) {
+    RecordingSink sink;
+    const std::unique_ptr<Handler> handler = MethodOf(c.id).make(host, sink);
+    const absl::Status s = ParseRequest(*handler, c.wire, /*stays=*/false, limits);
+    if (!c.refused) {
+      EXPECT_TRUE(s.ok()) << c.what << ": " << s;
+      EXPECT_EQ(static_cast<pb::GetRequest*>(handler->incoming())->key(), "k") << c.what;
+      continue;
+    }
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.what << ": " << s;
+    EXPECT_EQ(s.message(), absl::StrCat("the request message holds more than ", most,
+                                        " fields (unknown ones count too); the limit is 16 for "
+                                        "each of --max-batch-items=10000 and 1024 more: split it"))
+        << c.what;
+    EXPECT_EQ(handler->incoming()->ByteSizeLong(), 0u) << c.what;  // Nothing parsed.
+  }
+
+  // Every field counts once, a nested message's own fields too; bytes that do not parse are
+  // left to protobuf.
+  pb::MultiPutRequest three;
+  for (int i = 0; i < 3; ++i) {
+    pb::KeyValue* kv = three.add_items();
+    kv->set_key("k");
+    kv->set_value("v");
+    kv->mutable_condition()->set_version(7);
+  }
+  const std::string wire = three.SerializeAsString();
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
+                                            static_cast<int>(wire.size()));
+  EXPECT_EQ(CountMessageFields(pb::MultiPutRequest::descriptor(), in, most), 3u * 5);
+  const std::string cut = wire + "\x0a\x05k";  // An item's length past the message's end.
+  google::protobuf::io::CodedInputStream cut_in(reinterpret_cast<const uint8_t*>(cut.data()),
+                                                static_cast<int>(cut.size()));
+  EXPECT_EQ(CountMessageFields(pb::MultiPutRequest::descriptor(), cut_in, most), std::nullopt);
+  RecordingSink sink;
+  const std::unique_ptr<Handler> handler = MethodOf(MethodId::kGet).make(host, sink);
+  EXPECT_EQ(
+      ParseRequest(*handler, key + repeat(empty_unknown, 3000) + "\x0a\x05k", false, limits).code(),
+      absl::StatusCode::kInternal);
 }
 
 TEST(HandlersTest, AKeyPastTheLimitIsRefusedByNameAndNeverReachesTheShard) {
