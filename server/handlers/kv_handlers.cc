@@ -28,6 +28,7 @@
 #include "server/handlers/internal/factories.h"
 #include "server/handlers/internal/kv_ops.h"
 #include "server/handlers/internal/wire_message.h"
+#include "server/handlers/parse_request.h"
 #include "shard/scan.h"
 
 namespace ringkv::internal {
@@ -180,7 +181,9 @@ class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
   using SingleKeyHandler::SingleKeyHandler;
   // A large value stays where the transport received it (its one copy is the shard's, into
   // the table); the other fields (key, TTL, condition) are parsed from a copy of their bytes.
-  // Malformed bytes, or a group (long deprecated), are left to the transport's parse.
+  // Malformed bytes, a group (long deprecated), or other fields of more than
+  // MaxRequestFields (unknown ones, which protobuf keeps an object each) are left to the
+  // transport's parse, which refuses the last (ParseRequest).
   bool ParseInPlace(std::string_view wire) override {
     if (wire.size() < CallSink::kShareBytes) return false;
     google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
@@ -220,6 +223,11 @@ class PutHandler : public SingleKeyHandler<pb::PutRequest, pb::PutResponse> {
           return false;
       }
       fields.append(wire.substr(at, static_cast<size_t>(in.CurrentPosition()) - at));
+    }
+    if (fields.size() >= kCountFieldsFromBytes) {
+      google::protobuf::io::CodedInputStream count(reinterpret_cast<const uint8_t*>(fields.data()),
+                                                   static_cast<int>(fields.size()));
+      if (!CheckRequestFields(request_, count, context_.limits()).ok()) return false;
     }
     if (!request_.ParseFromString(fields)) return false;
     value_in_place_ = value;
