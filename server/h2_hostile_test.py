@@ -942,7 +942,15 @@ class ResourceTest(ServerCase):
             self.addCleanup(call.close)
             self.assertEqual(call.wait(10), 3, (name, call.message()))  # INVALID_ARGUMENT
             self.assertIn(f"{said}; the limit is --max-batch-items=2", call.message())
-        for key in ("mp-0", "mp-2", "st-0", "st-2"):
+        # A Stream message of more fields than 16 for each of --max-batch-items and 1024
+        # (here 3,000 unknown ones) ends the call with the refusal, on grpc++ too.
+        call = Call(self.addr, "/ringkv.v1.KV/Stream",
+                    grpc_message(field(1, bytes([2 << 3, 2]) + field(3, b"st-f") + field(4, b"v")) +
+                                 bytes([15 << 3 | 2, 0]) * 3000))
+        self.addCleanup(call.close)
+        self.assertEqual(call.wait(10), 3, call.message())  # INVALID_ARGUMENT
+        self.assertIn("the request message holds more than 1056 fields", call.message())
+        for key in ("mp-0", "mp-2", "st-0", "st-2", "st-f"):
             self.assertEqual(self.cli("get", key).returncode, 1, key)  # Not found.
         for flags, said in ((["--max-batch-items=0"], "--max-batch-items must be 1 .. 1000000"),
                             (["--max-reply-bytes=1MiB"], "at least --max-value-bytes (4194304)"),

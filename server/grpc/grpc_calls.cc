@@ -7,8 +7,10 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/internal/raw_logging.h"
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -27,10 +29,13 @@ namespace ringkv {
 // --max-batch-items is refused on its count before protobuf makes a string of each item; parsed
 // by protobuf into the handler's incoming() otherwise, once a message of 4 KiB or more is known
 // to hold no more fields than MaxRequestFields (server/handlers/parse_request.h). grpc++ answers
-// a message refused here INTERNAL, "Unable to parse request", whatever the reason.
+// a unary call whose message is refused here INTERNAL, "Unable to parse request", whatever the
+// reason; a bidirectional call's Read fails instead, and BidiAdapter ends the call with the
+// refusal (`refused`).
 struct IncomingMessage {
   Handler* handler;
   const RequestLimits* limits;
+  absl::Status refused;  // Why the last message was not taken.
   // The bytes ParseCopy took, kept until the OnMessage that follows returns, as its contract
   // says (the adapters empty it then).
   grpc::Slice taken;
@@ -46,16 +51,22 @@ class grpc::SerializationTraits<ringkv::IncomingMessage> {
                         std::string(status.message()));
   }
   static grpc::Status Deserialize(grpc::ByteBuffer* buffer, ringkv::IncomingMessage* message) {
+    message->refused = Parse(buffer, message);
+    return Status(message->refused);
+  }
+
+ private:
+  static absl::Status Parse(grpc::ByteBuffer* buffer, ringkv::IncomingMessage* message) {
     ringkv::Handler& handler = *message->handler;
     if (buffer != nullptr && handler.ParsesCopies()) {
       grpc::Slice& whole = message->taken;  // The message's one slice, or its slices joined.
       if (buffer->TrySingleSlice(&whole).ok() || buffer->DumpToSingleSlice(&whole).ok()) {
         buffer->Clear();  // Its bytes are in `whole` now, joined or shared.
         const std::string_view bytes(reinterpret_cast<const char*>(whole.begin()), whole.size());
-        const absl::Status parsed =
+        absl::Status parsed =
             ringkv::ParseRequest(handler, bytes, /*stays=*/false, *message->limits);
         if (!parsed.ok()) whole = grpc::Slice();
-        return Status(parsed);
+        return parsed;
       }
     }
     if (buffer != nullptr && buffer->Length() >= ringkv::kCountFieldsFromBytes) {
@@ -64,11 +75,13 @@ class grpc::SerializationTraits<ringkv::IncomingMessage> {
       if (absl::Status s = ringkv::CheckRequestFields(*handler.incoming(), in, *message->limits);
           !s.ok()) {
         buffer->Clear();
-        return Status(s);
+        return s;
       }
     }
-    return grpc::GenericDeserialize<grpc::ProtoBufferReader, google::protobuf::MessageLite>(
-        buffer, handler.incoming());
+    const grpc::Status parsed =
+        grpc::GenericDeserialize<grpc::ProtoBufferReader, google::protobuf::MessageLite>(
+            buffer, handler.incoming());
+    return parsed.ok() ? absl::OkStatus() : ringkv::CannotParse(*handler.incoming());
   }
 };
 
@@ -131,7 +144,7 @@ class Adapter : public GrpcCall {
       : io_(io),
         method_(method),
         handler_(method.make(io.loop(), *this)),
-        incoming_{handler_.get(), &context().limits(), {}} {
+        incoming_{handler_.get(), &context().limits(), {}, {}} {
     io_.CallMade();
   }
 
@@ -364,6 +377,10 @@ class BidiAdapter final : public Adapter {
             handler_->OnMessage();
             incoming_.taken = grpc::Slice();
           } else {
+            // A message not taken (IncomingMessage) fails the Read as the client's close
+            // would: the handler ends as at a close, what it has in flight answered first,
+            // and the call with the refusal.
+            refusal_ = std::exchange(incoming_.refused, absl::OkStatus());
             handler_->OnHalfClose();
           }
         }
@@ -391,7 +408,8 @@ class BidiAdapter final : public Adapter {
     stream_.Write(message, &written_);
   }
 
-  void Finish(const absl::Status& status, const google::protobuf::MessageLite*) override {
+  void Finish(const absl::Status& ended, const google::protobuf::MessageLite*) override {
+    const absl::Status& status = ended.ok() ? refusal_ : ended;
     handler_done_ = true;
     code_ = status.code();
     if (io_.services().stopped()) {
@@ -404,6 +422,7 @@ class BidiAdapter final : public Adapter {
 
  private:
   grpc::ServerAsyncReaderWriter<Message, IncomingMessage> stream_;
+  absl::Status refusal_;  // The message that failed a Read, if one did: the call's status.
   GrpcCallEvent accepted_{this, kAccepted};
   GrpcCallEvent read_{this, kRead};
   GrpcCallEvent written_{this, kWritten};

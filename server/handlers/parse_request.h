@@ -34,8 +34,9 @@ size_t MaxRequestFields(const RequestLimits& limits);
 // unknown group, whose fields are kept too): each field at any depth, a repeated field's items
 // each, a nested message's own fields, an unknown field, a group's fields. It stops counting
 // once `most` is passed (and returns most + 1). nullopt where the bytes do not parse; then
-// protobuf is left to refuse them. A packed repeated scalar counts as one field (no request
-// message has one).
+// protobuf is left to refuse them. It is more lenient than protobuf only where protobuf refuses
+// the bytes anyway (a nested length past the input's end reads as that message's end). A
+// packed repeated scalar counts as one field (no request message has one).
 std::optional<size_t> CountMessageFields(const google::protobuf::Descriptor* type,
                                          google::protobuf::io::CodedInputStream& in, size_t most);
 
