@@ -70,12 +70,15 @@ class grpc::SerializationTraits<ringkv::IncomingMessage> {
       }
     }
     if (buffer != nullptr && buffer->Length() >= ringkv::kCountFieldsFromBytes) {
-      grpc::ProtoBufferReader reader(buffer);
-      google::protobuf::io::CodedInputStream in(&reader);
-      if (absl::Status s = ringkv::CheckRequestFields(*handler.incoming(), in, *message->limits);
-          !s.ok()) {
+      absl::Status counted;
+      {  // The stream backs its reader up into the buffer as it goes: gone before the Clear.
+        grpc::ProtoBufferReader reader(buffer);
+        google::protobuf::io::CodedInputStream in(&reader);
+        counted = ringkv::CheckRequestFields(*handler.incoming(), in, *message->limits);
+      }
+      if (!counted.ok()) {
         buffer->Clear();
-        return s;
+        return counted;
       }
     }
     const grpc::Status parsed =
