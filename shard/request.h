@@ -66,6 +66,8 @@ enum class Result : uint8_t {
                      // it stays (and may still reach them).
   kOverBudget,       // A GET with a `budget` whose value would take it below 0: neither copied
                      // nor lent, nothing taken (its version and TTL are not set).
+  kOverReplyMemory,  // The same for a GET's `reply_memory` (the server's): nothing taken from
+                     // either.
 };
 
 struct Request {
@@ -141,12 +143,25 @@ struct Request {
   // that asks for more than it may hold stops costing memory there. Relaxed: a count, with
   // nothing published through it.
   std::atomic<int64_t>* budget = nullptr;
+  // Set by the origin, GET only (null: none): the same for what every call's answers together
+  // may still hold (the server's --max-reply-memory), taken after `budget` and only if both
+  // fit; the origin gives back what it took (ReplyMemoryTaken) once its answer has left.
+  std::atomic<int64_t>* reply_memory = nullptr;
+  // Set by the owning shard, GET with a `budget` or `reply_memory` only: what it took from each
+  // (the value's size, or 0), whatever the result becomes later (a linearizable read's journal
+  // or replicas may fail it). The origin clears it (with `budget`) before each use.
+  int64_t budget_taken = 0;
 };
 
 // The smallest value a GET takes from its `budget`: a smaller one is copied uncounted (a batch
 // of N items copies at most N times this past its budget), and its shard touches no shared
 // counter.
 inline constexpr size_t kBudgetedValueBytes = 1024;
+
+// What a Request back from its shard took from its `reply_memory`, to give back.
+inline int64_t ReplyMemoryTaken(const Request& r) {
+  return r.reply_memory != nullptr ? r.budget_taken : 0;
+}
 
 }  // namespace ringkv
 

@@ -16,6 +16,16 @@ using internal::Table;
 
 uint64_t VersionOf(const Table::Entry& e) { return e.meta() & ((uint64_t{1} << 56) - 1); }
 
+// Takes `size` from `budget` if that leaves it at 0 or more; else takes nothing (not taken and
+// given back, which could refuse another shard's GET that fitted).
+bool TakeIfFits(std::atomic<int64_t>& budget, int64_t size) {
+  int64_t left = budget.load(std::memory_order_relaxed);
+  do {
+    if (left < size) return false;
+  } while (!budget.compare_exchange_weak(left, left - size, std::memory_order_relaxed));
+  return true;
+}
+
 // A decimal int64 in canonical form: an optional '-', then digits without leading zeros (just
 // "0" for zero; no "-0"), as Increment writes them.
 bool ParseCanonicalInt64(std::string_view text, int64_t* out) {
@@ -170,17 +180,20 @@ void Shard::Execute(Request& r, int64_t now_ms) {
     }
     if (track_access_ && (e->meta() & kReferenced) == 0) e->meta() |= kReferenced;
     const std::string_view value = Table::ValueOf(*e);
-    if (value.size() >= kBudgetedValueBytes && r.budget != nullptr) [[unlikely]] {
-      // Taken only if it fits (not taken and given back, which could refuse another shard's
-      // GET that fitted).
+    if (value.size() >= kBudgetedValueBytes && (r.budget != nullptr || r.reply_memory != nullptr)) {
       const auto size = static_cast<int64_t>(value.size());
-      int64_t left = r.budget->load(std::memory_order_relaxed);
-      do {
-        if (left < size) {
-          r.result = Result::kOverBudget;
-          return;
-        }
-      } while (!r.budget->compare_exchange_weak(left, left - size, std::memory_order_relaxed));
+      if (r.budget != nullptr && !TakeIfFits(*r.budget, size)) {
+        r.result = Result::kOverBudget;
+        return;
+      }
+      if (r.reply_memory != nullptr && !TakeIfFits(*r.reply_memory, size)) {
+        // The call's share goes back: only a GET of the same call could have been refused it
+        // meanwhile, and the server's memory is spent for it too.
+        if (r.budget != nullptr) r.budget->fetch_add(size, std::memory_order_relaxed);
+        r.result = Result::kOverReplyMemory;
+        return;
+      }
+      r.budget_taken = size;
     }
     // A large value lent where it lies (Table::Lend), where the origin can take it: no copy.
     if (!r.lend || value.size() < kLendBytes || (r.lent = table_.Lend(*e)) == nullptr) {

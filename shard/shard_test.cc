@@ -89,6 +89,48 @@ TEST(Shard, PutGetDeleteAndGrowingVersions) {
   EXPECT_GT(run.Put("a", "1").version, second.version);
 }
 
+TEST(Shard, AGetTakesItsValueFromTheServersReplyMemoryOnlyIfItsCallsBudgetFitsToo) {
+  Shard shard;
+  Driver run{shard};
+  const std::string large(kBudgetedValueBytes, 'l');
+  ASSERT_EQ(run.Put("large", large).result, Result::kOk);
+  const auto size = static_cast<int64_t>(large.size());
+  std::atomic<int64_t> call{3 * size};
+  std::atomic<int64_t> server{size + 10};
+  auto get = [&](bool with_call) {
+    Request r = Make(Op::kGet, "large");
+    r.budget = with_call ? &call : nullptr;
+    r.reply_memory = &server;
+    return run.Do(r);
+  };
+  const Request first = get(true);
+  ASSERT_EQ(first.result, Result::kOk);
+  EXPECT_EQ(ReplyMemoryTaken(first), size);
+  EXPECT_EQ(call.load(), 2 * size);
+  EXPECT_EQ(server.load(), 10);
+  // The server's is spent: nothing taken from either, nothing copied.
+  const Request over = get(true);
+  EXPECT_EQ(over.result, Result::kOverReplyMemory);
+  EXPECT_TRUE(over.out.empty());
+  EXPECT_EQ(ReplyMemoryTaken(over), 0);
+  EXPECT_EQ(call.load(), 2 * size);
+  EXPECT_EQ(server.load(), 10);
+  EXPECT_EQ(get(false).result, Result::kOverReplyMemory);  // No call budget: the server's alone.
+  // The call's spent first: the server's is not touched.
+  server += size;
+  call = size - 1;
+  EXPECT_EQ(get(true).result, Result::kOverBudget);
+  EXPECT_EQ(server.load(), size + 10);
+  // A small value takes from neither.
+  ASSERT_EQ(run.Put("small", "s").result, Result::kOk);
+  Request small = Make(Op::kGet, "small");
+  small.reply_memory = &server;
+  const Request got = run.Do(small);
+  EXPECT_EQ(got.out, "s");
+  EXPECT_EQ(ReplyMemoryTaken(got), 0);
+  EXPECT_EQ(server.load(), size + 10);
+}
+
 TEST(Shard, GetsWithABudgetTakeLargeValuesFromItWhileItWouldNotGoBelowZero) {
   Shard shard;
   Driver run{shard};
