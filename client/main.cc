@@ -487,6 +487,8 @@ int Stats(Invocation& in) {
       "counts), jemalloc heap %.1f MiB allocated, %.1f MiB resident\n",
       stats->process_resident_bytes() / 1048576.0, stats->data_memory_bytes() / 1048576.0,
       stats->memory_allocated_bytes() / 1048576.0, stats->memory_resident_bytes() / 1048576.0);
+  std::printf("answers: %.1f MiB of values held until sent, of --max-reply-memory %.1f MiB\n",
+              stats->reply_memory_bytes() / 1048576.0, stats->max_reply_memory_bytes() / 1048576.0);
   if (stats->max_memory_bytes() == 0) {
     std::printf("max memory: none\n");
   } else {

@@ -83,6 +83,15 @@ ABSL_FLAG(std::string, max_reply_bytes, "",
           "until the client reads them: bytes or with a unit (256MiB, 1GB), at least "
           "--max-value-bytes (default: 64MiB, or --max-value-bytes if larger). A MultiGet past "
           "it is refused whole with RESOURCE_EXHAUSTED, a Stream GET past it is answered so");
+// Redis bounds what its clients' output buffers hold together with maxmemory-clients (off by
+// default; past it the biggest clients are disconnected). Here the answers' values are what is
+// counted, and a GET past the bound is refused rather than a connection closed.
+ABSL_FLAG(std::string, max_reply_memory, "",
+          "most bytes of values the answers of every call together may hold until they have "
+          "left their calls (a client that does not read holds its answers): bytes or with a "
+          "unit, at least --max-reply-bytes (default: 1GiB, or --max-reply-bytes if larger). "
+          "Values under 1 KiB are not counted. A GET or Stream GET past it is answered "
+          "RESOURCE_EXHAUSTED, nothing read, a MultiGet refused whole so");
 ABSL_FLAG(int64_t, spin_us, -1,
           "microseconds a worker keeps polling after its last work before it parks, while "
           "its clients wait on each answer and their next call comes within that time; -1: "
@@ -382,7 +391,7 @@ void ParseNetworkFlags(const char* argv0, ServerOptions* options) {
 }
 
 // --ring, --engine, --ring-size, --max-key-bytes, --max-value-bytes, --max-batch-items,
-// --max-reply-bytes, --poll-mode, --spin-us.
+// --max-reply-bytes, --max-reply-memory, --poll-mode, --spin-us.
 void ParseEngineFlags(const char* argv0, ServerOptions* options) {
   const std::string ring = absl::GetFlag(FLAGS_ring);
   if (ring == "spsc") {
@@ -416,6 +425,15 @@ void ParseEngineFlags(const char* argv0, ServerOptions* options) {
                                        options->limits.max_value_bytes, "), got '", reply, "'"));
   }
   options->limits.max_reply_bytes = *reply_bytes;
+  const std::string memory = absl::GetFlag(FLAGS_max_reply_memory);
+  const std::optional<uint64_t> memory_bytes =
+      memory.empty() ? std::max<uint64_t>(uint64_t{1} << 30, *reply_bytes) : ParseByteSize(memory);
+  if (!memory_bytes || *memory_bytes < *reply_bytes) {
+    ExitUsageError(argv0, absl::StrCat("--max-reply-memory must be bytes or a size with a unit "
+                                       "(1GiB, 512MB), at least --max-reply-bytes (",
+                                       *reply_bytes, "), got '", memory, "'"));
+  }
+  options->limits.max_reply_memory = *memory_bytes;
   options->poll_mode = absl::GetFlag(FLAGS_poll_mode);
   int64_t spin_us = absl::GetFlag(FLAGS_spin_us);
   if (spin_us < -1 || spin_us > 1'000'000) {

@@ -878,6 +878,56 @@ class ResourceTest(ServerCase):
         self.assertEqual(results[21], (0, value))
         self.assertServing()
 
+    def test_answers_that_clients_do_not_read_hold_at_most_max_reply_memory(self):
+        # Every call's answers together hold at most --max-reply-memory of values until they
+        # have left their calls: 100 calls a connection, each a GET of a large value or a
+        # MultiGet of --max-reply-bytes, would otherwise hold them all for a client that does
+        # not read, on as many connections as it opens. Here 8 GETs of 1 MiB on 8 connections
+        # that never read spend it; then a GET, a MultiGet and a Stream GET of a large value
+        # are refused RESOURCE_EXHAUSTED naming the flag, nothing read, while small values are
+        # served. Once those clients go, what they held is back.
+        self.start(f"--max-value-bytes={1 << 20}", "--max-reply-bytes=4MiB", "--max-reply-memory=8MiB")
+        value = os.urandom(1 << 20)
+        r = self.cli("put", "big", "-", input=value)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+        def answers_hold(mib):
+            said = f"answers: {mib:.1f} MiB of values held until sent".encode()
+            deadline = time.time() + 20
+            while time.time() < deadline:
+                r = self.cli("stats")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                if said in r.stdout:
+                    return
+                time.sleep(0.1)
+            self.fail(f"stats never said {said}: {r.stdout}")
+
+        held = [self.call_held(b"big") for _ in range(8)]
+        answers_hold(8)
+        for args in (["get", "big"], ["mget", "small-missing", "big"]):
+            r = self.cli(*args)
+            self.assertEqual(r.returncode, 3, (args, r.stderr))  # RESOURCE_EXHAUSTED
+            self.assertIn(b"would pass --max-reply-memory=8388608", r.stderr)
+        call = Call(self.addr, "/ringkv.v1.KV/Stream", grpc_message(stream_gets(b"big", [1])))
+        self.addCleanup(call.close)
+        self.assertEqual(call.wait(20), 0, call.message())
+        code, said = stream_results(call.data)[1]
+        self.assertEqual(code, 8, said)
+        self.assertIn(b"would pass --max-reply-memory=8388608", said)
+        self.assertServing()  # Small values.
+        answers_hold(8)  # The refused took nothing.
+        for c in held:
+            c.close()
+        answers_hold(0)
+        r = self.cli("mget", "big", "big", "big", "big")  # --max-reply-bytes of values.
+        self.assertEqual(r.returncode, 0, r.stderr)
+        call = Call(self.addr, "/ringkv.v1.KV/Stream",
+                    grpc_message(stream_gets(b"big", range(1, 5))))
+        self.addCleanup(call.close)
+        self.assertEqual(call.wait(20), 0, call.message())
+        self.assertEqual(stream_results(call.data), {i: (0, value) for i in range(1, 5)})
+        answers_hold(0)  # Given back as each was sent.
+
     def test_a_stream_message_past_the_limit_while_an_answer_is_being_written(self):
         # The call ends while the transport still holds an answer of its: it finishes once that
         # Write is done, the answer whole before the status; or, if the client resets the
@@ -954,7 +1004,10 @@ class ResourceTest(ServerCase):
             self.assertEqual(self.cli("get", key).returncode, 1, key)  # Not found.
         for flags, said in ((["--max-batch-items=0"], "--max-batch-items must be 1 .. 1000000"),
                             (["--max-reply-bytes=1MiB"], "at least --max-value-bytes (4194304)"),
-                            (["--max-reply-bytes=lots"], "--max-reply-bytes must be bytes")):
+                            (["--max-reply-bytes=lots"], "--max-reply-bytes must be bytes"),
+                            (["--max-reply-memory=32MiB"],
+                             "at least --max-reply-bytes (67108864)"),
+                            (["--max-reply-memory=lots"], "--max-reply-memory must be bytes")):
             r = subprocess.run([SERVER, "--listen=127.0.0.1:0", *flags, *SERVER_FLAGS],
                                capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 2, r.stderr)

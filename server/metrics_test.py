@@ -165,6 +165,9 @@ class MetricsTest(unittest.TestCase):
             self.assertIsNotNone(sample(text, "ringkv_connections_open"))
             for reason in ("idle_timeout", "idle_evicted"):
                 self.assertEqual(sample(text, "ringkv_connections_closed_total", reason=reason), 0)
+        # Nothing held once every answer is out; the limit is --max-reply-memory's default.
+        self.assertEqual(sample(text, "ringkv_reply_memory_bytes"), 0)
+        self.assertEqual(sample(text, "ringkv_reply_memory_limit_bytes"), 1 << 30)
         if os.environ.get("RINGKV_SANITIZER", "none") == "none":  # No jemalloc under one.
             self.assertGreater(sample(text, "ringkv_jemalloc_resident_bytes"), 0)
         # The two memory figures `ringkv stats` gives, with the same meaning: the process as

@@ -1,10 +1,11 @@
 // RequestLimits: what the daemon accepts, from --max-key-bytes, --max-value-bytes,
-// --max-batch-items and --max-reply-bytes. A request that breaks one is rejected whole with
-// INVALID_ARGUMENT (or, inside a batch, that item alone), a MultiGet whose values would pass the
-// reply's limit (or a Stream GET past its unread answers') with RESOURCE_EXHAUSTED, and the
-// message names the limit. They bound what one
-// call can make the server hold: a MultiGet of one key many times over asks for its value as
-// often. Constant after construction; any thread.
+// --max-batch-items, --max-reply-bytes and --max-reply-memory. A request that breaks one is
+// rejected whole with INVALID_ARGUMENT (or, inside a batch, that item alone), a MultiGet whose
+// values would pass the reply's limit (or a Stream GET past its unread answers', or a GET past
+// what all calls' answers may hold) with RESOURCE_EXHAUSTED, and the message names the limit.
+// They bound what one call, and all of them together, can make the server hold: a MultiGet of
+// one key many times over asks for its value as often. Constant after construction; any
+// thread.
 //
 //   RequestLimits limits{.max_key_bytes = 4096, .max_value_bytes = 4 << 20};
 //   if (absl::Status s = limits.CheckKey(key); !s.ok()) ...
@@ -30,6 +31,10 @@ struct RequestLimits {
   // The bytes of values one MultiGet's reply may carry, or one Stream's answers hold until they
   // are written (at least max_value_bytes).
   size_t max_reply_bytes = size_t{64} << 20;
+  // The bytes of values all calls' answers together may hold until they leave their calls
+  // (at least max_reply_bytes): every GET of a value of kBudgetedValueBytes or more takes its
+  // size (ServerContext::reply_memory).
+  size_t max_reply_memory = size_t{1} << 30;
 
   absl::Status CheckKey(std::string_view key) const {
     if (key.empty()) return absl::InvalidArgumentError("key is empty; keys are 1 or more bytes");
@@ -53,6 +58,10 @@ struct RequestLimits {
   // max_reply_bytes as a Request::budget (an int64_t, however large the flag).
   int64_t reply_budget() const {
     return static_cast<int64_t>(std::min<size_t>(max_reply_bytes, size_t{1} << 62));
+  }
+  // max_reply_memory as the server's ServerContext::reply_memory, the same way.
+  int64_t reply_memory_budget() const {
+    return static_cast<int64_t>(std::min<size_t>(max_reply_memory, size_t{1} << 62));
   }
   // `what` ("MultiGet", "a Stream message") holds `items` items, named `unit` ("keys"):
   // refused past max_batch_items.

@@ -74,6 +74,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   if (options.limits.max_value_bytes > (size_t{1} << 30)) {
     return absl::InvalidArgumentError("--max-value-bytes must be at most 1073741824 (1 GiB)");
   }
+  if (options.limits.max_reply_memory < options.limits.max_reply_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-reply-memory must be at least --max-reply-bytes (",
+                     options.limits.max_reply_bytes, "), got ", options.limits.max_reply_memory));
+  }
   if (!options.etcd.empty() && (options.lock_engine || !options.replica_of.empty())) {
     return absl::InvalidArgumentError(
         "--etcd: a group's election decides who follows whom, so --replica-of does not go "
@@ -990,6 +995,10 @@ void Server::FillStats(ringkv::v1::StatsResponse* stats) const {
   stats->set_engine(options_.lock_engine ? "lock" : "ring");
   stats->set_ring(options_.lock_engine ? "" : (IsMultiProducer(options_.ring) ? "mpsc" : "spsc"));
   stats->set_max_memory_bytes(options_.memory.bytes);
+  const int64_t reply_memory = options_.limits.reply_memory_budget();
+  stats->set_reply_memory_bytes(static_cast<uint64_t>(
+      std::max<int64_t>(0, reply_memory - reply_memory_.load(std::memory_order_relaxed))));
+  stats->set_max_reply_memory_bytes(options_.limits.max_reply_memory);
   stats->set_eviction(std::string(EvictionName(options_.memory.eviction)));
   FillReplicationStats(stats);
   if (data_dir_ != nullptr) {

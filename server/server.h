@@ -101,6 +101,7 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   bool shutting_down() const override { return shutting_down_.load(std::memory_order_acquire); }
   void CallStarted() override { active_calls_.fetch_add(1, std::memory_order_relaxed); }
   void CallEnded() override { active_calls_.fetch_sub(1, std::memory_order_release); }
+  std::atomic<int64_t>& reply_memory() override { return reply_memory_; }
   void FillStats(ringkv::v1::StatsResponse* stats) const override;
   absl::Status RequestSnapshot(persist::DataDir::SnapshotDone done) override;
   const std::string& journal_failure_message() const override;
@@ -224,6 +225,9 @@ class Server final : public ServerContext, public MetricsSource, public WorkerWa
   // active_calls_: calls being served; Shutdown's acquire load pairs with CallEnded's release.
   std::atomic<bool> shutting_down_{false};
   std::atomic<int64_t> active_calls_{0};
+  // reply_memory_: ServerContext::reply_memory, on a line of its own (the shards of large GETs
+  // take from it, their loops give back).
+  alignas(64) std::atomic<int64_t> reply_memory_{options_.limits.reply_memory_budget()};
 };
 
 }  // namespace ringkv

@@ -12,6 +12,7 @@
 #ifndef RINGKV_SERVER_SERVER_CONTEXT_H_
 #define RINGKV_SERVER_SERVER_CONTEXT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -40,6 +41,12 @@ class ServerContext {
   // Constant while the server runs.
   virtual const ServerOptions& options() const = 0;
   const RequestLimits& limits() const { return options().limits; }
+  // What the answers of every call together may still hold of values (--max-reply-memory),
+  // as Request::reply_memory: the shards take each GET's value of kBudgetedValueBytes or more
+  // from it, and it is given back once the call's answer has left the server's buffers (by the
+  // handler, Handler::HoldReplyMemory, or on h2 by the connection, Connection::HoldReplyMemory).
+  // Relaxed: a count, with nothing published through it.
+  virtual std::atomic<int64_t>& reply_memory() = 0;
   // The server's clock (TTL deadlines), wall-clock milliseconds.
   int64_t NowMs() const { return options().clock(); }
   // Token auth; null without --auth-token-file (every call is allowed).

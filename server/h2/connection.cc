@@ -99,6 +99,9 @@ Connection::Connection(H2Io& io, int fd, int64_t now_ns, int64_t greet_by_ns)
 }
 
 Connection::~Connection() {
+  int64_t held = 0;  // The output goes with the connection.
+  for (const auto& [end, bytes] : reply_memory_until_) held += bytes;
+  if (held != 0) io_.loop().context().reply_memory().fetch_add(held, std::memory_order_relaxed);
   if (fd_ >= 0) {  // Only when the loop goes with connections still open.
     close(fd_);
     io_.gate().ReleaseConnectionSlot();
@@ -125,6 +128,28 @@ void Connection::HoldAck() {
     ack_listed = true;
     io_.ListAckHolder(this);
   }
+}
+
+void Connection::HoldReplyMemory(int64_t bytes) {
+  if (Unsent() == 0) {
+    io_.loop().context().reply_memory().fetch_add(bytes, std::memory_order_relaxed);
+    return;
+  }
+  const uint64_t end = sent_ + Unsent();
+  if (!reply_memory_until_.empty() && reply_memory_until_.back().first == end) {
+    reply_memory_until_.back().second += bytes;
+  } else {
+    reply_memory_until_.emplace_back(end, bytes);
+  }
+}
+
+void Connection::GiveBackSentReplyMemory() {
+  int64_t back = 0;
+  while (!reply_memory_until_.empty() && reply_memory_until_.front().first <= sent_) {
+    back += reply_memory_until_.front().second;
+    reply_memory_until_.pop_front();
+  }
+  if (back != 0) io_.loop().context().reply_memory().fetch_add(back, std::memory_order_relaxed);
 }
 
 void Connection::AckFramed() {
@@ -304,6 +329,7 @@ void Connection::OnSent(int result) {
   if (result > 0) {
     sending_.Consume(static_cast<size_t>(result));
     sent_ += static_cast<uint64_t>(result);
+    if (!reply_memory_until_.empty()) GiveBackSentReplyMemory();
   }
   if (!sending_.empty()) {
     SendRest();
@@ -375,6 +401,7 @@ void Connection::Flush() {
       return;
     }
     sent_ += static_cast<uint64_t>(n);
+    if (!reply_memory_until_.empty()) GiveBackSentReplyMemory();
   }
   EndFlush();
 }

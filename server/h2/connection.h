@@ -64,6 +64,7 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -157,6 +158,7 @@ class Connection final : public CallConnection {
   bool AppendData(const uint8_t* frame_header, H2Call& call, size_t length);
   void Forget(H2Call* call) { calls_.erase(call); }
   void HoldAck() override;
+  void HoldReplyMemory(int64_t bytes) override;
 
   // Whether an answer that acknowledges writes has not reached the kernel yet (see above).
   bool HoldsAck() const { return !closed() && (acks_unframed_ > 0 || sent_ < acks_end_); }
@@ -263,7 +265,11 @@ class Connection final : public CallConnection {
   uint64_t sent_ = 0;           // Bytes the socket has taken, ever.
   uint32_t acks_unframed_ = 0;  // Calls holding an answer not framed yet (H2Call::HoldAck).
   uint64_t acks_end_ = 0;       // sent_ once the framed answers are all in the kernel.
-  uint32_t interest_;           // Events epoll reports for the socket.
+  // Reply memory that retired calls' answers hold in the output (HoldReplyMemory): each given
+  // back once sent_ reaches its end (GiveBackSentReplyMemory), the rest with the connection.
+  std::deque<std::pair<uint64_t, int64_t>> reply_memory_until_;
+  void GiveBackSentReplyMemory();
+  uint32_t interest_;  // Events epoll reports for the socket.
   bool read_paused_ = false;
   bool dirty_ = false;  // In the loop's flush list.
   // --io=uring.

@@ -570,6 +570,16 @@ void H2Call::OnStreamClose(uint32_t /*error_code*/) {
     consumed_ = in_base_ + in_.size();
   }
   stream_closed_ = true;
+  if (handler_done_ && handler_ != nullptr && connection_ != nullptr) {
+    // Its answer's last frames are in the connection's output (a value shared there stays
+    // whole while any of its slices is): what the handler took of the reply memory goes back
+    // once they are sent. The handler gets no call after its Finish, so it holds no more.
+    // A stream closed before its handler finished carries no answer of its into the output
+    // (a Stream's replies are copied there), and its handler gives all back as it goes.
+    if (const int64_t held = handler_->TakeReplyMemoryHeld(); held != 0) {
+      connection_->HoldReplyMemory(held);
+    }
+  }
   if (!ended_) Cancel();  // Reset by the client before the call ended.
   MaybeRetire();
 }

@@ -86,6 +86,11 @@ class CallConnection {
   // A call holds an answer that acknowledges writes, until it is framed: AckFramed (from the
   // connection's side) or the stream's close.
   virtual void HoldAck() = 0;
+  // A call whose stream has closed after its handler finished holds `bytes` of the server's
+  // reply memory for an answer whose last frames are in the connection's output now (where a
+  // shared value stays referenced whole): the connection gives them back once its socket has
+  // taken what the output holds, or as it goes.
+  virtual void HoldReplyMemory(int64_t bytes) = 0;
   // Whether its sends read the bytes they send before they return, so that a call's output may
   // hold bytes a shard lends (CallSink::TakesLoans).
   virtual bool sends_at_once() const { return false; }

@@ -36,6 +36,7 @@
 #include <google/protobuf/message_lite.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -163,7 +164,13 @@ class Handler {
         sink_(sink),
         min_replicas_(context_.options().min_replicas),
         may_fence_(context_.may_fence()) {}
-  virtual ~Handler() = default;
+  virtual ~Handler() {
+    // The call's answer has left it (the transport deletes a handler only then, or once its
+    // call is gone): what its GETs took of the server's reply memory goes back.
+    if (reply_memory_held_ != 0) {
+      context_.reply_memory().fetch_add(reply_memory_held_, std::memory_order_relaxed);
+    }
+  }
   Handler(const Handler&) = delete;
   Handler& operator=(const Handler&) = delete;
 
@@ -197,6 +204,11 @@ class Handler {
   // The server's serving status changed (health Watch streams, HandlerHost::AddWatcher).
   virtual void OnServingChanged() {}
 
+  // What the handler's GETs took of the server's reply memory, not given back yet, for the
+  // transport to give back instead (once the answer has left its own buffers too); the
+  // handler then gives back nothing as it goes.
+  int64_t TakeReplyMemoryHeld() { return std::exchange(reply_memory_held_, 0); }
+
   // The role the caller's token grants (kAdmin without --auth-token-file); set by the
   // transport before OnStart, once the call is authorized for its method.
   void set_caller(Role role) { caller_ = role; }
@@ -219,13 +231,25 @@ class Handler {
     host_.Submit(&request, lane);
   }
 
+  // A GET's Request, made to take its value from the server's reply memory (Request::
+  // reply_memory) ...
+  void TakeReplyMemory(Request& get) { get.reply_memory = &context_.reply_memory(); }
+  // ... and, back from its shard, what it took is held until the handler goes, or ...
+  void HoldReplyMemory(const Request& get) { reply_memory_held_ += ReplyMemoryTaken(get); }
+  // ... given back sooner, where an answer is written or dropped before that (a Stream's).
+  void GiveBackReplyMemory(int64_t bytes) {
+    reply_memory_held_ -= bytes;
+    context_.reply_memory().fetch_add(bytes, std::memory_order_relaxed);
+  }
+
   HandlerHost& host_;
   ServerContext& context_;
   CallSink& sink_;
   Role caller_ = Role::kAdmin;
   uint32_t min_replicas_;  // --min-replicas, or the call's header if more.
   bool linearizable_ = false;
-  const bool may_fence_;  // ServerContext::may_fence.
+  const bool may_fence_;           // ServerContext::may_fence.
+  int64_t reply_memory_held_ = 0;  // HoldReplyMemory's, not given back yet.
 
   // Whether `r`, back from the engine, acknowledges a write: an answer that carries it must not
   // leave once the server's fence has closed (server/repl/fence.h).

@@ -4,6 +4,8 @@
 // what is checked is the handler's own logic: input checks, the Requests it makes, and how it
 // turns their outcome into an answer. No socket, thread or Server.
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,10 +62,12 @@ class TestContext final : public ServerContext {
   const std::string& server_id() const override { return server_id_; }
   bool fenced() const override { return fence_closed; }
   bool may_fence() const override { return true; }
+  std::atomic<int64_t>& reply_memory() override { return reply_memory_left; }
 
   bool draining = false;
   bool fence_closed = false;
   int calls = 0;
+  std::atomic<int64_t> reply_memory_left{int64_t{1} << 30};
 
  private:
   ServerOptions options_;
@@ -271,6 +275,47 @@ TEST(HandlersTest, ALargeGetValueIsSharedWithATransportThatTakesIt) {
   EXPECT_EQ(small.Answer<pb::GetResponse>().value(), below);
   Call copied(host, MethodId::kGet, Get("large"), /*shares=*/false);
   EXPECT_EQ(copied.Answer<pb::GetResponse>().value(), large);
+}
+
+// A GET's value of kBudgetedValueBytes or more is taken from the server's reply memory
+// (--max-reply-memory) and held until its handler goes (a transport deletes it once the answer
+// has left the call); past it, a GET or a MultiGet is refused RESOURCE_EXHAUSTED, naming the
+// flag, and a small value is still read.
+TEST(HandlersTest, LargeValuesHoldTheServersReplyMemoryUntilTheirHandlersGo) {
+  TestHost host;
+  const std::string large(kBudgetedValueBytes, 'L');
+  const auto size = static_cast<int64_t>(large.size());
+  for (const auto& [key, value] : {std::pair{"large", large}, {"small", std::string("s")}}) {
+    Call put(host, MethodId::kPut, Put(key, value));
+    ASSERT_TRUE(put.sink().status.ok()) << put.sink().status;
+  }
+  std::atomic<int64_t>& left = host.context().reply_memory();
+  left = 2 * size;
+  {
+    Call held(host, MethodId::kGet, Get("large"));
+    ASSERT_TRUE(held.sink().status.ok()) << held.sink().status;
+    EXPECT_EQ(left.load(), size);
+    pb::MultiGetRequest twice;
+    for (int i = 0; i < 2; ++i) twice.add_keys("large");
+    for (const bool lends : {false, true}) {
+      Call multi(host, MethodId::kMultiGet, twice, false, "", true, lends);
+      EXPECT_EQ(multi.sink().status.code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_NE(multi.sink().status.message().find("would pass --max-reply-memory=1073741824"),
+                absl::string_view::npos)
+          << multi.sink().status;
+      EXPECT_EQ(left.load(), 0);  // The one value it took, until it goes.
+    }
+    EXPECT_EQ(left.load(), size);
+    Call small(host, MethodId::kGet, Get("small"));
+    EXPECT_EQ(small.Answer<pb::GetResponse>().value(), "s");
+    Call second(host, MethodId::kGet, Get("large"));
+    EXPECT_EQ(left.load(), 0);
+    Call refused(host, MethodId::kGet, Get("large"));
+    EXPECT_EQ(refused.sink().status.code(), absl::StatusCode::kResourceExhausted)
+        << refused.sink().status;
+    EXPECT_EQ(left.load(), 0);
+  }
+  EXPECT_EQ(left.load(), 2 * size);  // All back.
 }
 
 // A MultiGet's large values go to a transport that takes loans beside the reply's own bytes

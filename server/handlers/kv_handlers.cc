@@ -63,6 +63,7 @@ class UnaryHandler : public Handler {
 
   void OnRequestDone(Request* request) final {
     acknowledges_ = acknowledges_ || Acknowledges(*request);
+    HoldReplyMemory(*request);  // A GET's value: held until the answer has left the call.
     if (!cancelled_) Take(*request);
     if (--outstanding_ != 0) return;
     if (cancelled_) return Reply(Cancelled());
@@ -133,6 +134,7 @@ class GetHandler : public SingleKeyHandler<pb::GetRequest, pb::GetResponse> {
   absl::Status Prepare(Request* op) override {
     absl::Status s = PrepareGet(context_.limits(), request_.key(), op);
     op->lend = sink_.TakesLoans();
+    TakeReplyMemory(*op);
     return s;
   }
   void Take(Request& r) override {
@@ -394,11 +396,13 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
     std::string& out = this->response_.bytes();
     size_t values = 0;  // Copied into the items.
     size_t lent = 0;
-    bool over_budget = false;  // A shard found the reply's values past --max-reply-bytes.
+    bool over_budget = false;  // A shard found the reply's values past --max-reply-bytes ...
+    bool over_memory = false;  // ... or past what all calls' answers may hold.
     for (const Request& op : ops_) {
       values += op.out.size();
       if (op.lent != nullptr) lent += op.lent->size();
       over_budget = over_budget || op.result == Result::kOverBudget;
+      over_memory = over_memory || op.result == Result::kOverReplyMemory;
     }
     const size_t room = values + 32 * ops_.size();  // About what the items take: one allocation.
     const size_t max_values = this->context_.limits().max_reply_bytes;
@@ -408,6 +412,7 @@ class BatchHandler : public UnaryHandler<RequestPb, WireMessage> {
                        " bytes; the limit is --max-reply-bytes=", max_values,
                        ": ask for fewer or smaller values at a time"));
     }
+    if (over_memory) return ReplyMemorySpent(this->context_);
     if (room + lent > kMaxReplyBytes) {  // Lent values make such a reply cheap to ask for.
       return absl::ResourceExhaustedError(absl::StrCat(
           "the reply would take about ", room + lent, " bytes; a gRPC message is at most ",
@@ -463,13 +468,15 @@ class MultiGetHandler : public BatchHandler<pb::MultiGetRequest, pb::MultiGetRes
     if (RefuseUnparsed("MultiGet", "keys")) return;
     // Each large value is lent where it lies, where the transport takes loans (GetHandler).
     const bool lend = sink_.TakesLoans();
-    // The GETs take their values from one budget, whichever shard runs them: past it, they
-    // stop copying, and the reply is refused (WriteReply).
+    // The GETs take their values from one budget, whichever shard runs them, and from the
+    // server's reply memory: past either, they stop copying, and the reply is refused
+    // (WriteReply).
     budget_.store(context_.limits().reply_budget(), std::memory_order_relaxed);
     auto get = [&](std::string_view key, Request* op) {
       absl::Status s = PrepareGet(context_.limits(), key, op);
       op->lend = lend;
       op->budget = &budget_;
+      TakeReplyMemory(*op);
       return s;
     };
     if (in_place_) {
@@ -674,15 +681,18 @@ class StreamHandler : public BidiHandler<WireMessage> {
 
   void OnRequestDone(Request* request) override {
     InFlight& op = *static_cast<InFlight*>(request);
+    // What the shard took of the server's reply memory: held with the reply that carries the
+    // value (given back as the call's budget is, Written), or back now if none will.
+    HoldReplyMemory(*request);
+    if (cancelled()) GiveBackReplyMemory(ReplyMemoryTaken(*request));
     if (!cancelled()) {
       // A linearizable GET is answered only while this server may (after the read ran).
       const absl::Status refusal =
           linearizable_ && request->op == Op::kGet ? LinearizableRefusal() : absl::OkStatus();
-      // What the shard took from the budget: the value it copied, whatever the result became
-      // (a linearizable read's may turn UNAVAILABLE; its value is moved out below).
-      const size_t taken = request->op == Op::kGet && request->out.size() >= kBudgetedValueBytes
-                               ? request->out.size()
-                               : 0;
+      // What the shard took from the budget (and as much from the reply memory), whatever the
+      // result became (a linearizable read's may turn UNAVAILABLE; its value is moved out
+      // below).
+      const int64_t taken = request->budget_taken;
       std::string& reply = Gathering(request->out.size() + 32);
       if (refusal.ok()) {
         AppendStreamResult(op.id, *request, context_, &reply);
@@ -690,7 +700,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
       } else {
         AppendStreamResult(op.id, refusal, &reply);
       }
-      if (taken != 0) Hold(static_cast<int64_t>(taken));  // Back once written (Written).
+      if (taken != 0) Hold(taken);  // Back once written (Written).
     }
     Release(op);
     --in_flight_;
@@ -741,6 +751,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
   void Written(uint64_t end) override {
     while (!held_.empty() && held_.front().first < end) {
       budget_.fetch_add(held_.front().second, std::memory_order_relaxed);
+      GiveBackReplyMemory(held_.front().second);  // Every GET took as much from each.
       held_.pop_front();
     }
   }
@@ -822,6 +833,7 @@ class StreamHandler : public BidiHandler<WireMessage> {
         case pb::OP_TYPE_GET:
           status = PrepareGet(limits, key, &op);
           op.budget = &budget_;
+          TakeReplyMemory(op);
           break;
         case pb::OP_TYPE_PUT:
           status = PreparePut(limits, now, key, op.value_bytes, ttl_ms, condition, &op);

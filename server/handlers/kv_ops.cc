@@ -73,6 +73,8 @@ void Reset(Op op, std::string_view key, Request* r) {
   r->lend = false;
   r->lent.reset();
   r->budget = nullptr;
+  r->reply_memory = nullptr;
+  r->budget_taken = 0;
 }
 
 }  // namespace
@@ -174,10 +176,19 @@ absl::Status StatusOf(const Request& r, const ServerContext& context) {
           "not read: the values this Stream's answers hold until the client reads them would "
           "pass --max-reply-bytes=",
           context.limits().max_reply_bytes, "; read the answers before asking for more"));
+    case Result::kOverReplyMemory:  // A MultiGet's too (BatchHandler).
+      return ReplyMemorySpent(context);
     case Result::kPending:
       break;
   }
   return absl::InternalError("the request was never run");
+}
+
+absl::Status ReplyMemorySpent(const ServerContext& context) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "not read: the values that the answers of every call hold until their clients read them "
+      "would pass --max-reply-memory=",
+      context.limits().max_reply_memory, "; try again later (answers are read meanwhile)"));
 }
 
 int64_t TtlLeft(int64_t deadline_ms, const ServerContext& context) {

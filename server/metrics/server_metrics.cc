@@ -336,6 +336,12 @@ std::vector<MetricFamily> ServerMetrics::Collect() const {
                        "The shards' data (the sum of ringkv_memory_bytes), as --max-memory counts "
                        "it and `ringkv stats` says.",
                        MetricType::Gauge, static_cast<double>(stats.data_memory_bytes())));
+  out.push_back(Single("reply_memory_bytes",
+                       "Bytes of values that answers hold until they have left their calls, as "
+                       "--max-reply-memory counts them (values of 1 KiB or more).",
+                       MetricType::Gauge, static_cast<double>(stats.reply_memory_bytes())));
+  out.push_back(Single("reply_memory_limit_bytes", "--max-reply-memory.", MetricType::Gauge,
+                       static_cast<double>(stats.max_reply_memory_bytes())));
   out.push_back(Single("jemalloc_allocated_bytes",
                        "jemalloc's stats.allocated: the heap only, not tables of 2 MiB and more.",
                        MetricType::Gauge, static_cast<double>(stats.memory_allocated_bytes())));

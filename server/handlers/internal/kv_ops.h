@@ -41,6 +41,9 @@ absl::Status PrepareIncrement(const RequestLimits& limits, std::string_view key,
 // INVALID_ARGUMENT (an increment of a non-integer), OUT_OF_RANGE (an increment's overflow),
 // RESOURCE_EXHAUSTED (no memory), UNAVAILABLE (the log failed: the context's message).
 absl::Status StatusOf(const Request& r, const ServerContext& context);
+// RESOURCE_EXHAUSTED for a GET refused by the server's --max-reply-memory
+// (Result::kOverReplyMemory), a MultiGet's too.
+absl::Status ReplyMemorySpent(const ServerContext& context);
 // A done request as a batch item: its status, and what its operation returns (a Get's value,
 // version and time left; a write's version; an increment's sum). Moves the value out.
 void SetItem(ringkv::v1::ItemResult* item, Request& r, const ServerContext& context);
