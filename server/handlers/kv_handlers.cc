@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -93,6 +94,13 @@ class UnaryHandler : public Handler {
       return sink_.Finish(LostLeadership(ops() == 1), nullptr);
     }
     sink_.Finish(status, status.ok() ? &response_ : nullptr);
+    // The transport has the answer's bytes now (serialized into its own buffers, or shared):
+    // this copy goes at once, not with the call, which a client that does not read keeps.
+    if constexpr (std::is_same_v<ResponsePb, WireMessage>) {
+      std::string().swap(response_.bytes());
+    } else {
+      ResponsePb().Swap(&response_);
+    }
   }
   // The writes a reply acknowledges at most (single-key methods: 1).
   virtual size_t ops() const { return 1; }
