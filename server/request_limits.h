@@ -56,13 +56,9 @@ struct RequestLimits {
     return status.ok() ? CheckValue(value) : status;
   }
   // max_reply_bytes as a Request::budget (an int64_t, however large the flag).
-  int64_t reply_budget() const {
-    return static_cast<int64_t>(std::min<size_t>(max_reply_bytes, size_t{1} << 62));
-  }
+  int64_t reply_budget() const { return AsBudget(max_reply_bytes); }
   // max_reply_memory as the server's ServerContext::reply_memory, the same way.
-  int64_t reply_memory_budget() const {
-    return static_cast<int64_t>(std::min<size_t>(max_reply_memory, size_t{1} << 62));
-  }
+  int64_t reply_memory_budget() const { return AsBudget(max_reply_memory); }
   // `what` ("MultiGet", "a Stream message") holds `items` items, named `unit` ("keys"):
   // refused past max_batch_items.
   absl::Status CheckBatch(const char* what, size_t items, const char* unit) const {
@@ -77,6 +73,11 @@ struct RequestLimits {
   size_t max_message_bytes() const {
     return std::min<size_t>(2 * max_value_bytes + max_key_bytes + (size_t{1} << 20),
                             std::numeric_limits<int>::max());
+  }
+
+ private:
+  static int64_t AsBudget(size_t bytes) {
+    return static_cast<int64_t>(std::min<size_t>(bytes, size_t{1} << 62));
   }
 };
 

@@ -265,8 +265,9 @@ class Connection final : public CallConnection {
   uint64_t sent_ = 0;           // Bytes the socket has taken, ever.
   uint32_t acks_unframed_ = 0;  // Calls holding an answer not framed yet (H2Call::HoldAck).
   uint64_t acks_end_ = 0;       // sent_ once the framed answers are all in the kernel.
-  // Reply memory that retired calls' answers hold in the output (HoldReplyMemory): each given
-  // back once sent_ reaches its end (GiveBackSentReplyMemory), the rest with the connection.
+  // Reply memory that the answers of closed streams hold in the output (HoldReplyMemory), by
+  // the output's end when each was handed over: given back once sent_ reaches it
+  // (GiveBackSentReplyMemory), the rest with the connection.
   std::deque<std::pair<uint64_t, int64_t>> reply_memory_until_;
   void GiveBackSentReplyMemory();
   uint32_t interest_;  // Events epoll reports for the socket.

@@ -692,8 +692,9 @@ class StreamHandler : public BidiHandler<WireMessage> {
     // What the shard took of the server's reply memory: held with the reply that carries the
     // value (given back as the call's budget is, Written), or back now if none will.
     HoldReplyMemory(*request);
-    if (cancelled()) GiveBackReplyMemory(ReplyMemoryTaken(*request));
-    if (!cancelled()) {
+    if (cancelled()) {
+      GiveBackReplyMemory(ReplyMemoryTaken(*request));
+    } else {
       // A linearizable GET is answered only while this server may (after the read ran).
       const absl::Status refusal =
           linearizable_ && request->op == Op::kGet ? LinearizableRefusal() : absl::OkStatus();
