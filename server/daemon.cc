@@ -115,6 +115,14 @@ ABSL_FLAG(
     "90s, 5m, 1h. 0: never. Whatever it is, when --max-connections are open a new "
     "connection makes the longest idle one (idle 1s or more) go (that part h2 only: grpc++ has "
     "no connection limit)");
+// 1 minute, as nginx's send_timeout: a client that takes no byte of its answers for that long
+// is gone or hostile, and meanwhile holds them, and the --max-reply-memory they took, from
+// everyone else. Redis bounds the same with client-output-buffer-limit (60 s soft limits).
+ABSL_FLAG(absl::Duration, send_timeout, absl::Minutes(1),
+          "close a connection whose answers have waited this long without the client taking a "
+          "byte of them (it reads nothing, or keeps its HTTP/2 flow-control windows shut): a "
+          "GOAWAY saying why, then close, and what they held is freed; a duration: 30s, 5m. "
+          "0: never (h2 only: grpc++ has no such bound)");
 ABSL_FLAG(double, shutdown_grace, 4.0,
           "seconds the calls in flight get to finish on SIGTERM/SIGINT before they are cancelled");
 ABSL_FLAG(std::string, max_memory, "0",
@@ -324,7 +332,7 @@ void SetUpLogging(const char* argv0) {
 }
 
 // --listen, --threads, --transport, --max-connections, --max-concurrent-streams,
-// --handshake-timeout, --idle-timeout, --shutdown-grace.
+// --handshake-timeout, --idle-timeout, --send-timeout, --shutdown-grace.
 void ParseNetworkFlags(const char* argv0, ServerOptions* options) {
   options->listen = absl::GetFlag(FLAGS_listen);
   options->threads = absl::GetFlag(FLAGS_threads);
@@ -382,6 +390,20 @@ void ParseNetworkFlags(const char* argv0, ServerOptions* options) {
                    "--idle-timeout must be 0 (never) or a duration of at least 1s (90s, "
                    "5m, 1h), got '" +
                        absl::FormatDuration(options->idle_timeout) + "'");
+  }
+  options->send_timeout = absl::GetFlag(FLAGS_send_timeout);
+  if (options->send_timeout != absl::ZeroDuration() &&
+      (options->send_timeout < absl::Seconds(1) ||
+       options->send_timeout == absl::InfiniteDuration())) {
+    ExitUsageError(argv0,
+                   "--send-timeout must be 0 (never) or a duration of at least 1s (30s, 5m), "
+                   "got '" +
+                       absl::FormatDuration(options->send_timeout) + "'");
+  }
+  if (options->transport == TransportKind::kGrpc && Changed(FLAGS_send_timeout)) {
+    ExitUsageError(argv0,
+                   "--send-timeout is enforced by --transport=h2 only; grpc++ has no bound "
+                   "on how long an answer waits for its client");
   }
   const double grace = absl::GetFlag(FLAGS_shutdown_grace);
   if (!(grace >= 0 && grace <= 3600)) {

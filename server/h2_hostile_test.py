@@ -11,6 +11,8 @@ Every test ends by checking that the server still serves others (the `ringkv` CL
 - HostileBytesTest: random and truncated bytes, bad frames, floods; the server answers with
   GOAWAY or closes, and stays up.
 - IdleTimeoutTest: --idle-timeout closes an idle connection with a GOAWAY, and no busy one.
+- SendTimeoutTest: --send-timeout closes a connection whose answers nobody takes, and no slow
+  one.
 - ResourceTest, each with a server of its own: clients that never read, descriptor exhaustion
   and recovery, --max-connections (idle connections make room, busy ones do not), 10,000 open
   connections.
@@ -170,9 +172,16 @@ def request_headers(path):
 class RawConnection:
     """A socket that sent HTTP/2's preface, and the frames the server has sent on it so far."""
 
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
+    def __init__(self, port, window=None, rcvbuf=None):
+        """`window`: the initial stream window it grants (SETTINGS); `rcvbuf`: its socket's
+        receive buffer, set before it connects (the kernel's TCP window follows it)."""
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(5)
+        self.sock.connect(("127.0.0.1", port))
+        settings = b"" if window is None else struct.pack(">HI", 4, window)
+        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings))
         self.buffer, self.frames, self.closed = b"", [], False
         self.next_stream = 1
 
@@ -223,6 +232,16 @@ class RawConnection:
         return any(f[2] == stream and (f[0] == RST_STREAM or
                                        (f[0] == HEADERS and f[1] & END_STREAM))
                    for f in self.frames)
+
+    def grant(self, stream, bytes):
+        """Opens the flow-control windows of `stream` and of the connection by `bytes`."""
+        increment = struct.pack(">I", bytes)
+        self.sock.sendall(frame(WINDOW_UPDATE, 0, stream, increment) +
+                          frame(WINDOW_UPDATE, 0, 0, increment))
+
+    def data(self, stream):
+        """The DATA bytes received on `stream`."""
+        return b"".join(f[3] for f in self.frames if f[0] == DATA and f[2] == stream)
 
     def ping(self, seconds=5.0):
         """Sends a PING and reads until its ack; whether it came."""
@@ -630,6 +649,74 @@ class IdleTimeoutTest(ServerCase):
                           goaways[0][1])
         finally:
             connection.close()
+        self.assertServing()
+
+
+@unittest.skipIf(GRPCPP, "the h2 transport's bound (grpc++ refuses --send-timeout)")
+class SendTimeoutTest(ServerCase):
+    server_args = ("--send-timeout=1s",)
+
+    def test_a_client_that_takes_no_answer_is_told_and_closed_slow_ones_stay(self):
+        # Four clients of a 512 KiB value each: one keeps its window shut while it reads its
+        # socket and PINGs (the acks are not its answer), one reads nothing (its socket fills:
+        # TCP's window is what holds the answer back then), one opens its window 8 KiB at a
+        # time (slow, but its answer moves), and one has a call open that has nothing to
+        # answer yet (like a Watch stream). Only the first two are closed, after 1 s (the
+        # sweep runs every 250 ms), and the reply memory their answers held is back.
+        value = os.urandom(512 << 10)
+        r = self.cli("put", "slow-big", "-", input=value)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        get = grpc_message(field(1, b"slow-big"))
+        shut = RawConnection(self.port, window=0)
+        full = RawConnection(self.port, window=(1 << 31) - 1, rcvbuf=4096)
+        slow = RawConnection(self.port, window=0)
+        quiet = RawConnection(self.port)
+        connections = (shut, full, slow, quiet)
+        try:
+            full.grant(0, 1 << 30)
+            streams = {c: c.open_call("/ringkv.v1.KV/Get", get) for c in (shut, full, slow)}
+            held = quiet.open_call("/ringkv.v1.KV/Put")
+            start, closed_at = time.time(), None
+            while time.time() - start < 3.5:
+                slow.grant(streams[slow], 8 << 10)
+                if not shut.closed:
+                    try:
+                        shut.sock.sendall(frame(PING, 0, 0, b"p" * 8))
+                    except OSError:  # Closed since it last read.
+                        pass
+                for connection in (shut, slow, quiet):
+                    connection.receive(0.2 / 3)
+                if shut.closed and closed_at is None:
+                    closed_at = time.time() - start
+            self.assertIsNotNone(closed_at, "the client that keeps its window shut is open")
+            self.assertGreaterEqual(closed_at, 0.9)  # Not before the timeout (give or take).
+            goaways = shut.goaways()
+            self.assertEqual(len(goaways), 1, shut.frames)
+            self.assertEqual(goaways[0][0], 0)  # NO_ERROR.
+            self.assertIn(b"answers unread for longer than --send-timeout=1s", goaways[0][1])
+            self.assertEqual(shut.data(streams[shut]), b"")
+            # What reached the non-reader's socket before it filled, then the close.
+            deadline = time.time() + 10
+            while full.receive(0.5) and time.time() < deadline:
+                pass
+            self.assertTrue(full.closed)
+            self.assertLess(len(full.data(streams[full])), len(value))
+            for connection in (slow, quiet):
+                self.assertFalse(connection.closed, connection.frames)
+                self.assertEqual(connection.goaways(), [])
+            got = slow.data(streams[slow])
+            self.assertGreater(len(got), 64 << 10)  # It moved all along ...
+            self.assertIn(value[:4096], got)  # ... and is still not all there.
+            self.assertLess(len(got), len(value))
+            self.assertFalse(quiet.ended(held))
+            # Only the slow client's answer holds reply memory now.
+            deadline = time.time() + 10
+            while b"answers: 0.5 MiB of values held" not in self.cli("stats").stdout:
+                self.assertLess(time.time(), deadline, self.cli("stats").stdout)
+                time.sleep(0.1)
+        finally:
+            for connection in connections:
+                connection.close()
         self.assertServing()
 
 

@@ -163,7 +163,7 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(sample(text, "ringkv_connections_refused_total",
                                     reason="max_connections"), 0)
             self.assertIsNotNone(sample(text, "ringkv_connections_open"))
-            for reason in ("idle_timeout", "idle_evicted"):
+            for reason in ("idle_timeout", "idle_evicted", "send_timeout"):
                 self.assertEqual(sample(text, "ringkv_connections_closed_total", reason=reason), 0)
         # Nothing held once every answer is out; the limit is --max-reply-memory's default.
         self.assertEqual(sample(text, "ringkv_reply_memory_bytes"), 0)

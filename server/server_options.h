@@ -53,6 +53,10 @@ struct ServerOptions {
   // (zero: never; h2 only). Independent of it, when --max-connections are open, a new
   // connection makes the longest idle one go (server/h2/h2_loop_io.h).
   absl::Duration idle_timeout = absl::Minutes(5);
+  // How long a connection's answers may wait without the client taking a byte of them (its
+  // socket full, or its flow-control windows shut) before it is closed, and what they hold
+  // freed (zero: never; h2 only).
+  absl::Duration send_timeout = absl::Minutes(1);
   // Calls in flight per connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS).
   uint32_t max_concurrent_streams = 100;
   // --max-memory (0: none) and --eviction; each shard gets an equal share of the bytes.

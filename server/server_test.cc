@@ -928,7 +928,8 @@ TEST_P(ServerLifecycle, PortInUseAndBadFlagsExitTwoWithOneLine) {
       {{"--max-memory=1000", "--threads=2"}, "at least 1MiB per worker (--threads=2)"},
       {{"--eviction=lfu"}, "--eviction must be noeviction, allkeys-lru"},
       {{"--idle-timeout=500ms"}, "--idle-timeout must be 0 (never) or a duration of at least 1s"},
-      {{"--idle-timeout=-1s"}, "--idle-timeout must be 0 (never)"}};
+      {{"--idle-timeout=-1s"}, "--idle-timeout must be 0 (never)"},
+      {{"--send-timeout=500ms"}, "--send-timeout must be 0 (never) or a duration of at least 1s"}};
   for (const auto& [flags, message] : bad_memory) {
     ServerProcess bad(Flags(flags));
     EXPECT_FALSE(bad.Start());
@@ -942,6 +943,12 @@ TEST_P(ServerLifecycle, PortInUseAndBadFlagsExitTwoWithOneLine) {
     EXPECT_NE(unbounded.log().find("--max-connections is enforced by --transport=h2 only"),
               std::string::npos)
         << unbounded.log();
+    ServerProcess unsent(Flags({"--send-timeout=30s"}));
+    EXPECT_FALSE(unsent.Start());
+    EXPECT_EQ(unsent.Wait(10), 2);
+    EXPECT_NE(unsent.log().find("--send-timeout is enforced by --transport=h2 only"),
+              std::string::npos)
+        << unsent.log();
   }
   EXPECT_EQ(first.Stop(SIGINT, 10), 0);
 }

@@ -44,6 +44,7 @@ class Transport {
     uint64_t refused_handshake_timeout = 0;  // No preface within --handshake-timeout.
     uint64_t closed_idle_timeout = 0;        // Open, but idle past --idle-timeout.
     uint64_t closed_idle_evicted = 0;        // Idle, closed to make room past --max-connections.
+    uint64_t closed_send_timeout = 0;        // Its answers unread past --send-timeout.
   };
   virtual Connections connections() const { return {}; }
 };

@@ -140,6 +140,14 @@ class Connection final : public CallConnection {
   // No call open and nothing received since the last sweep; idle since then at least.
   bool idle() const { return !active_ && calls_.empty(); }
   int64_t idle_since_ns() const { return idle_since_ns_; }
+  // The loop's sweep at `now_ns`, for --send-timeout: how long answers have waited on this
+  // client without moving (0: none waits, or some moved since the last sweep). An answer waits
+  // in the output for the socket, or in its call for the client's flow-control window; it
+  // moves as the socket takes output, or as its DATA is framed. Bytes the socket takes while
+  // nothing waited for it (PING acks, say) do not count: a client that reads the socket but
+  // keeps its windows shut still holds its answers. The stall runs from the first sweep that
+  // saw it, so it is never overstated (by up to a sweep period it is understated).
+  int64_t SweepStalled(int64_t now_ns);
 
   // CallConnection, for H2Call.
   H2Io& io() override { return io_; }
@@ -251,8 +259,14 @@ class Connection final : public CallConnection {
   bool tls_wants_write_ = false;  // OpenSSL needs the socket writable to go on.
   bool greeted_ = false;
   int64_t greet_by_ns_;
-  bool active_ = false;                 // Bytes received or a call ended since the last sweep.
-  int64_t idle_since_ns_;               // The sweep's clock: last seen busy (or accepted).
+  bool active_ = false;    // Bytes received or a call ended since the last sweep.
+  int64_t idle_since_ns_;  // The sweep's clock: last seen busy (or accepted).
+  // SweepStalled's: what the last sweep saw, and since when answers have waited unmoved (0:
+  // they have not).
+  uint64_t swept_sent_ = 0;
+  uint64_t swept_framed_ = 0;
+  bool swept_unsent_ = false;
+  int64_t stalled_since_ns_ = 0;
   nghttp2_session* session_ = nullptr;  // --h2=nghttp2, or own_ below.
   absl::flat_hash_set<H2Call*> calls_;  // Open streams' calls.
   int32_t last_stream_id_ = 0;          // CallOf's last answer (0: none).
@@ -263,6 +277,7 @@ class Connection final : public CallConnection {
   std::unique_ptr<H2Session> own_;
   bool reading_done_ = false;   // It failed: its GOAWAY goes, and nothing more is read.
   uint64_t sent_ = 0;           // Bytes the socket has taken, ever.
+  uint64_t framed_ = 0;         // Bytes of answers' DATA framed into out_, ever.
   uint32_t acks_unframed_ = 0;  // Calls holding an answer not framed yet (H2Call::HoldAck).
   uint64_t acks_end_ = 0;       // sent_ once the framed answers are all in the kernel.
   // Reply memory that the answers of closed streams hold in the output (HoldReplyMemory), by

@@ -53,11 +53,12 @@ class ConnectionGate {
   void CountRefused(Refusal why) { refused_[why].fetch_add(1, std::memory_order_relaxed); }
   uint64_t refused(Refusal why) const { return refused_[why].load(std::memory_order_relaxed); }
 
-  // Open connections closed for being idle: past --idle-timeout, or to make room for a new one
-  // while --max-connections were open.
-  enum IdleClose { kIdleTimeout, kIdleEvicted, kIdleCloses };
-  void CountClosed(IdleClose why) { closed_[why].fetch_add(1, std::memory_order_relaxed); }
-  uint64_t closed(IdleClose why) const { return closed_[why].load(std::memory_order_relaxed); }
+  // Open connections the server closed: idle past --idle-timeout, idle and closed to make room
+  // for a new one while --max-connections were open, or their answers unmoved (unread) past
+  // --send-timeout.
+  enum CloseReason { kIdleTimeout, kIdleEvicted, kSendTimeout, kCloseReasons };
+  void CountClosed(CloseReason why) { closed_[why].fetch_add(1, std::memory_order_relaxed); }
+  uint64_t closed(CloseReason why) const { return closed_[why].load(std::memory_order_relaxed); }
 
   // Control thread, once per loop before the loops run (the threads' start publishes it):
   // `io` is woken when another loop asks it to evict. Returns the loop's index.
@@ -127,7 +128,7 @@ class ConnectionGate {
   alignas(64) std::atomic<int64_t> connections_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> refused_[kRefusals] = {};
-  std::atomic<uint64_t> closed_[kIdleCloses] = {};
+  std::atomic<uint64_t> closed_[kCloseReasons] = {};
 };
 
 }  // namespace ringkv

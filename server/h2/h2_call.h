@@ -155,6 +155,9 @@ class H2Call final : public CallSink {
   // The next `length` bytes of the response, now framed, moved to `to` (the connection's
   // output; `share`: shared ranges stay shared, SendQueue::MoveTo). No copy until there.
   void TakeResponse(size_t length, SendQueue& to, bool share);
+  // Response bytes not framed yet: waiting for the client's window, or for room in the
+  // connection's output.
+  size_t Unsent() const { return out_.size(); }
 
   // From the loop.
   void Pump();
@@ -246,7 +249,6 @@ class H2Call final : public CallSink {
   // Retires the call if both the stream and the handler are done.
   void MaybeRetire();
   bool Alive() const { return !stream_closed_ && !ended_; }
-  size_t Unsent() const { return out_.size(); }
 
   H2Io& io_;
   CallConnection* connection_;  // Null once the connection is gone.

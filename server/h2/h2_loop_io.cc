@@ -60,9 +60,22 @@ constexpr int64_t kWarningIntervalNs = 10'000'000'000;
 constexpr int64_t kMinIdleToEvictNs = 1'000'000'000;
 // How long an accepted connection waits for the slot another loop was asked to free.
 constexpr int64_t kEvictWaitNs = 100'000'000;
-// The idle sweep's period: a quarter of --idle-timeout (so a connection closes within 1.5x of
-// it), at most this. A sweep visits every connection of the loop (about 1 ms for 10,000).
+// The sweep's period: a quarter of the shorter of --idle-timeout and --send-timeout (so a
+// connection closes within 1.5x of it), at most this. A sweep visits every connection of the
+// loop (about 1 ms for 10,000).
 constexpr int64_t kMaxSweepEveryNs = 1'000'000'000;
+
+int64_t TimeoutNs(absl::Duration timeout) {
+  return std::max<int64_t>(0, absl::ToInt64Nanoseconds(timeout));
+}
+
+int64_t SweepEveryNs(int64_t idle_timeout_ns, int64_t send_timeout_ns) {
+  int64_t every = kMaxSweepEveryNs;
+  for (const int64_t timeout : {idle_timeout_ns, send_timeout_ns}) {
+    if (timeout > 0) every = std::min(every, std::max<int64_t>(timeout / 4, 1'000'000));
+  }
+  return every;
+}
 // A loop that never parks and gets no events reads the clock for the sweep every so many polls.
 constexpr uint32_t kQuietPollsPerClockRead = 1024;
 
@@ -112,11 +125,9 @@ H2LoopIo::H2LoopIo(ConnectionGate& gate, ShardLoop& loop, std::unique_ptr<Uring>
       epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       index_(gate.RegisterLoop(this)),
-      idle_timeout_ns_(
-          std::max<int64_t>(0, absl::ToInt64Nanoseconds(loop.context().options().idle_timeout))),
-      sweep_every_ns_(idle_timeout_ns_ > 0
-                          ? std::clamp<int64_t>(idle_timeout_ns_ / 4, 1'000'000, kMaxSweepEveryNs)
-                          : kMaxSweepEveryNs),
+      idle_timeout_ns_(TimeoutNs(loop.context().options().idle_timeout)),
+      send_timeout_ns_(TimeoutNs(loop.context().options().send_timeout)),
+      sweep_every_ns_(SweepEveryNs(idle_timeout_ns_, send_timeout_ns_)),
       read_buffer_(new char[kReadBufferBytes]),
       uring_(std::move(uring)),
       spare_fd_(OpenSpare()) {
@@ -484,29 +495,45 @@ size_t H2LoopIo::TendIdle(int64_t now) {
 size_t H2LoopIo::Sweep(int64_t now) {
   evictable_.clear();
   std::vector<Connection*> expired;
+  std::vector<Connection*> stalled;
   for (Connection* connection : connections_) {
     const int64_t idle = connection->SweepIdle(now);
+    // Idle (no call open, nothing received) does not mean nothing waits to be sent: the
+    // output of closed streams may.
+    const int64_t stalled_for = send_timeout_ns_ > 0 ? connection->SweepStalled(now) : 0;
     // A connection without its preface is the handshake timeout's, which says why better.
     if (idle_timeout_ns_ > 0 && idle >= idle_timeout_ns_ && connection->greeted()) {
       expired.push_back(connection);
+    } else if (send_timeout_ns_ > 0 && stalled_for >= send_timeout_ns_) {
+      stalled.push_back(connection);
     } else if (idle >= kMinIdleToEvictNs) {
       evictable_.emplace_back(connection->idle_since_ns(), connection);
     }
   }
   std::make_heap(evictable_.begin(), evictable_.end(), IdlerFirst);
-  if (!expired.empty()) {
-    const std::string why =
-        absl::StrCat("idle for longer than --idle-timeout=",
-                     absl::FormatDuration(loop_.context().options().idle_timeout));
-    Log(LogLevel::kDebug, "closing %d connection%s: %s", expired.size(),
-        expired.size() == 1 ? "" : "s", why);
-    for (Connection* connection : expired) {
-      gate_.CountClosed(ConnectionGate::kIdleTimeout);
-      connection->Terminate(why);  // GOAWAY (NO_ERROR: no call was open), then close.
-    }
-  }
+  const ServerOptions& options = loop_.context().options();
+  CloseSwept(expired, ConnectionGate::kIdleTimeout,
+             absl::StrCat("idle for longer than --idle-timeout=",
+                          absl::FormatDuration(options.idle_timeout)));
+  CloseSwept(
+      stalled, ConnectionGate::kSendTimeout,
+      absl::StrCat("answers unread for longer than --send-timeout=",
+                   absl::FormatDuration(options.send_timeout), ": the client took none of them"));
   PublishIdlest(now);
-  return expired.size();
+  return expired.size() + stalled.size();
+}
+
+void H2LoopIo::CloseSwept(std::span<Connection* const> connections,
+                          ConnectionGate::CloseReason reason, std::string_view why) {
+  if (connections.empty()) return;
+  Log(LogLevel::kDebug, "closing %d connection%s: %s", connections.size(),
+      connections.size() == 1 ? "" : "s", why);
+  for (Connection* connection : connections) {
+    gate_.CountClosed(reason);
+    // GOAWAY (NO_ERROR; debug data `why`), one try at sending it, then close. The calls left
+    // end UNAVAILABLE.
+    connection->Terminate(why);
+  }
 }
 
 Connection* H2LoopIo::IdlestEvictable(int64_t now) {

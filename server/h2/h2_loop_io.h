@@ -39,6 +39,12 @@
 // --idle-timeout=..."), and lists those idle for at least kMinIdleToEvict (1 s) as evictable,
 // idlest first, publishing its idlest one's time in the gate. The hot path pays a flag per read.
 //
+// Answers nobody takes (Connection::SweepStalled): a connection whose answers have waited for
+// --send-timeout without moving (its socket full, or the client's flow-control windows shut) is
+// closed at the next sweep the same way ("answers unread for longer than --send-timeout=..."),
+// and what those answers held (--max-reply-memory among it) goes with it. The sweep's period is
+// a quarter of the shorter of the two timeouts. The hot path pays an add per DATA frame.
+//
 // A full gate (--max-connections open) when a connection arrives: the loop that accepted it
 // compares its own idlest evictable connection with the idlest the other loops published.
 //   - its own is the idlest: it closes that one (GOAWAY saying why) and admits the new one in the
@@ -63,6 +69,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -147,8 +154,11 @@ class H2LoopIo final : public LoopIo, public H2Io {
   // What is due about idle connections at `now`: evictions asked of this loop, the waiting
   // connection, the sweep.
   size_t TendIdle(int64_t now);
-  // Closes what is idle past --idle-timeout and lists what may be evicted; returns the closed.
+  // Closes what is idle past --idle-timeout or stalled past --send-timeout, and lists what may
+  // be evicted; returns the closed.
   size_t Sweep(int64_t now);
+  void CloseSwept(std::span<Connection* const> connections, ConnectionGate::CloseReason reason,
+                  std::string_view why);
   // This loop's idlest connection that may be evicted (still open and idle), or null; drops
   // what no longer qualifies from evictable_.
   Connection* IdlestEvictable(int64_t now);
@@ -164,6 +174,7 @@ class H2LoopIo final : public LoopIo, public H2Io {
   const int wake_fd_;
   const uint32_t index_;           // This loop's slot in the gate.
   const int64_t idle_timeout_ns_;  // 0: none.
+  const int64_t send_timeout_ns_;  // 0: none.
   const int64_t sweep_every_ns_;
   nghttp2_session_callbacks* callbacks_ = nullptr;
   nghttp2_option* option_ = nullptr;

@@ -53,7 +53,8 @@ class H2Transport : public Transport {
             .refused_tls = gate_.refused(ConnectionGate::kTlsHandshake),
             .refused_handshake_timeout = gate_.refused(ConnectionGate::kHandshakeTimeout),
             .closed_idle_timeout = gate_.closed(ConnectionGate::kIdleTimeout),
-            .closed_idle_evicted = gate_.closed(ConnectionGate::kIdleEvicted)};
+            .closed_idle_evicted = gate_.closed(ConnectionGate::kIdleEvicted),
+            .closed_send_timeout = gate_.closed(ConnectionGate::kSendTimeout)};
   }
 
  private:

@@ -173,7 +173,8 @@ void AddConnections(const Transport::Connections& c, std::vector<MetricFamily>* 
       Family("connections_closed_total", "Open client connections the server closed, by reason.",
              MetricType::Counter);
   const std::pair<const char*, uint64_t> closes[] = {{"idle_timeout", c.closed_idle_timeout},
-                                                     {"idle_evicted", c.closed_idle_evicted}};
+                                                     {"idle_evicted", c.closed_idle_evicted},
+                                                     {"send_timeout", c.closed_send_timeout}};
   for (const auto& [reason, count] : closes) {
     closed.metric.push_back(
         Value(MetricType::Counter, static_cast<double>(count), {{"reason", reason}}));
