@@ -400,7 +400,9 @@ void ParseNetworkFlags(const char* argv0, ServerOptions* options) {
                    "got '" +
                        absl::FormatDuration(options->send_timeout) + "'");
   }
-  if (options->transport == TransportKind::kGrpc && Changed(FLAGS_send_timeout)) {
+  // 0 (never) is what grpc++ does anyway.
+  if (options->transport == TransportKind::kGrpc && Changed(FLAGS_send_timeout) &&
+      options->send_timeout != absl::ZeroDuration()) {
     ExitUsageError(argv0,
                    "--send-timeout is enforced by --transport=h2 only; grpc++ has no bound "
                    "on how long an answer waits for its client");

@@ -234,9 +234,10 @@ class RawConnection:
                    for f in self.frames)
 
     def grant(self, stream, bytes):
-        """Opens the flow-control windows of `stream` and of the connection by `bytes`."""
+        """Opens the flow-control windows of `stream` (0: none) and of the connection by
+        `bytes`."""
         increment = struct.pack(">I", bytes)
-        self.sock.sendall(frame(WINDOW_UPDATE, 0, stream, increment) +
+        self.sock.sendall((frame(WINDOW_UPDATE, 0, stream, increment) if stream else b"") +
                           frame(WINDOW_UPDATE, 0, 0, increment))
 
     def data(self, stream):
@@ -657,16 +658,17 @@ class SendTimeoutTest(ServerCase):
     server_args = ("--send-timeout=1s",)
 
     def test_a_client_that_takes_no_answer_is_told_and_closed_slow_ones_stay(self):
-        # Four clients of a 512 KiB value each: one keeps its window shut while it reads its
-        # socket and PINGs (the acks are not its answer), one reads nothing (its socket fills:
-        # TCP's window is what holds the answer back then), one opens its window 8 KiB at a
-        # time (slow, but its answer moves), and one has a call open that has nothing to
-        # answer yet (like a Watch stream). Only the first two are closed, after 1 s (the
-        # sweep runs every 250 ms), and the reply memory their answers held is back.
-        value = os.urandom(512 << 10)
-        r = self.cli("put", "slow-big", "-", input=value)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        get = grpc_message(field(1, b"slow-big"))
+        # Four clients. One keeps its window shut on a GET of 512 KiB while it reads its socket
+        # and PINGs every 20 ms: the sweep (every 250 ms) mostly runs with a PING's ack in the
+        # output, and acks are not its answer moving. One reads nothing on four GETs of 4 MiB,
+        # far past what the kernel's socket buffers take: TCP's window holds them back. One
+        # opens its window 8 KiB at a time on a GET of 512 KiB (slow, but its answer moves),
+        # and one has a call open that has nothing to answer yet (like a Watch stream). Only
+        # the first two are closed, after 1 s, and the reply memory their answers held is back.
+        value, huge = os.urandom(512 << 10), os.urandom(4 << 20)
+        for key, data in ((b"slow-big", value), (b"slow-huge", huge)):
+            r = self.cli("put", key, "-", input=data)
+            self.assertEqual(r.returncode, 0, r.stderr)
         shut = RawConnection(self.port, window=0)
         full = RawConnection(self.port, window=(1 << 31) - 1, rcvbuf=4096)
         slow = RawConnection(self.port, window=0)
@@ -674,33 +676,41 @@ class SendTimeoutTest(ServerCase):
         connections = (shut, full, slow, quiet)
         try:
             full.grant(0, 1 << 30)
-            streams = {c: c.open_call("/ringkv.v1.KV/Get", get) for c in (shut, full, slow)}
+            get = grpc_message(field(1, b"slow-big"))
+            streams = {c: c.open_call("/ringkv.v1.KV/Get", get) for c in (shut, slow)}
+            full_streams = [full.open_call("/ringkv.v1.KV/Get",
+                                           grpc_message(field(1, b"slow-huge")))
+                            for _ in range(4)]
             held = quiet.open_call("/ringkv.v1.KV/Put")
-            start, closed_at = time.time(), None
+            start, closed_at, tick = time.time(), None, 0
             while time.time() - start < 3.5:
-                slow.grant(streams[slow], 8 << 10)
+                tick += 1
+                if tick % 10 == 0:
+                    slow.grant(streams[slow], 8 << 10)
                 if not shut.closed:
                     try:
                         shut.sock.sendall(frame(PING, 0, 0, b"p" * 8))
                     except OSError:  # Closed since it last read.
                         pass
                 for connection in (shut, slow, quiet):
-                    connection.receive(0.2 / 3)
+                    connection.receive(0.005)
                 if shut.closed and closed_at is None:
                     closed_at = time.time() - start
+                time.sleep(max(0.0, start + tick * 0.02 - time.time()))
             self.assertIsNotNone(closed_at, "the client that keeps its window shut is open")
             self.assertGreaterEqual(closed_at, 0.9)  # Not before the timeout (give or take).
+            self.assertGreater(sum(f[0] == PING and f[1] & 1 for f in shut.frames), 20)
             goaways = shut.goaways()
             self.assertEqual(len(goaways), 1, shut.frames)
             self.assertEqual(goaways[0][0], 0)  # NO_ERROR.
             self.assertIn(b"answers unread for longer than --send-timeout=1s", goaways[0][1])
             self.assertEqual(shut.data(streams[shut]), b"")
-            # What reached the non-reader's socket before it filled, then the close.
+            # What reached the non-reader's socket buffers before they filled, then the close.
             deadline = time.time() + 10
             while full.receive(0.5) and time.time() < deadline:
                 pass
             self.assertTrue(full.closed)
-            self.assertLess(len(full.data(streams[full])), len(value))
+            self.assertLess(sum(len(full.data(s)) for s in full_streams), 4 * len(huge))
             for connection in (slow, quiet):
                 self.assertFalse(connection.closed, connection.frames)
                 self.assertEqual(connection.goaways(), [])

@@ -439,20 +439,25 @@ bool Connection::AppendData(const uint8_t* frame_header, H2Call& call, size_t le
   if (Unsent() >= kOutputChunk) return false;
   out_.Append({reinterpret_cast<const char*>(frame_header), 9});
   call.TakeResponse(length, out_, /*share=*/ssl_ == nullptr);  // OpenSSL copies anyway.
-  framed_ += length;
+  Framed(length);
   if (call.TakeFramedAck()) AckFramed();
   return true;
 }
 
+void Connection::Framed(size_t length) {
+  framed_ += length;
+  data_end_ = sent_ + Unsent();
+}
+
 int64_t Connection::SweepStalled(int64_t now_ns) {
-  const bool unsent = Unsent() > 0;
-  const bool moved =
-      framed_ != swept_framed_ || (sent_ != swept_sent_ && (unsent || swept_unsent_));
+  // The socket took answers' bytes only if some were in the output at the last sweep: framed_
+  // unchanged means data_end_ is too. Other frames (PING and SETTINGS acks, WINDOW_UPDATE)
+  // neither wait nor move, however often the client asks for them.
+  const bool moved = framed_ != swept_framed_ || (sent_ != swept_sent_ && swept_sent_ < data_end_);
   swept_sent_ = sent_;
   swept_framed_ = framed_;
-  swept_unsent_ = unsent;
   const auto waits = [](const H2Call* call) { return call->Unsent() > 0; };
-  if (moved || !(unsent || std::any_of(calls_.begin(), calls_.end(), waits))) {
+  if (moved || !(sent_ < data_end_ || std::any_of(calls_.begin(), calls_.end(), waits))) {
     stalled_since_ns_ = 0;
     return 0;
   }
@@ -763,7 +768,7 @@ void Connection::SessionEvents::TakeData(int32_t id, size_t length, SendQueue& o
   H2Call* call = c_.CallOf(id);
   if (call == nullptr) return;
   call->TakeResponse(length, out, /*share=*/c_.ssl_ == nullptr);  // OpenSSL copies anyway.
-  c_.framed_ += length;
+  c_.Framed(length);
   if (call->TakeFramedAck()) c_.AckFramed();
 }
 

@@ -143,10 +143,10 @@ class Connection final : public CallConnection {
   // The loop's sweep at `now_ns`, for --send-timeout: how long answers have waited on this
   // client without moving (0: none waits, or some moved since the last sweep). An answer waits
   // in the output for the socket, or in its call for the client's flow-control window; it
-  // moves as the socket takes output, or as its DATA is framed. Bytes the socket takes while
-  // nothing waited for it (PING acks, say) do not count: a client that reads the socket but
-  // keeps its windows shut still holds its answers. The stall runs from the first sweep that
-  // saw it, so it is never overstated (by up to a sweep period it is understated).
+  // moves as its DATA is framed, or as the socket takes the output up to it. Only DATA counts:
+  // a client that reads the socket but keeps its windows shut, and is sent PING acks, still
+  // holds its answers. The stall runs from the first sweep that saw it, so it is never
+  // overstated (by up to a sweep period it is understated).
   int64_t SweepStalled(int64_t now_ns);
 
   // CallConnection, for H2Call.
@@ -225,6 +225,8 @@ class Connection final : public CallConnection {
   H2Call* CallOf(int32_t stream_id);
   // An answer held by a call is framed: it leaves with the output gathered so far.
   void AckFramed();
+  // `length` bytes of an answer's DATA are in out_, behind the rest (for SweepStalled).
+  void Framed(size_t length);
   size_t Unsent() const { return out_.size() + sending_.size(); }
   void UpdateInterest();
   // Hands received bytes to the session; false if that closed the connection.
@@ -265,7 +267,6 @@ class Connection final : public CallConnection {
   // they have not).
   uint64_t swept_sent_ = 0;
   uint64_t swept_framed_ = 0;
-  bool swept_unsent_ = false;
   int64_t stalled_since_ns_ = 0;
   nghttp2_session* session_ = nullptr;  // --h2=nghttp2, or own_ below.
   absl::flat_hash_set<H2Call*> calls_;  // Open streams' calls.
@@ -278,6 +279,7 @@ class Connection final : public CallConnection {
   bool reading_done_ = false;   // It failed: its GOAWAY goes, and nothing more is read.
   uint64_t sent_ = 0;           // Bytes the socket has taken, ever.
   uint64_t framed_ = 0;         // Bytes of answers' DATA framed into out_, ever.
+  uint64_t data_end_ = 0;       // sent_ once the socket has taken the last DATA framed.
   uint32_t acks_unframed_ = 0;  // Calls holding an answer not framed yet (H2Call::HoldAck).
   uint64_t acks_end_ = 0;       // sent_ once the framed answers are all in the kernel.
   // Reply memory that the answers of closed streams hold in the output (HoldReplyMemory), by
