@@ -1395,6 +1395,33 @@ class ReplicationTest(unittest.TestCase):
         put_many(self.kv(server), [(b"k", b"v", 0)])
         self.assertEqual(get(self.kv(server), b"k").value, b"v")
 
+    def test_a_flow_closed_before_its_first_message_ends(self):
+        # A Flow whose client closes its side before saying which replica it is is answered
+        # INVALID_ARGUMENT; one cancelled then ends too. On grpc++ a cancel reads as a close:
+        # such a call once stayed open for good, and the server never stopped.
+        server = self.start()
+        channel = grpc.insecure_channel(server.address, options=CHANNEL_OPTIONS)
+        self.addCleanup(channel.close)
+        flow = channel.stream_stream("/ringkv.v1.Replication/Flow",
+                                     request_serializer=kv_pb2.FlowRequest.SerializeToString,
+                                     response_deserializer=kv_pb2.FlowMessage.FromString)
+        with self.assertRaises(grpc.RpcError) as closed:
+            list(flow(iter(()), timeout=CALL_TIMEOUT))
+        self.assertEqual(closed.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("closed without one", closed.exception.details())
+        release = threading.Event()
+
+        def nothing_yet():
+            release.wait(30)
+            yield from ()
+        call = flow(nothing_yet(), timeout=30)
+        time.sleep(0.3 * SLOW)  # The server has the call, and waits for its first message.
+        call.cancel()
+        release.set()
+        self.assertServesReads(server, self.kv(server))
+        server.stop()  # Fails the test unless it stops within ringkv_server.STOP_S.
+        server.killed = True  # Stopped here, not by the cleanup.
+
     def test_bad_setup_not_a_ringkv_port(self):
         listener = ClosingListener()
         self.addCleanup(listener.close)

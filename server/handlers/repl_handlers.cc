@@ -62,7 +62,17 @@ class FlowHandler : public Handler {
     sink_.Read();
   }
 
-  void OnHalfClose() override { reading_ = false; }  // No more acknowledgements.
+  void OnHalfClose() override {
+    reading_ = false;  // No more acknowledgements.
+    // Closed before its first message: nothing is out for it, and nothing else would end it
+    // (on grpc++ a cancel reads as a close; such a call once kept the server from stopping).
+    if (!started_) {
+      sink_.Finish(absl::InvalidArgumentError(
+                       "a Flow's first message says which replica it is: the stream closed "
+                       "without one"),
+                   nullptr);
+    }
+  }
 
   void OnMessage() override {
     reading_ = false;
