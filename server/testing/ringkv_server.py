@@ -32,7 +32,19 @@ def thread_stacks(pid):
                              capture_output=True, text=True, timeout=60).stdout
     except subprocess.TimeoutExpired:
         return "(gdb took over 60 s)"
-    return "\n".join(line for line in out.splitlines() if line.startswith(("#", "Thread")))
+    # gRPC's and Abseil's own threads, idle in their pollers and timers, first: a test log
+    # keeps the end of a long message, where the server's own threads then are.
+    threads, current = [], None
+    for line in out.splitlines():
+        if line.startswith("Thread"):
+            current = [line]
+            threads.append(current)
+        elif line.startswith("#") and current is not None:
+            current.append(line)
+    library = ('"event_engine"', '"timer_manager"', '"grpc_global_tim"', '"default-executo"',
+               '"resolver-execut"', '"grpcpp_sync_ser"')
+    threads.sort(key=lambda lines: not any(name in lines[0] for name in library))
+    return "\n".join(line for lines in threads for line in lines)
 
 
 def sigstop(pid, timeout=5.0):
