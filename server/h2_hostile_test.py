@@ -658,23 +658,28 @@ class SendTimeoutTest(ServerCase):
     server_args = ("--send-timeout=1s",)
 
     def test_a_client_that_takes_no_answer_is_told_and_closed_slow_ones_stay(self):
-        # Four clients. One keeps its window shut on a GET of 512 KiB while it reads its socket
+        # Five clients. One keeps its window shut on a GET of 512 KiB while it reads its socket
         # and PINGs every 20 ms: the sweep (every 250 ms) mostly runs with a PING's ack in the
         # output, and acks are not its answer moving. One reads nothing on four GETs of 4 MiB,
         # far past what the kernel's socket buffers take: TCP's window holds them back. One
-        # opens its window 8 KiB at a time on a GET of 512 KiB (slow, but its answer moves),
-        # and one has a call open that has nothing to answer yet (like a Watch stream). Only
-        # the first two are closed, after 1 s, and the reply memory their answers held is back.
+        # has a call open and floods PINGs without reading their acks: no answer of DATA, but
+        # its output is stuck. One opens its window 8 KiB at a time on a GET of 512 KiB (slow,
+        # but its answer moves), and one has a call open that has nothing to answer yet (like a
+        # Watch stream). Only the first three are closed, after 1 s, and the reply memory their
+        # answers held is back.
         value, huge = os.urandom(512 << 10), os.urandom(4 << 20)
         for key, data in ((b"slow-big", value), (b"slow-huge", huge)):
             r = self.cli("put", key, "-", input=data)
             self.assertEqual(r.returncode, 0, r.stderr)
         shut = RawConnection(self.port, window=0)
         full = RawConnection(self.port, window=(1 << 31) - 1, rcvbuf=4096)
+        acks = RawConnection(self.port, rcvbuf=4096)
         slow = RawConnection(self.port, window=0)
         quiet = RawConnection(self.port)
-        connections = (shut, full, slow, quiet)
+        connections = (shut, full, acks, slow, quiet)
         try:
+            acks.open_call("/ringkv.v1.KV/Put")
+            self.flood_unread(acks.sock, frame(PING, 0, 0, b"a" * 8) * 4096)
             full.grant(0, 1 << 30)
             get = grpc_message(field(1, b"slow-big"))
             streams = {c: c.open_call("/ringkv.v1.KV/Get", get) for c in (shut, slow)}
@@ -705,12 +710,14 @@ class SendTimeoutTest(ServerCase):
             self.assertEqual(goaways[0][0], 0)  # NO_ERROR.
             self.assertIn(b"answers unread for longer than --send-timeout=1s", goaways[0][1])
             self.assertEqual(shut.data(streams[shut]), b"")
-            # What reached the non-reader's socket buffers before they filled, then the close.
+            # What reached the non-reader's socket buffers before they filled, then the close
+            # (its GOAWAY finds no room; a protocol error's would have).
             deadline = time.time() + 10
             while full.receive(0.5) and time.time() < deadline:
                 pass
             self.assertTrue(full.closed)
-            self.assertLess(sum(len(full.data(s)) for s in full_streams), 4 * len(huge))
+            self.assertEqual([g for g in full.goaways() if g[0] != 0], [])
+            self.assertTrue(self.drained_to_close(acks.sock, 10), "the PING flooder is open")
             for connection in (slow, quiet):
                 self.assertFalse(connection.closed, connection.frames)
                 self.assertEqual(connection.goaways(), [])
@@ -719,15 +726,56 @@ class SendTimeoutTest(ServerCase):
             self.assertIn(value[:4096], got)  # ... and is still not all there.
             self.assertLess(len(got), len(value))
             self.assertFalse(quiet.ended(held))
-            # Only the slow client's answer holds reply memory now.
+            # Only the slow client's answer holds reply memory now (it goes on moving).
             deadline = time.time() + 10
             while b"answers: 0.5 MiB of values held" not in self.cli("stats").stdout:
                 self.assertLess(time.time(), deadline, self.cli("stats").stdout)
-                time.sleep(0.1)
+                slow.grant(streams[slow], 1024)
+                slow.receive(0.1)
+            self.assertFalse(slow.closed)
         finally:
             for connection in connections:
                 connection.close()
         self.assertServing()
+
+    @staticmethod
+    def flood_unread(sock, burst, seconds=5):
+        """Sends `burst` again and again without reading, until the socket has taken nothing
+        for 0.3 s (the server stopped reading), the server closed it, or `seconds` pass."""
+        sock.setblocking(False)
+        pending, stuck_since, deadline = burst, None, time.time() + seconds
+        while time.time() < deadline:
+            try:
+                sent = sock.send(pending)
+            except BlockingIOError:
+                sent = 0
+            except OSError:  # Closed on it: nghttp2 ends a session whose acks pile up.
+                break
+            pending = pending[sent:] or burst
+            if sent:
+                stuck_since = None
+            elif stuck_since is None:
+                stuck_since = time.time()
+            elif time.time() - stuck_since >= 0.3:
+                break
+            else:
+                time.sleep(0.01)
+        sock.setblocking(True)
+
+    @staticmethod
+    def drained_to_close(sock, seconds):
+        """Reads and drops what `sock` holds; whether the server closed it within `seconds`."""
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            sock.settimeout(max(0.001, deadline - time.time()))
+            try:
+                if not sock.recv(1 << 20):
+                    return True
+            except socket.timeout:
+                return False
+            except ConnectionResetError:
+                return True
+        return False
 
 
 class ResourceTest(ServerCase):

@@ -450,14 +450,22 @@ void Connection::Framed(size_t length) {
 }
 
 int64_t Connection::SweepStalled(int64_t now_ns) {
-  // The socket took answers' bytes only if some were in the output at the last sweep: framed_
-  // unchanged means data_end_ is too. Other frames (PING and SETTINGS acks, WINDOW_UPDATE)
-  // neither wait nor move, however often the client asks for them.
-  const bool moved = framed_ != swept_framed_ || (sent_ != swept_sent_ && swept_sent_ < data_end_);
+  const bool unsent = Unsent() > 0;
+  const bool took = sent_ != swept_sent_;
+  // Answers' DATA waits in a call for the client's window, or in the output; it moves as it is
+  // framed, or as the socket takes output up to it (framed_ unchanged means data_end_ is too).
+  // The socket taking other frames, PING and SETTINGS acks say, is no answer moving.
+  const bool data_waits =
+      sent_ < data_end_ || std::any_of(calls_.begin(), calls_.end(),
+                                       [](const H2Call* call) { return call->Unsent() > 0; });
+  const bool data_moved = framed_ != swept_framed_ || (took && swept_sent_ < data_end_);
+  // Any output (error answers and trailers too): stuck if the socket took none of it between
+  // two sweeps that both saw some.
+  const bool stuck = unsent && swept_unsent_ && !took;
   swept_sent_ = sent_;
   swept_framed_ = framed_;
-  const auto waits = [](const H2Call* call) { return call->Unsent() > 0; };
-  if (moved || !(sent_ < data_end_ || std::any_of(calls_.begin(), calls_.end(), waits))) {
+  swept_unsent_ = unsent;
+  if (!stuck && (data_moved || !data_waits)) {
     stalled_since_ns_ = 0;
     return 0;
   }

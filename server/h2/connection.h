@@ -140,13 +140,15 @@ class Connection final : public CallConnection {
   // No call open and nothing received since the last sweep; idle since then at least.
   bool idle() const { return !active_ && calls_.empty(); }
   int64_t idle_since_ns() const { return idle_since_ns_; }
-  // The loop's sweep at `now_ns`, for --send-timeout: how long answers have waited on this
-  // client without moving (0: none waits, or some moved since the last sweep). An answer waits
-  // in the output for the socket, or in its call for the client's flow-control window; it
-  // moves as its DATA is framed, or as the socket takes the output up to it. Only DATA counts:
-  // a client that reads the socket but keeps its windows shut, and is sent PING acks, still
-  // holds its answers. The stall runs from the first sweep that saw it, so it is never
-  // overstated (by up to a sweep period it is understated).
+  // The loop's sweep at `now_ns`, for --send-timeout: how long this client has left its
+  // answers untaken (0: it has not, or took some since the last sweep). Answers' DATA waits in
+  // the output for the socket, or in its call for the client's flow-control window; it moves
+  // as it is framed, or as the socket takes the output up to it. The socket taking other frames
+  // is not an answer moving: a client that reads the socket but keeps its windows shut, and is
+  // sent PING acks, still holds its answers. Output of any kind that the socket takes nothing
+  // of between two sweeps is stuck too (error answers, with a call open). The stall runs from
+  // the first sweep that saw it, so it is never overstated (by up to a sweep period it is
+  // understated).
   int64_t SweepStalled(int64_t now_ns);
 
   // CallConnection, for H2Call.
@@ -267,6 +269,7 @@ class Connection final : public CallConnection {
   // they have not).
   uint64_t swept_sent_ = 0;
   uint64_t swept_framed_ = 0;
+  bool swept_unsent_ = false;
   int64_t stalled_since_ns_ = 0;
   nghttp2_session* session_ = nullptr;  // --h2=nghttp2, or own_ below.
   absl::flat_hash_set<H2Call*> calls_;  // Open streams' calls.

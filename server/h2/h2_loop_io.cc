@@ -501,10 +501,11 @@ size_t H2LoopIo::Sweep(int64_t now) {
     // Idle (no call open, nothing received) does not mean nothing waits to be sent: the
     // output of closed streams may.
     const int64_t stalled_for = send_timeout_ns_ > 0 ? connection->SweepStalled(now) : 0;
-    // A connection without its preface is the handshake timeout's, which says why better.
+    // A connection without its preface is the handshake timeout's, which says why better (a TLS
+    // handshake keeps the session's SETTINGS in the output, unsent).
     if (idle_timeout_ns_ > 0 && idle >= idle_timeout_ns_ && connection->greeted()) {
       expired.push_back(connection);
-    } else if (send_timeout_ns_ > 0 && stalled_for >= send_timeout_ns_) {
+    } else if (send_timeout_ns_ > 0 && stalled_for >= send_timeout_ns_ && connection->greeted()) {
       stalled.push_back(connection);
     } else if (idle >= kMinIdleToEvictNs) {
       evictable_.emplace_back(connection->idle_since_ns(), connection);
