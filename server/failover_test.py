@@ -80,10 +80,11 @@ SERVER, PROTO_DIR, TOOLS = sys.argv[1:4] if len(sys.argv) >= 4 else (None,) * 3
 SERVER_FLAGS = sys.argv[4:]
 CLI = os.environ.get("RINGKV_CLI")
 LOADGEN = os.environ.get("RINGKV_LOADGEN")
-SANITIZED = os.environ.get("RINGKV_SANITIZER", "none") not in ("", "none")
+SANITIZER = os.environ.get("RINGKV_SANITIZER") or "none"
+SANITIZED = SANITIZER != "none"
 # Deadlines' factor: TSan runs the three servers, etcd and the writers on two cores at several
 # times ASan's cost (a TSan round once took 9.02 s where the release build takes under 3).
-SLOW = {"none": 1, "": 1, "thread": 5}.get(os.environ.get("RINGKV_SANITIZER", "none"), 3)
+SLOW = {"none": 1, "thread": 5}.get(SANITIZER, 3)
 ROUNDS = 3 if SANITIZED else 20
 LINEARIZABLE_ROUNDS = 1 if SANITIZED else 3
 TTL_S = 2  # --failover-timeout.

@@ -455,9 +455,10 @@ int64_t Connection::SweepStalled(int64_t now_ns) {
   // Answers' DATA waits in a call for the client's window, or in the output; it moves as it is
   // framed, or as the socket takes output up to it (framed_ unchanged means data_end_ is too).
   // The socket taking other frames, PING and SETTINGS acks say, is no answer moving.
-  const bool data_waits =
-      sent_ < data_end_ || std::any_of(calls_.begin(), calls_.end(),
-                                       [](const H2Call* call) { return call->Unsent() > 0; });
+  const auto data_waits = [this] {
+    return sent_ < data_end_ || std::any_of(calls_.begin(), calls_.end(),
+                                            [](const H2Call* call) { return call->Unsent() > 0; });
+  };
   const bool data_moved = framed_ != swept_framed_ || (took && swept_sent_ < data_end_);
   // Any output (error answers and trailers too): stuck if the socket took none of it between
   // two sweeps that both saw some.
@@ -465,7 +466,7 @@ int64_t Connection::SweepStalled(int64_t now_ns) {
   swept_sent_ = sent_;
   swept_framed_ = framed_;
   swept_unsent_ = unsent;
-  if (!stuck && (data_moved || !data_waits)) {
+  if (!stuck && (data_moved || !data_waits())) {
     stalled_since_ns_ = 0;
     return 0;
   }
